@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every setting of `dashgate serve`. Each flag can also be given
+// as an environment variable: --worker-grace is DASHGATE_WORKER_GRACE; a
+// flag on the command line wins.
+type config struct {
+	Addr            string
+	AddrFile        string
+	Token           string
+	TokenExplicit   bool
+	AdminToken      string
+	WorkerCmd       string
+	PTYCmd          string
+	PTYCwd          string
+	WorkerGrace     time.Duration
+	WorkerTimeout   time.Duration
+	DetachedTTL     time.Duration
+	MaxSessions     int
+	MaxWorkers      int
+	PTYKeepalive    time.Duration
+	PTYBuffer       int
+	PingInterval    time.Duration
+	PingTimeout     time.Duration
+	WriteTimeout    time.Duration
+	ShutdownTimeout time.Duration
+	StateDir        string
+	BasePath        string
+	TrustedProxies  string
+	AllowedOrigins  string
+	NodeID          string
+	PassEnv         string
+	MaxConnsPerIP   int
+	LogLevel        string
+	LogFormat       string
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "dashgate")
+	}
+	return fmt.Sprintf("/tmp/dashgate-%d", os.Getuid())
+}
+
+func defaultPTYCmd() string {
+	if sh := os.Getenv("SHELL"); sh != "" {
+		return sh
+	}
+	return "/bin/sh"
+}
+
+// parseConfig reads flags, then fills what the command line left unset from
+// DASHGATE_* variables (getenv).
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("dashgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8787", "address to listen on (host:port; port 0 picks one)")
+	fs.StringVar(&c.AddrFile, "addr-file", "", "write the bound address to this file once listening")
+	fs.StringVar(&c.Token, "token", "", "dashboard token; when empty a random one is made and a login URL printed")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "token of /admin and /metrics (default: the dashboard token)")
+	fs.StringVar(&c.WorkerCmd, "worker-cmd", "", "chat worker command line, split on spaces (default: this binary's `worker`)")
+	fs.StringVar(&c.PTYCmd, "pty-cmd", defaultPTYCmd(), "program run in terminals, split on spaces")
+	fs.StringVar(&c.PTYCwd, "pty-cwd", "", "working directory of terminals (default: dashgate's)")
+	fs.DurationVar(&c.WorkerGrace, "worker-grace", 2*time.Second, "wait after each polite signal before escalating")
+	fs.DurationVar(&c.WorkerTimeout, "worker-timeout", 60*time.Second, "a worker request older than this recycles the worker")
+	fs.DurationVar(&c.DetachedTTL, "detached-ttl", 10*time.Minute, "how long a detached session can be resumed")
+	fs.IntVar(&c.MaxSessions, "max-sessions", 1000, "live sessions; beyond it the least recently active detached one is evicted")
+	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
+	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
+	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
+	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "WebSocket ping interval (0: no pings)")
+	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
+	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for sessions to close")
+	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "instance locks, for the startup sweep")
+	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
+	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
+	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
+	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie")
+	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 50, "open WebSockets per client address (0: no limit)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "DASHGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.TokenExplicit = c.Token != ""
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	var errs []error
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat))
+	}
+	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 {
+		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout and --ws-write-timeout must be positive"))
+	}
+	if c.MaxSessions < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
+		errs = append(errs, errors.New("--max-sessions and --max-workers must be at least 1, --pty-buffer at least 65536"))
+	}
+	if strings.TrimSpace(c.PTYCmd) == "" {
+		errs = append(errs, errors.New("--pty-cmd is empty"))
+	}
+	if !c.TokenExplicit && !isLoopback(c.Addr) {
+		errs = append(errs, fmt.Errorf("--addr %s is not a loopback address: set --token (or DASHGATE_TOKEN) explicitly", c.Addr))
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether addr only listens on the loopback interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

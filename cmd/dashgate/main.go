@@ -1,0 +1,208 @@
+// Command dashgate serves a browser dashboard (chat and terminal) for an
+// agent and guarantees that no child process outlives its reason.
+//
+//	dashgate [serve] [flags]   run the gateway (the default)
+//	dashgate worker            the built-in JSON-lines worker (PROTOCOL.md §4)
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/web"
+	"github.com/dashgate/dashgate/workers"
+	"github.com/dashgate/dashgate/workers/builtin"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs dashgate with args (without the program name) and returns the
+// exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "worker" {
+		return builtin.Main()
+	}
+	if len(args) > 0 && args[0] == "serve" {
+		args = args[1:]
+	}
+	cfg, err := parseConfig(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dashgate:", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+		// A second signal forces the exit; children die with us (Pdeathsig).
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+		<-again
+		log.Warn("second signal: exiting at once")
+		os.Exit(1)
+	}()
+	if err := run(ctx, cfg, log, stdout); err != nil {
+		log.Error("dashgate stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func randomToken() string {
+	var b [24]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// run serves until ctx ends, then closes every session (end_reason=shutdown)
+// and reaps every child before it returns.
+func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+	if err := workers.EnableSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans go to init", "err", err)
+	}
+	inst, err := workers.AcquireInstance(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer inst.Release()
+	if res, err := workers.Sweep(cfg.StateDir, inst.ID, cfg.WorkerGrace, log); err != nil {
+		log.Warn("startup sweep", "err", err)
+	} else if res.Instances > 0 {
+		log.Info("startup sweep done", "dead_instances", res.Instances, "processes", res.Processes)
+	}
+
+	token := cfg.Token
+	if token == "" {
+		token = randomToken()
+	}
+	workerCmd := strings.Fields(cfg.WorkerCmd)
+	if len(workerCmd) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own binary for the worker: %w", err)
+		}
+		workerCmd = []string{self, "worker"}
+	}
+	trusted, err := web.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return err
+	}
+
+	var metrics *handlers.Metrics
+	mgr := workers.NewManager(workers.Config{
+		Instance: inst.ID, Grace: cfg.WorkerGrace, MaxWorkers: cfg.MaxWorkers, Log: log,
+		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) },
+	})
+	reg := sessions.New(sessions.Config{
+		Spawner: sessions.ProcSpawner{
+			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
+			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)),
+		},
+		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, WorkerTimeout: cfg.WorkerTimeout,
+		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer,
+		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
+		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
+	})
+	metrics = handlers.NewMetrics(reg.List, mgr.Procs)
+
+	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
+	admin := &handlers.Admin{Sessions: reg, Procs: mgr, Metrics: metrics, Log: log, Version: version}
+	srv, err := web.New(web.Config{
+		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
+		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
+		MaxConnsPerIP: cfg.MaxConnsPerIP,
+	}, web.Handlers{
+		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat")},
+		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
+		Admin:    admin,
+		Metrics:  metrics.Handler(),
+	})
+	if err != nil {
+		return err
+	}
+	admin.BasePath = srv.BasePath
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	if cfg.AddrFile != "" {
+		if err := os.WriteFile(cfg.AddrFile, []byte(addr+"\n"), 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("write --addr-file: %w", err)
+		}
+	}
+	base, _ := web.NormalizeBasePath(cfg.BasePath)
+	log.Info("dashgate listening", "addr", addr, "base_path", base, "instance", inst.ID, "version", version, "pid", os.Getpid())
+	if cfg.TokenExplicit {
+		fmt.Fprintf(stdout, "dashgate: open http://%s%s (log in with your token)\n", addr, base)
+	} else {
+		// Printed on stdout for the person who started dashgate, never logged.
+		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=%s\n", addr, base, token)
+	}
+
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	defer stopServe()
+	g, gctx := errgroup.WithContext(serveCtx)
+	g.Go(func() error { return web.Run(gctx, ln, srv, cfg.ShutdownTimeout, log) })
+	g.Go(func() error { reg.Run(gctx); return nil })
+	g.Go(func() error { mgr.RunReaper(gctx, time.Second); return nil })
+
+	select {
+	case <-ctx.Done():
+	case <-gctx.Done(): // the server failed
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := reg.Shutdown(sctx); err != nil {
+		log.Warn("sessions still closing at the shutdown timeout", "err", err)
+	}
+	stopServe()
+	serveErr := g.Wait()
+	mgr.CloseAll(workers.ReasonShutdown) // anything a session did not own
+	reg.Wait()
+	mgr.Wait()
+	log.Info("dashgate stopped")
+	return serveErr
+}

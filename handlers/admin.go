@@ -1,0 +1,300 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/templates"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// AdminSessions is what the admin page needs of the session registry.
+type AdminSessions interface {
+	List() []sessions.Info
+	Close(sid string, reason sessions.EndReason) (bool, error)
+	ReapDetached() int
+}
+
+// AdminProcs is what the admin page needs of the worker manager.
+type AdminProcs interface {
+	Table(ctx context.Context) []workers.ProcInfo
+	Unowned() []workers.Unowned
+	Lookup(pid int) *workers.Proc
+	ReapUnowned(pid int) error
+}
+
+// Admin serves /admin, its actions and /admin/api (PROTOCOL.md §5). Auth
+// and cross-origin protection are the web middleware's.
+type Admin struct {
+	Sessions AdminSessions
+	Procs    AdminProcs
+	Metrics  *Metrics
+	Log      *slog.Logger
+	Version  string
+	BasePath func(*http.Request) string // the request's base path, "/..."
+}
+
+// Routes mounts the admin endpoints on r (relative to /admin).
+func (h *Admin) Routes(r chi.Router) {
+	r.Get("/", h.page)
+	r.Get("/api/sessions", h.apiSessions)
+	r.Get("/api/workers", h.apiWorkers)
+	r.Get("/api/unowned", h.apiUnowned)
+	r.Post("/sessions/reap-detached", h.reapDetached)
+	r.Post("/sessions/{id}/reap", h.reapSession)
+	r.Post("/workers/{pid}/reap", h.reapWorker)
+}
+
+// SessionJSON is a session in /admin/api/sessions.
+type SessionJSON struct {
+	SessionID  string    `json:"session_id"`
+	Title      string    `json:"title"`
+	State      string    `json:"state"`
+	Viewers    int       `json:"viewers"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastActive time.Time `json:"last_active"`
+	Running    bool      `json:"running"`
+	WorkerPID  int       `json:"worker_pid"`
+	PTYPID     int       `json:"pty_pid"`
+}
+
+// WorkerJSON is a worker in /admin/api/workers.
+type WorkerJSON struct {
+	PID        int       `json:"pid"`
+	Kind       string    `json:"kind"`
+	SessionID  string    `json:"session_id"`
+	State      string    `json:"state"`
+	StartedAt  time.Time `json:"started_at"`
+	RSSBytes   uint64    `json:"rss_bytes"`
+	CPUPercent float64   `json:"cpu_percent"`
+	NumFDs     int32     `json:"num_fds"`
+	NumThreads int32     `json:"num_threads"`
+	Children   []int     `json:"children"`
+}
+
+func sessionJSON(in sessions.Info) SessionJSON {
+	return SessionJSON{in.ID, in.Title, string(in.State), in.Viewers, in.CreatedAt, in.LastActive, in.Running, in.WorkerPID, in.PTYPID}
+}
+
+func (h *Admin) workersJSON(ctx context.Context) []WorkerJSON {
+	table := h.Procs.Table(ctx)
+	out := make([]WorkerJSON, 0, len(table))
+	for _, p := range table {
+		children := p.Descendants
+		if children == nil {
+			children = []int{}
+		}
+		out = append(out, WorkerJSON{p.PID, string(p.Kind), p.SessionID, p.State, p.StartedAt, p.RSSBytes, p.CPUPercent, p.NumFDs, p.NumThreads, children})
+	}
+	slices.SortFunc(out, func(a, b WorkerJSON) int { return a.PID - b.PID })
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
+	list := h.Sessions.List()
+	out := make([]SessionJSON, 0, len(list))
+	for _, in := range list {
+		out = append(out, sessionJSON(in))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+}
+
+func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"workers": h.workersJSON(r.Context())})
+}
+
+func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
+	type row struct {
+		PID    int    `json:"pid"`
+		PPID   int    `json:"ppid"`
+		State  string `json:"state"`
+		Marker string `json:"marker,omitempty"`
+	}
+	out := []row{}
+	for _, u := range h.Procs.Unowned() {
+		out = append(out, row{u.PID, u.PPID, u.State, u.Marker})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"unowned": out})
+}
+
+// View builds the admin page's view: the session and process snapshots are
+// taken first, the stats read afterwards, never under the registry lock.
+func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
+	now := time.Now()
+	list := h.Sessions.List()
+	procs := h.Procs.Table(ctx)
+	unowned := h.Procs.Unowned()
+	self := workers.SelfStats(ctx)
+
+	v := templates.AdminView{
+		BasePath: base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
+		SelfRSS: humanBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
+		SelfFDs: self.NumFDs, Goroutines: runtime.NumGoroutine(),
+	}
+	states := map[string]int{}
+	for _, s := range list {
+		states[string(s.State)]++
+		v.Sessions = append(v.Sessions, templates.SessionRow{
+			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Viewers,
+			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
+			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
+			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID,
+		})
+	}
+	kinds := map[string]int{}
+	slices.SortFunc(procs, func(a, b workers.ProcInfo) int { return a.PID - b.PID })
+	for _, p := range procs {
+		kinds[string(p.Kind)]++
+		v.Workers = append(v.Workers, templates.WorkerRow{
+			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State,
+			Age: humanDuration(now.Sub(p.StartedAt)), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
+			RSS: humanBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
+			CPU: fmt.Sprintf("%.1f%%", p.CPUPercent), FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
+		})
+	}
+	for _, u := range unowned {
+		v.Unowned = append(v.Unowned, templates.UnownedRow{PID: u.PID, PPID: u.PPID, State: u.State, Marker: u.Marker})
+	}
+	v.SessionsByState = countsOf(states)
+	v.WorkersByKind = countsOf(kinds)
+	if h.Metrics != nil {
+		byEnd, byReason := h.Metrics.closeCounts()
+		for _, c := range byEnd {
+			v.SessionCloses = append(v.SessionCloses, templates.Count{Label: c.label, N: c.n})
+		}
+		for _, c := range byReason {
+			v.WorkerCloses = append(v.WorkerCloses, templates.Count{Label: c.label, N: c.n})
+		}
+	}
+	return v
+}
+
+func countsOf(m map[string]int) []templates.Count {
+	out := make([]templates.Count, 0, len(m))
+	for k, n := range m {
+		out = append(out, templates.Count{Label: k, N: n})
+	}
+	slices.SortFunc(out, func(a, b templates.Count) int { return strings.Compare(a.Label, b.Label) })
+	return out
+}
+
+func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
+	v := h.View(r.Context(), h.BasePath(r))
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if r.URL.Query().Get("fragment") == "1" {
+		templates.AdminBody(v).Render(r.Context(), w)
+		return
+	}
+	templates.Admin(v).Render(r.Context(), w)
+}
+
+// done answers an action: 303 to /admin for a form, JSON when asked for.
+func (h *Admin) done(w http.ResponseWriter, r *http.Request, status int, body map[string]any) {
+	if strings.Contains(r.Header.Get("Accept"), "application/json") || status == http.StatusNotFound {
+		if status == http.StatusNotFound && !strings.Contains(r.Header.Get("Accept"), "application/json") {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, status, body)
+		return
+	}
+	http.Redirect(w, r, h.BasePath(r)+"admin", http.StatusSeeOther)
+}
+
+func (h *Admin) audit(r *http.Request, target, result string) {
+	if h.Log != nil {
+		h.Log.Info("admin reap", "remote_addr", r.RemoteAddr, "target", target, "result", result)
+	}
+}
+
+func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	closed, err := h.Sessions.Close(id, sessions.EndAdminReap)
+	target := "session " + id
+	switch {
+	case errors.Is(err, sessions.ErrNotFound), err == nil && !closed:
+		h.audit(r, target, "not_found")
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "session not found"})
+	case err != nil:
+		h.audit(r, target, "error")
+		http.Error(w, "reap session: "+err.Error(), http.StatusInternalServerError)
+	default:
+		h.audit(r, target, "reaped")
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+	}
+}
+
+func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
+	n := h.Sessions.ReapDetached()
+	h.audit(r, "detached sessions", fmt.Sprintf("reaped %d", n))
+	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n})
+}
+
+func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
+	raw := chi.URLParam(r, "pid")
+	pid, err := strconv.Atoi(raw)
+	target := "worker " + raw
+	if err != nil || pid <= 1 {
+		h.audit(r, target, "not_found")
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such worker"})
+		return
+	}
+	if p := h.Procs.Lookup(pid); p != nil {
+		p.Close(workers.ReasonAdminReap)
+		h.audit(r, target, "reaped")
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		return
+	}
+	if err := h.Procs.ReapUnowned(pid); err != nil {
+		h.audit(r, target, "not_found")
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "not a worker nor a descendant of dashgate"})
+		return
+	}
+	h.audit(r, "unowned "+raw, "reaped")
+	h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+}
+
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func humanAgo(now, t time.Time) string { return humanDuration(now.Sub(t)) + " ago" }

@@ -1,0 +1,349 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// ChatRegistry is what the chat gateway needs of the session registry.
+type ChatRegistry interface {
+	Create(v sessions.Viewer, title string, closeOnDisconnect bool) (sessions.Info, error)
+	Resume(v sessions.Viewer, sid string) (sessions.ResumeResult, error)
+	Close(sid string, reason sessions.EndReason) (bool, error)
+	List() []sessions.Info
+	Exec(ctx context.Context, v sessions.Viewer, sid, command string) (string, error)
+	Prompt(v sessions.Viewer, sid, text string) (string, func(), error)
+	Interrupt(v sessions.Viewer, sid string) (string, error)
+	DetachViewer(v sessions.Viewer, reason workers.Reason)
+}
+
+// SocketConfig bounds a WebSocket's liveness and writes.
+type SocketConfig struct {
+	PingInterval time.Duration // a ping every interval (0: none)
+	PingTimeout  time.Duration // no pong within it ends the socket
+	WriteTimeout time.Duration // a frame not written within it ends the socket
+}
+
+// Chat serves GET /ws/chat (PROTOCOL.md §2). Origin and auth are checked by
+// the web middleware before it runs.
+type Chat struct {
+	Registry        ChatRegistry
+	Log             *slog.Logger
+	Version         string
+	Socket          SocketConfig
+	MaxFrame        int64 // bytes; larger frames close the socket with 1009
+	SendQueue       int   // frames queued per socket before it is a slow consumer
+	MaxSessions     int   // sessions one socket may view
+	MaxInflight     int   // requests one socket may have running
+	OnConn          func(delta int)
+	connSeq         atomic.Uint64
+	defaultsApplied sync.Once
+}
+
+func (h *Chat) defaults() {
+	if h.MaxFrame <= 0 {
+		h.MaxFrame = 1 << 20
+	}
+	if h.SendQueue <= 0 {
+		h.SendQueue = 1024
+	}
+	if h.MaxSessions <= 0 {
+		h.MaxSessions = 100
+	}
+	if h.MaxInflight <= 0 {
+		h.MaxInflight = 64
+	}
+	if h.Log == nil {
+		h.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// chatConn is one chat socket; it is the Viewer of the sessions it views.
+type chatConn struct {
+	h      *Chat
+	conn   *websocket.Conn
+	log    *slog.Logger
+	out    chan []byte
+	sock   *socket
+
+	mu       sync.Mutex
+	sessions map[string]bool // sessions this socket attached
+}
+
+// errSlowConsumer ends a socket whose send queue overflowed.
+var errSlowConsumer = errors.New("slow consumer")
+
+// Deliver queues an event; a full queue disconnects the socket (1008) so it
+// never slows the session's other viewers.
+func (c *chatConn) Deliver(ev sessions.Event) {
+	select {
+	case c.out <- EncodeEvent(ev):
+	default:
+		c.sock.closeWith(errSlowConsumer, websocket.StatusPolicyViolation, "slow consumer")
+	}
+}
+
+func (c *chatConn) send(b []byte) {
+	select {
+	case c.out <- b:
+	default:
+		c.sock.closeWith(errSlowConsumer, websocket.StatusPolicyViolation, "slow consumer")
+	}
+}
+
+func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.defaultsApplied.Do(h.defaults)
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
+	if err != nil {
+		return
+	}
+	conn.SetReadLimit(h.MaxFrame)
+	sock := newSocket(r.Context(), conn)
+	c := &chatConn{
+		h: h, conn: conn, sock: sock,
+		log:      h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
+		out:      make(chan []byte, h.SendQueue),
+		sessions: map[string]bool{},
+	}
+	if h.OnConn != nil {
+		h.OnConn(1)
+		defer h.OnConn(-1)
+	}
+	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version}}))
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); writeLoop(sock, c.out, h.Socket.WriteTimeout) }()
+	go func() { defer wg.Done(); pingLoop(sock, h.Socket) }()
+	sock.end(c.readLoop(&wg))
+	cause := sock.cause()
+	reason := reasonFor(cause)
+	h.Registry.DetachViewer(c, reason)
+	wg.Wait()
+	c.log.Debug("socket closed", "reason", string(reason), "err", cause)
+}
+
+// readLoop reads frames until the socket ends and dispatches each request
+// on its own goroutine (spawning and reaping never block the read loop).
+func (c *chatConn) readLoop(wg *sync.WaitGroup) error {
+	sem := make(chan struct{}, c.h.MaxInflight)
+	for {
+		typ, frame, err := c.conn.Read(c.sock.readCtx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			c.sock.closeWith(errBinaryFrame, websocket.StatusUnsupportedData, "binary frames are not accepted")
+			continue // Read returns once the close handshake is done
+		}
+		req, rerr := DecodeRequest(frame)
+		if rerr != nil {
+			c.send(encodeReply(req.ID, nil, rerr))
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-c.sock.ctx.Done():
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c.dispatch(c.sock.ctx, req)
+		}()
+	}
+}
+
+var errBinaryFrame = errors.New("binary frame on the chat socket")
+
+func (c *chatConn) attach(sid string) *RPCError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.sessions[sid] && len(c.sessions) >= c.h.MaxSessions {
+		return &RPCError{Code: CodeCapacity, Message: "this socket views the most sessions it may (100)"}
+	}
+	c.sessions[sid] = true
+	return nil
+}
+
+func (c *chatConn) forget(sid string) {
+	c.mu.Lock()
+	delete(c.sessions, sid)
+	c.mu.Unlock()
+}
+
+// dispatch runs one request and queues its reply.
+func (c *chatConn) dispatch(ctx context.Context, req Request) {
+	result, after, rerr := c.call(ctx, req)
+	if rerr != nil {
+		c.send(encodeReply(req.ID, nil, rerr))
+		return
+	}
+	c.send(encodeReply(req.ID, result, nil))
+	if after != nil {
+		after()
+	}
+}
+
+type sessionParams struct {
+	SessionID string `json:"session_id"`
+}
+
+func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCError) {
+	reg := c.h.Registry
+	switch req.Method {
+	case "session.create":
+		var p struct {
+			Title             string `json:"title"`
+			CloseOnDisconnect bool   `json:"close_on_disconnect"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := checkTitle(p.Title); e != nil {
+			return nil, nil, e
+		}
+		if e := c.attach(""); e != nil { // capacity check only
+			return nil, nil, e
+		}
+		c.forget("")
+		in, err := reg.Create(c, p.Title, p.CloseOnDisconnect)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		c.attach(in.ID)
+		return map[string]any{"session_id": in.ID, "created_at": in.CreatedAt.UTC().Format(time.RFC3339Nano)}, nil, nil
+
+	case "session.resume":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := c.attach(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		res, err := reg.Resume(c, p.SessionID)
+		if err != nil {
+			c.forget(p.SessionID)
+			return nil, nil, errorFor(err)
+		}
+		hist := res.History
+		if hist == nil {
+			hist = []sessions.Message{}
+		}
+		return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running}, nil, nil
+
+	case "session.close":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
+		}
+		closed, err := reg.Close(p.SessionID, sessions.EndClientClose)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		c.forget(p.SessionID)
+		return map[string]any{"closed": closed}, nil, nil
+
+	case "session.list":
+		list := reg.List()
+		return map[string]any{"sessions": list}, nil, nil
+
+	case "session.interrupt":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := c.attach(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		status, err := reg.Interrupt(c, p.SessionID)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		return map[string]any{"status": status}, nil, nil
+
+	case "slash.exec":
+		var p struct {
+			SessionID string `json:"session_id"`
+			Command   string `json:"command"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		if e := checkCommand(p.Command); e != nil {
+			return nil, nil, e
+		}
+		if e := c.attach(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		out, err := reg.Exec(ctx, c, p.SessionID, p.Command)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		return map[string]any{"output": out}, nil, nil
+
+	case "prompt.submit":
+		var p struct {
+			SessionID string `json:"session_id"`
+			Text      string `json:"text"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		if e := checkPrompt(p.Text); e != nil {
+			return nil, nil, e
+		}
+		if e := c.attach(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		turnID, start, err := reg.Prompt(c, p.SessionID, p.Text)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		return map[string]any{"status": "streaming", "turn_id": turnID}, start, nil
+	}
+	return nil, nil, &RPCError{Code: CodeMethodNotFound, Message: "method not found: " + req.Method}
+}
+
+func (c *chatConn) sessionParams(req Request, p *sessionParams) *RPCError {
+	if e := decodeParams(req.Params, p); e != nil {
+		return e
+	}
+	return requireSession(p.SessionID)
+}
+
+// reasonFor maps why a socket ended to the worker close reason.
+func reasonFor(cause error) workers.Reason {
+	switch {
+	case errors.Is(cause, errWriteTimeout), errors.Is(cause, errSlowConsumer):
+		return workers.ReasonWriteTimeout
+	case errors.Is(cause, errPingTimeout):
+		return workers.ReasonPingTimeout
+	case errors.Is(cause, ErrShutdown):
+		return workers.ReasonShutdown
+	}
+	return workers.ReasonDetach
+}
+
+// ErrShutdown is the cause the server gives its base context when it shuts
+// down; sockets then close with 1001 and their workers with reason shutdown.
+var ErrShutdown = errors.New("server shutting down")
+

@@ -1,0 +1,213 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// JSON-RPC 2.0 and dashgate error codes (PROTOCOL.md §2).
+const (
+	CodeParse          = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+	CodeNotFound       = 4001
+	CodeBusy           = 4009
+	CodeCapacity       = 4029
+	CodeWorkerFailed   = 5004
+)
+
+// Input limits (issue: bad input gets a clear error, nothing is lost).
+const (
+	MaxTitle   = 200      // characters
+	MaxCommand = 4 << 10  // bytes
+	MaxPrompt  = 64 << 10 // bytes
+)
+
+// RPCError is a JSON-RPC error object.
+type RPCError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func (e *RPCError) Error() string { return e.Message }
+
+func invalidParams(msg string) *RPCError { return &RPCError{Code: CodeInvalidParams, Message: msg} }
+
+// Request is one decoded JSON-RPC request.
+type Request struct {
+	ID     json.RawMessage // a JSON number or string
+	Method string
+	Params json.RawMessage // an object, or nil
+}
+
+// DecodeRequest decodes one text frame. On failure it returns the id it
+// could read (nil: the reply's id is null) and a -32700 or -32600 error.
+func DecodeRequest(frame []byte) (Request, *RPCError) {
+	if !json.Valid(frame) {
+		return Request{}, &RPCError{Code: CodeParse, Message: "parse error: the frame is not valid JSON"}
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &raw); err != nil {
+		return Request{}, &RPCError{Code: CodeInvalidRequest, Message: "invalid request: a frame holds exactly one JSON-RPC 2.0 object"}
+	}
+	var req Request
+	if id, ok := raw["id"]; ok && validID(id) {
+		req.ID = id
+	}
+	var version, method string
+	if json.Unmarshal(raw["jsonrpc"], &version) != nil || version != "2.0" {
+		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "jsonrpc" must be "2.0"`}
+	}
+	if req.ID == nil {
+		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "id" must be a number or a string`}
+	}
+	if json.Unmarshal(raw["method"], &method) != nil || method == "" {
+		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "method" must be a non-empty string`}
+	}
+	req.Method = method
+	if p, ok := raw["params"]; ok && !bytes.Equal(bytes.TrimSpace(p), []byte("null")) {
+		if t := bytes.TrimSpace(p); len(t) == 0 || t[0] != '{' {
+			return req, invalidParams(`invalid params: "params" must be an object`)
+		}
+		req.Params = p
+	}
+	return req, nil
+}
+
+func validID(id json.RawMessage) bool {
+	t := bytes.TrimSpace(id)
+	if len(t) == 0 {
+		return false
+	}
+	switch {
+	case t[0] == '"':
+		var s string
+		return json.Unmarshal(t, &s) == nil
+	case t[0] == '-' || (t[0] >= '0' && t[0] <= '9'):
+		var n json.Number
+		return json.Unmarshal(t, &n) == nil
+	}
+	return false
+}
+
+// decodeParams decodes params into v, rejecting unknown shapes.
+func decodeParams(p json.RawMessage, v any) *RPCError {
+	if p == nil {
+		p = json.RawMessage("{}")
+	}
+	if err := json.Unmarshal(p, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return invalidParams("invalid params: " + te.Field + " has the wrong type")
+		}
+		return invalidParams("invalid params: " + err.Error())
+	}
+	return nil
+}
+
+// requireSession checks a session_id parameter.
+func requireSession(sid string) *RPCError {
+	if sid == "" {
+		return invalidParams("invalid params: session_id is required")
+	}
+	return nil
+}
+
+func checkTitle(t string) *RPCError {
+	if utf8.RuneCountInString(t) > MaxTitle {
+		return invalidParams("invalid params: title is over 200 characters")
+	}
+	return nil
+}
+
+func checkCommand(c string) *RPCError {
+	switch {
+	case strings.TrimSpace(c) == "":
+		return invalidParams("invalid params: command is empty")
+	case !strings.HasPrefix(c, "/"):
+		return invalidParams(`invalid params: command must start with "/"`)
+	case len(c) > MaxCommand:
+		return invalidParams("invalid params: command is over 4 KiB")
+	}
+	return nil
+}
+
+func checkPrompt(t string) *RPCError {
+	switch {
+	case strings.TrimSpace(t) == "":
+		return invalidParams("invalid params: text is empty")
+	case len(t) > MaxPrompt:
+		return invalidParams("invalid params: text is over 64 KiB")
+	}
+	return nil
+}
+
+// errorFor maps a registry or worker error to its JSON-RPC error.
+func errorFor(err error) *RPCError {
+	var rpc *RPCError
+	var we *workers.Error
+	switch {
+	case errors.As(err, &rpc):
+		return rpc
+	case errors.Is(err, sessions.ErrNotFound):
+		return &RPCError{Code: CodeNotFound, Message: "session not found or already closed"}
+	case errors.Is(err, sessions.ErrBusy):
+		return &RPCError{Code: CodeBusy, Message: "a turn is already running in this session"}
+	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
+		return &RPCError{Code: CodeCapacity, Message: err.Error()}
+	case errors.Is(err, workers.ErrCapacity):
+		return &RPCError{Code: CodeCapacity, Message: "worker capacity reached"}
+	case errors.As(err, &we):
+		tail := we.StderrTail
+		if tail == nil {
+			tail = []string{}
+		}
+		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
+			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
+	}
+	return &RPCError{Code: CodeInternal, Message: "internal error"}
+}
+
+type rpcReply struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *RPCError       `json:"error,omitempty"`
+}
+
+// encodeReply renders a result or an error reply; a nil id becomes null.
+func encodeReply(id json.RawMessage, result any, rerr *RPCError) []byte {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b, err := json.Marshal(rpcReply{JSONRPC: "2.0", ID: id, Result: result, Error: rerr})
+	if err != nil {
+		b, _ = json.Marshal(rpcReply{JSONRPC: "2.0", ID: id, Error: &RPCError{Code: CodeInternal, Message: "internal error"}})
+	}
+	return b
+}
+
+type eventParams struct {
+	Type      string `json:"type"`
+	SessionID string `json:"session_id,omitempty"`
+	Seq       uint64 `json:"seq"`
+	Payload   any    `json:"payload"`
+}
+
+// EncodeEvent renders an event notification.
+func EncodeEvent(ev sessions.Event) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "method": "event",
+		"params": eventParams{Type: ev.Type, SessionID: ev.SessionID, Seq: ev.Seq, Payload: ev.Payload},
+	})
+	return b
+}

@@ -1,0 +1,155 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// socket is the lifecycle of one WebSocket: why it ended (the first cause
+// wins) and how it is closed. coder/websocket closes the connection when a
+// Read's context ends, without a close frame, so reads use readCtx, which
+// only the connection's end stops, and a close with a code goes through
+// conn.Close from another goroutine (the read loop sees the handshake end).
+type socket struct {
+	conn    *websocket.Conn
+	ctx     context.Context // ends with the socket or the server
+	cancel  context.CancelCauseFunc
+	readCtx context.Context
+
+	mu      sync.Mutex
+	first   error
+	closing sync.WaitGroup
+	stop    func() bool
+}
+
+func newSocket(parent context.Context, conn *websocket.Conn) *socket {
+	ctx, cancel := context.WithCancelCause(parent)
+	s := &socket{conn: conn, ctx: ctx, cancel: cancel, readCtx: context.WithoutCancel(parent)}
+	// The server shutting down (its base context) closes the socket with 1001.
+	s.stop = context.AfterFunc(parent, func() {
+		s.closeWith(context.Cause(parent), websocket.StatusGoingAway, "server shutting down")
+	})
+	return s
+}
+
+func (s *socket) record(cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first != nil {
+		return false
+	}
+	s.first = cause
+	return true
+}
+
+// closeWith ends the socket with a close frame (code, reason), once.
+func (s *socket) closeWith(cause error, code websocket.StatusCode, reason string) {
+	if !s.record(cause) {
+		return
+	}
+	s.closing.Add(1)
+	go func() {
+		defer s.closing.Done()
+		s.conn.Close(code, reason)
+		s.cancel(cause)
+	}()
+}
+
+// abort ends the socket at once, without a handshake (the peer is not
+// answering: ping or write timeout).
+func (s *socket) abort(cause error) {
+	if s.record(cause) {
+		s.cancel(cause)
+		s.conn.CloseNow()
+	}
+}
+
+// end is called when the read loop returned err; it closes whatever is left
+// and waits for a close in progress.
+func (s *socket) end(err error) {
+	s.record(err)
+	s.cancel(err)
+	s.stop()
+	s.conn.CloseNow()
+	s.closing.Wait()
+}
+
+func (s *socket) cause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}
+
+var (
+	errWriteTimeout = errors.New("write timeout: the client stopped reading")
+	errPingTimeout  = errors.New("ping timeout: the client stopped answering")
+)
+
+// writeFrame writes one frame within timeout; past it the socket is aborted
+// with errWriteTimeout.
+func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(s.ctx, timeout)
+	defer cancel()
+	err := s.conn.Write(wctx, typ, b)
+	if err != nil && errors.Is(wctx.Err(), context.DeadlineExceeded) && s.ctx.Err() == nil {
+		s.abort(errWriteTimeout)
+		return errWriteTimeout
+	}
+	return err
+}
+
+// writeLoop writes queued frames until the socket ends.
+func writeLoop(s *socket, out <-chan []byte, timeout time.Duration) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case b := <-out:
+			if err := writeFrame(s, websocket.MessageText, b, timeout); err != nil {
+				s.abort(err)
+				return
+			}
+		}
+	}
+}
+
+// pingLoop pings every interval; no pong within the timeout aborts the
+// socket (reason ping_timeout). It runs whatever the bind address
+// (FAILURES.md #15).
+func pingLoop(s *socket, cfg SocketConfig) {
+	if cfg.PingInterval <= 0 {
+		return
+	}
+	timeout := cfg.PingTimeout
+	if timeout <= 0 {
+		timeout = cfg.PingInterval
+	}
+	t := time.NewTicker(cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, pcancel := context.WithTimeout(s.ctx, timeout)
+		err := s.conn.Ping(pctx)
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+		pcancel()
+		if err != nil {
+			if timedOut && s.ctx.Err() == nil {
+				s.abort(errPingTimeout)
+			} else {
+				s.abort(err)
+			}
+			return
+		}
+	}
+}

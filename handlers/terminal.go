@@ -1,0 +1,243 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// Terminal bounds (PROTOCOL.md §3).
+const (
+	MaxCols       = 2000
+	MaxRows       = 1000
+	MaxInputFrame = 64 << 10 // bytes of one client frame
+)
+
+// TerminalRegistry is what the terminal endpoint needs of the registry.
+type TerminalRegistry interface {
+	AttachTerminal(ctx context.Context, sid string, o sessions.TerminalOptions) (*sessions.Attachment, error)
+}
+
+// Terminal serves GET /ws/pty (PROTOCOL.md §3).
+type Terminal struct {
+	Registry   TerminalRegistry
+	Log        *slog.Logger
+	Socket     SocketConfig
+	OnConn     func(delta int)
+	OnInput    func(n int) // bytes written to ptys (metrics)
+	InputWrite time.Duration
+	connSeq    atomic.Uint64
+}
+
+// ControlMessage is a client text frame on /ws/pty.
+type ControlMessage struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+}
+
+// DecodeControl parses and validates a control frame. Only resize exists.
+func DecodeControl(frame []byte) (ControlMessage, error) {
+	var m ControlMessage
+	if err := json.Unmarshal(frame, &m); err != nil {
+		return m, fmt.Errorf("control frame is not a JSON object: %w", err)
+	}
+	if m.Type != "resize" {
+		return m, fmt.Errorf("unknown control message type %q", m.Type)
+	}
+	if m.Cols < 1 || m.Cols > MaxCols || m.Rows < 1 || m.Rows > MaxRows {
+		return m, fmt.Errorf("resize out of bounds: cols 1..%d, rows 1..%d", MaxCols, MaxRows)
+	}
+	return m, nil
+}
+
+func parseSize(q string, def, limit int) (uint16, error) {
+	if q == "" {
+		return uint16(def), nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > limit {
+		return 0, fmt.Errorf("must be 1..%d", limit)
+	}
+	return uint16(n), nil
+}
+
+func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cols, err := parseSize(q.Get("cols"), 80, MaxCols)
+	if err != nil {
+		http.Error(w, "cols "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	rows, err := parseSize(q.Get("rows"), 24, MaxRows)
+	if err != nil {
+		http.Error(w, "rows "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var offset int64
+	if s := q.Get("offset"); s != "" {
+		if offset, err = strconv.ParseInt(s, 10, 64); err != nil || offset < 0 {
+			http.Error(w, "offset must be a byte count", http.StatusBadRequest)
+			return
+		}
+	}
+	opts := sessions.TerminalOptions{
+		Cols: cols, Rows: rows, Keepalive: q.Get("keepalive") == "1",
+		ResumeToken: q.Get("resume_token"), Offset: offset,
+	}
+	att, err := h.Registry.AttachTerminal(r.Context(), q.Get("session_id"), opts)
+	switch {
+	case errors.Is(err, sessions.ErrNotFound):
+		http.Error(w, "session not found or already closed", http.StatusNotFound)
+		return
+	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	case err != nil:
+		http.Error(w, "start terminal: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
+	if err != nil {
+		att.Detach(workers.ReasonDetach)
+		return
+	}
+	conn.SetReadLimit(MaxInputFrame)
+	log := h.logger().With("conn_id", h.connSeq.Add(1), "endpoint", "pty", "sid", att.SessionID, "remote_addr", r.RemoteAddr)
+	if h.OnConn != nil {
+		h.OnConn(1)
+		defer h.OnConn(-1)
+	}
+
+	sock := newSocket(r.Context(), conn)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.pump(sock, att) }()
+	go func() { defer wg.Done(); pingLoop(sock, h.Socket) }()
+	sock.end(h.readInput(sock, att))
+	wg.Wait()
+
+	cause := sock.cause()
+	reason := reasonFor(cause)
+	var exit *sessions.ExitError
+	switch {
+	case errors.As(cause, &exit):
+		reason = workers.ReasonExited
+	case errors.Is(cause, sessions.ErrTakenOver):
+		reason = workers.ReasonSuperseded
+	}
+	att.Detach(reason)
+	log.Debug("socket closed", "reason", string(reason), "err", cause)
+}
+
+func (h *Terminal) logger() *slog.Logger {
+	if h.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return h.Log
+}
+
+// pump sends hello, an optional reset, then the program's output as binary
+// frames, and the exit frame when it ends; then it closes the socket with
+// the code that says why (1000 exit, 4409 takeover).
+func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
+	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "offset": att.Offset}
+	if att.ResumeToken != "" {
+		hello["resume_token"] = att.ResumeToken
+	}
+	if err := h.writeJSON(sock, hello); err != nil {
+		sock.abort(err)
+		return
+	}
+	if att.Reset {
+		if err := h.writeJSON(sock, map[string]any{"type": "reset"}); err != nil {
+			sock.abort(err)
+			return
+		}
+	}
+	buf := make([]byte, sessions.MaxFrame)
+	for {
+		n, err := att.Next(sock.ctx, buf)
+		var exit *sessions.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &exit):
+			if werr := h.writeJSON(sock, map[string]any{"type": "exit", "exit_code": exit.Code}); werr != nil {
+				sock.abort(werr)
+				return
+			}
+			sock.closeWith(err, websocket.StatusNormalClosure, "exited")
+			return
+		case errors.Is(err, sessions.ErrTakenOver):
+			sock.closeWith(err, 4409, "terminal taken over by another attach")
+			return
+		case errors.Is(err, sessions.ErrTerminalClosed):
+			sock.closeWith(err, websocket.StatusNormalClosure, "terminal closed")
+			return
+		default:
+			return // the socket ended
+		}
+		if err := writeFrame(sock, websocket.MessageBinary, buf[:n], h.Socket.WriteTimeout); err != nil {
+			sock.abort(err)
+			return
+		}
+	}
+}
+
+func (h *Terminal) writeJSON(sock *socket, v any) error {
+	b, _ := json.Marshal(v)
+	return writeFrame(sock, websocket.MessageText, b, h.Socket.WriteTimeout)
+}
+
+// readInput writes binary frames to the pty and applies control frames
+// until the socket ends. A pty that does not take input within InputWrite
+// holds the socket's reading (the client is slowed, nothing is buffered).
+func (h *Terminal) readInput(sock *socket, att *sessions.Attachment) error {
+	for {
+		typ, frame, err := sock.conn.Read(sock.readCtx)
+		if err != nil {
+			return err
+		}
+		if typ == websocket.MessageBinary {
+			wctx, wcancel := context.WithTimeout(sock.ctx, h.inputWrite())
+			err := att.Write(wctx, frame)
+			wcancel()
+			if err != nil {
+				h.logger().Debug("pty input dropped", "sid", att.SessionID, "err", err)
+				continue
+			}
+			if h.OnInput != nil {
+				h.OnInput(len(frame))
+			}
+			continue
+		}
+		m, err := DecodeControl(frame)
+		if err == nil {
+			err = att.Resize(uint16(m.Cols), uint16(m.Rows))
+		}
+		if err != nil {
+			if werr := h.writeJSON(sock, map[string]any{"type": "error", "message": err.Error()}); werr != nil {
+				sock.abort(werr)
+			}
+		}
+	}
+}
+
+func (h *Terminal) inputWrite() time.Duration {
+	if h.InputWrite > 0 {
+		return h.InputWrite
+	}
+	return 10 * time.Second
+}

@@ -1,0 +1,755 @@
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// Errors a caller maps to the codes of PROTOCOL.md §2.
+var (
+	ErrNotFound     = errors.New("session not found or already closed") // 4001
+	ErrBusy         = errors.New("a turn is already running")           // 4009
+	ErrCapacity     = errors.New("session capacity reached")            // 4029
+	ErrShuttingDown = errors.New("dashgate is shutting down")           // 4029 too: no new work
+)
+
+// Worker is what a session needs of its chat worker; *workers.Worker has it.
+type Worker interface {
+	PID() int
+	Call(ctx context.Context, method string, params any, onDelta func(string)) (json.RawMessage, error)
+	Close(workers.Reason) workers.CloseResult
+	Closing() bool
+}
+
+// Spawner starts the children of a session. onClose is called once when the
+// child was closed, whoever closed it; it must not block.
+type Spawner interface {
+	SpawnWorker(sid string, onClose func(workers.CloseResult)) (Worker, error)
+	SpawnPTY(sid string, cols, rows uint16, onClose func(workers.CloseResult)) (*workers.Proc, error)
+}
+
+// Config configures a Registry. Zero durations and sizes take the defaults
+// noted.
+type Config struct {
+	Spawner         Spawner
+	Clock           Clock        // real time when nil
+	Log             *slog.Logger // discarded when nil
+	DetachedTTL     time.Duration
+	SweepInterval   time.Duration // 30s
+	MaxSessions     int           // 1000
+	WorkerTimeout   time.Duration // 60s
+	InterruptGrace  time.Duration // 1s: how long an interrupted worker may take to stop
+	PTYKeepalive    time.Duration // how long a parked terminal waits; 0 disables parking
+	PTYBuffer       int           // ring buffer per terminal, bytes (1 MiB)
+	PTYPending      int           // unsent output per terminal before the pty is no longer read (256 KiB)
+	HistoryMessages int           // 200
+	HistoryBytes    int           // 1 MiB
+	// OnSessionClose, when set, is called once per closed session after its
+	// record was logged; it must not block (metrics).
+	OnSessionClose func(EndReason)
+	// OnPTYOutput, when set, is called with the size of each pty read; it
+	// must not block (metrics).
+	OnPTYOutput func(int)
+}
+
+func (c *Config) defaults() {
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.DetachedTTL <= 0 {
+		c.DetachedTTL = 10 * time.Minute
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 30 * time.Second
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 1000
+	}
+	if c.WorkerTimeout <= 0 {
+		c.WorkerTimeout = 60 * time.Second
+	}
+	if c.InterruptGrace <= 0 {
+		c.InterruptGrace = time.Second
+	}
+	if c.PTYBuffer <= 0 {
+		c.PTYBuffer = 1 << 20
+	}
+	if c.PTYPending <= 0 {
+		c.PTYPending = 256 << 10
+	}
+	if c.HistoryMessages <= 0 {
+		c.HistoryMessages = 200
+	}
+	if c.HistoryBytes <= 0 {
+		c.HistoryBytes = 1 << 20
+	}
+}
+
+// Registry holds every session. Its methods are safe for concurrent use.
+type Registry struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	viewing  map[Viewer]map[*Session]struct{}
+	ended    map[string]bool // recently closed ids, for session.close -> closed:false
+	endedQ   []string
+	closing  bool // Shutdown started
+
+	wg sync.WaitGroup // teardowns and turns
+}
+
+// New returns an empty registry. Run its sweep with Run; end it with Shutdown
+// and Wait.
+func New(cfg Config) *Registry {
+	cfg.defaults()
+	return &Registry{
+		cfg: cfg, log: cfg.Log,
+		sessions: map[string]*Session{},
+		viewing:  map[Viewer]map[*Session]struct{}{},
+		ended:    map[string]bool{},
+	}
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// goTracked runs f on a goroutine that Wait joins.
+func (r *Registry) goTracked(f func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+}
+
+// Wait joins every teardown and turn goroutine the registry started.
+func (r *Registry) Wait() { r.wg.Wait() }
+
+// Run sweeps detached sessions past their TTL every SweepInterval until ctx
+// is done; it repairs any timer that was lost (FAILURES.md #5). It blocks.
+func (r *Registry) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Sweep()
+		}
+	}
+}
+
+// Sweep ends every detached session whose TTL has passed and returns how
+// many it ended. It blocks until they are torn down.
+func (r *Registry) Sweep() int {
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	var due []*Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached && now.Sub(s.detachedAt) >= r.cfg.DetachedTTL {
+			due = append(due, s)
+		}
+	}
+	r.mu.Unlock()
+	return r.endAll(due, EndDetachedTTL)
+}
+
+// endAll ends sessions concurrently and returns how many this call ended.
+func (r *Registry) endAll(ss []*Session, reason EndReason) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	for _, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r.end(s, reason) {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return n
+}
+
+// emitLocked sends an event to every viewer of s. r.mu must be held.
+func (r *Registry) emitLocked(s *Session, typ string, payload any) {
+	s.seq++
+	ev := Event{Type: typ, SessionID: s.id, Seq: s.seq, Payload: payload}
+	for v := range s.viewers {
+		v.Deliver(ev)
+	}
+}
+
+// viewLocked makes v a viewer of s and s attached. r.mu must be held.
+func (r *Registry) viewLocked(s *Session, v Viewer) {
+	if v == nil {
+		return
+	}
+	if _, ok := s.viewers[v]; !ok {
+		s.viewers[v] = struct{}{}
+		set := r.viewing[v]
+		if set == nil {
+			set = map[*Session]struct{}{}
+			r.viewing[v] = set
+		}
+		set[s] = struct{}{}
+	}
+	if s.state != StateAttached {
+		s.setState(StateAttached)
+		if s.ttlTimer != nil {
+			s.ttlTimer.Stop()
+			s.ttlTimer = nil
+		}
+	}
+	s.lastActive = r.cfg.Clock.Now()
+}
+
+// Create makes a session viewed by v. It evicts the least recently active
+// detached session when MaxSessions are live, or fails with ErrCapacity when
+// none is detached.
+func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
+	return r.create(v, title, closeOnDisconnect, false)
+}
+
+func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return Info{}, ErrShuttingDown
+	}
+	var evict *Session
+	if r.liveCountLocked() >= r.cfg.MaxSessions {
+		for _, s := range r.sessions {
+			if s.state == StateDetached && (evict == nil || s.lastActive.Before(evict.lastActive)) {
+				evict = s
+			}
+		}
+		if evict == nil {
+			r.mu.Unlock()
+			return Info{}, ErrCapacity
+		}
+		r.claimLocked(evict, EndLRUEvict) // frees its slot now
+	}
+	s := &Session{
+		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
+		createdAt: now, lastActive: now, state: StateCreated,
+		viewers: map[Viewer]struct{}{}, spawnMu: newChanMutex(),
+	}
+	r.sessions[s.id] = s
+	r.viewLocked(s, v)
+	in := s.info()
+	r.mu.Unlock()
+	if evict != nil {
+		r.goTracked(func() { r.finish(evict) })
+	}
+	return in, nil
+}
+
+func (r *Registry) liveCountLocked() int {
+	n := 0
+	for _, s := range r.sessions {
+		if s.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// ResumeResult is what session.resume answers.
+type ResumeResult struct {
+	Info
+	History []Message
+}
+
+// Resume attaches s to v and returns its history.
+func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() {
+		return ResumeResult{}, ErrNotFound
+	}
+	r.viewLocked(s, v)
+	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
+}
+
+// List returns a snapshot of the live sessions, oldest first.
+func (r *Registry) List() []Info {
+	r.mu.Lock()
+	out := make([]Info, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		if s.live() {
+			out = append(out, s.info())
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out
+}
+
+// Get returns a snapshot of one live session.
+func (r *Registry) Get(sid string) (Info, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() {
+		return Info{}, false
+	}
+	return s.info(), true
+}
+
+// Close ends a session with reason and blocks until it is torn down. It
+// returns false when the session had already ended (or is ending), and
+// ErrNotFound when the id was never known (or was forgotten long ago).
+func (r *Registry) Close(sid string, reason EndReason) (bool, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	wasEnded := r.ended[sid]
+	r.mu.Unlock()
+	if s == nil {
+		if wasEnded {
+			return false, nil
+		}
+		return false, ErrNotFound
+	}
+	return r.end(s, reason), nil
+}
+
+// ReapDetached ends every detached session with end_reason=admin_reap and
+// returns how many it ended.
+func (r *Registry) ReapDetached() int {
+	r.mu.Lock()
+	var due []*Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached {
+			due = append(due, s)
+		}
+	}
+	r.mu.Unlock()
+	return r.endAll(due, EndAdminReap)
+}
+
+// Shutdown refuses new sessions and ends every session with
+// end_reason=shutdown, concurrently, until ctx ends. The viewers get
+// session.closed first.
+func (r *Registry) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	all := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.endAll(all, EndShutdown); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// DetachViewer removes v from every session it views: each session left
+// without a viewer detaches (its worker closed at once with reason, even
+// mid-turn; reason is detach, write_timeout or ping_timeout) or,
+// when created with close_on_disconnect, closes. It returns at once; the
+// teardowns run in the background (see Wait).
+func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
+	r.mu.Lock()
+	var work []func()
+	for s := range r.viewing[v] {
+		delete(s.viewers, v)
+		if len(s.viewers) == 0 && s.live() {
+			if f := r.detachLocked(s, reason); f != nil {
+				work = append(work, f)
+			}
+		}
+	}
+	delete(r.viewing, v)
+	r.mu.Unlock()
+	for _, f := range work {
+		r.goTracked(f)
+	}
+}
+
+// detachLocked handles the last viewer leaving s and returns the slow part
+// to run outside the lock. r.mu must be held.
+func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
+	parked := s.term != nil && s.term.parkedLocked()
+	if s.closeOnDisconnect || (s.terminalOnly && !parked) {
+		if !r.claimLocked(s, EndCloseOnDisconnect) {
+			return nil
+		}
+		return func() { r.finish(s) }
+	}
+	if s.state == StateDetached {
+		return nil
+	}
+	s.setState(StateDetached)
+	now := r.cfg.Clock.Now()
+	s.detachedAt, s.lastActive = now, now
+	s.ttlTimer = r.cfg.Clock.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
+	r.interruptTurnLocked(s, "the session detached")
+	w := s.worker
+	s.worker = nil
+	if w == nil {
+		return nil
+	}
+	return func() { w.Close(reason) }
+}
+
+// expire is the detach timer of s.
+func (r *Registry) expire(s *Session) {
+	r.mu.Lock()
+	due := s.state == StateDetached && r.cfg.Clock.Now().Sub(s.detachedAt) >= r.cfg.DetachedTTL
+	r.mu.Unlock()
+	if due {
+		r.goTracked(func() { r.end(s, EndDetachedTTL) })
+	}
+}
+
+// end is the one close funnel of a session: every end reason comes here.
+// It reports whether this call ended s (false: it was ending already).
+func (r *Registry) end(s *Session, reason EndReason) bool {
+	r.mu.Lock()
+	ok := r.claimLocked(s, reason)
+	r.mu.Unlock()
+	if ok {
+		r.finish(s)
+	}
+	return ok
+}
+
+// claimLocked moves s to closing, takes its worker and terminal, ends its
+// turn and tells its viewers. r.mu must be held; finish must follow.
+func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
+	if !s.live() {
+		return false
+	}
+	s.setState(StateClosing)
+	s.endReason = reason
+	if s.ttlTimer != nil {
+		s.ttlTimer.Stop()
+		s.ttlTimer = nil
+	}
+	r.interruptTurnLocked(s, "the session closed")
+	r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
+	for v := range s.viewers {
+		if set := r.viewing[v]; set != nil {
+			delete(set, s)
+		}
+	}
+	s.viewers = map[Viewer]struct{}{}
+	return true
+}
+
+// finish tears down a claimed session outside the lock, worker and terminal
+// in parallel, then logs its one record.
+func (r *Registry) finish(s *Session) {
+	start := r.cfg.Clock.Now()
+	r.mu.Lock()
+	w, t := s.worker, s.term
+	s.worker, s.term = nil, nil
+	reason := s.endReason
+	r.mu.Unlock()
+
+	wreason := workers.ReasonSessionClosed
+	if reason == EndShutdown {
+		wreason = workers.ReasonShutdown
+	}
+	var wg sync.WaitGroup
+	workerPID, ptyPID := 0, 0
+	if w != nil {
+		workerPID = w.PID()
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Close(wreason) }()
+	}
+	if t != nil {
+		ptyPID = t.PID()
+		wg.Add(1)
+		go func() { defer wg.Done(); t.end(wreason, false) }()
+	}
+	wg.Wait()
+
+	r.mu.Lock()
+	s.setState(StateClosed)
+	delete(r.sessions, s.id)
+	r.ended[s.id] = true
+	r.endedQ = append(r.endedQ, s.id)
+	if len(r.endedQ) > 4096 {
+		delete(r.ended, r.endedQ[0])
+		r.endedQ = r.endedQ[1:]
+	}
+	turns := s.turns
+	r.mu.Unlock()
+
+	now := r.cfg.Clock.Now()
+	r.log.Info("session closed",
+		"sid", s.id,
+		"end_reason", string(reason),
+		"duration_ms", now.Sub(s.createdAt).Milliseconds(),
+		"close_ms", now.Sub(start).Milliseconds(),
+		"worker_pid", workerPID,
+		"pty_pid", ptyPID,
+		"turns", turns,
+	)
+	if r.cfg.OnSessionClose != nil {
+		r.cfg.OnSessionClose(reason)
+	}
+}
+
+// use finds a live session for a call from v and makes v a viewer of it (a
+// socket using a session views it, so its liveness is tracked).
+func (r *Registry) use(v Viewer, sid string) (*Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() {
+		return nil, ErrNotFound
+	}
+	r.viewLocked(s, v)
+	return s, nil
+}
+
+// ensureWorker returns the session's live worker, spawning one when there is
+// none. Spawns are serialised per session, so concurrent calls never start
+// two; a worker whose session ended while it was spawned is closed at once.
+func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
+	if !s.spawnMu.lock(ctx.Done()) {
+		return nil, ctx.Err()
+	}
+	defer s.spawnMu.unlock()
+	r.mu.Lock()
+	if !s.live() {
+		r.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	if w := s.worker; w != nil && !w.Closing() {
+		r.mu.Unlock()
+		return w, nil
+	}
+	s.worker = nil
+	r.mu.Unlock()
+
+	w, err := r.cfg.Spawner.SpawnWorker(s.id, func(res workers.CloseResult) { r.workerGone(s, res) })
+	if errors.Is(err, workers.ErrCapacity) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, &workers.Error{Failure: workers.FailSpawn, Message: err.Error()}
+	}
+	r.mu.Lock()
+	if s.state != StateAttached && s.state != StateCreated {
+		detached := s.state == StateDetached
+		r.mu.Unlock()
+		reason := workers.ReasonSessionClosed
+		if detached {
+			reason = workers.ReasonDetach
+		}
+		w.Close(reason)
+		return nil, ErrNotFound
+	}
+	s.worker = w
+	r.mu.Unlock()
+	return w, nil
+}
+
+// workerGone is called once per closed worker of s.
+func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.worker == nil || s.worker.PID() != res.PID {
+		return // the session closed it itself, and knows
+	}
+	s.worker = nil
+	payload := map[string]any{"reason": res.Reason, "exit_code": res.ExitCode}
+	if res.Signal != "" {
+		payload["signal"] = res.Signal
+	}
+	r.emitLocked(s, "worker.exited", payload)
+}
+
+// Exec runs a slash command in the session's worker (spawning it when
+// needed) and returns its output. v becomes a viewer of the session.
+// Errors: ErrNotFound, workers.ErrCapacity, *workers.Error.
+func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (string, error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return "", err
+	}
+	w, err := r.ensureWorker(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.WorkerTimeout)
+	defer cancel()
+	raw, err := w.Call(ctx, "slash", map[string]string{"command": command}, nil)
+	r.touch(s)
+	if err != nil {
+		return "", err
+	}
+	var res struct {
+		Output string `json:"output"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return "", &workers.Error{Failure: workers.FailProtocol, Message: "result is not {\"output\": string}"}
+	}
+	return res.Output, nil
+}
+
+func (r *Registry) touch(s *Session) {
+	r.mu.Lock()
+	s.lastActive = r.cfg.Clock.Now()
+	r.mu.Unlock()
+}
+
+// appendHistoryLocked adds m, dropping the oldest messages beyond the bounds.
+func (r *Registry) appendHistoryLocked(s *Session, m Message) {
+	s.history = append(s.history, m)
+	s.histBytes += len(m.Text)
+	for len(s.history) > r.cfg.HistoryMessages || (s.histBytes > r.cfg.HistoryBytes && len(s.history) > 1) {
+		s.histBytes -= len(s.history[0].Text)
+		s.history[0] = Message{}
+		s.history = s.history[1:]
+	}
+}
+
+// Prompt starts a turn: it records the prompt and returns the turn id and a
+// start function that the caller calls once it has sent its reply, so that
+// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy.
+func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return "", nil, err
+	}
+	r.mu.Lock()
+	if s.turn != nil {
+		r.mu.Unlock()
+		return "", nil, ErrBusy
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.WorkerTimeout)
+	t := &turn{id: newID(), cancel: cancel, finished: make(chan struct{})}
+	s.turn = t
+	s.turns++
+	r.appendHistoryLocked(s, Message{Role: "user", Text: text, At: r.cfg.Clock.Now(), TurnID: t.id})
+	r.mu.Unlock()
+	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
+	return t.id, start, nil
+}
+
+func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string) {
+	defer t.cancel()
+	w, err := r.ensureWorker(ctx, s)
+	if err != nil {
+		r.finishTurn(s, t, "", true, err)
+		return
+	}
+	onDelta := func(d string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if t.done {
+			return
+		}
+		t.text += d
+		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": d})
+	}
+	raw, err := w.Call(ctx, "prompt", map[string]string{"text": text, "turn_id": t.id}, onDelta)
+	if err != nil {
+		r.finishTurn(s, t, "", true, err)
+		return
+	}
+	var res struct {
+		Output      string `json:"output"`
+		Interrupted bool   `json:"interrupted"`
+	}
+	json.Unmarshal(raw, &res)
+	r.finishTurn(s, t, res.Output, res.Interrupted, nil)
+}
+
+// finishTurn ends t once: history, message.complete and, on failure, an
+// error event.
+func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !t.done {
+		r.completeTurnLocked(s, t, output, interrupted)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			r.emitLocked(s, "error", map[string]any{"message": err.Error()})
+		}
+	}
+}
+
+func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interrupted bool) {
+	t.done = true
+	close(t.finished)
+	if s.turn == t {
+		s.turn = nil
+	}
+	if output == "" {
+		output = t.text
+	}
+	r.appendHistoryLocked(s, Message{Role: "assistant", Text: output, At: r.cfg.Clock.Now(), TurnID: t.id, Interrupted: interrupted})
+	r.emitLocked(s, "message.complete", map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted})
+}
+
+// interruptTurnLocked ends the running turn as interrupted and cancels its
+// call. r.mu must be held.
+func (r *Registry) interruptTurnLocked(s *Session, why string) {
+	t := s.turn
+	if t == nil || t.done {
+		return
+	}
+	t.cancel()
+	r.completeTurnLocked(s, t, "", true)
+}
+
+// Interrupt stops the running turn of sid: the worker is asked to cancel and
+// is recycled when it does not answer within InterruptGrace. It returns
+// "interrupted", or "idle" when no turn ran. It blocks until the turn ended
+// or InterruptGrace plus a second passed.
+func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	t := s.turn
+	r.mu.Unlock()
+	if t == nil {
+		return "idle", nil
+	}
+	t.cancel()
+	select {
+	case <-t.finished:
+	case <-time.After(r.cfg.InterruptGrace + time.Second):
+		r.mu.Lock()
+		if !t.done {
+			r.completeTurnLocked(s, t, "", true)
+		}
+		r.mu.Unlock()
+	}
+	return "interrupted", nil
+}

@@ -1,0 +1,173 @@
+package sessions
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is where a session is in its life. States only move forward, except
+// attached <-> detached.
+type State string
+
+const (
+	StateCreated  State = "created"  // made, no viewer yet
+	StateAttached State = "attached" // at least one viewer
+	StateDetached State = "detached" // no viewer; resumable until the TTL
+	StateClosing  State = "closing"  // claimed by the close funnel
+	StateClosed   State = "closed"
+)
+
+// legal lists every allowed move.
+var legal = map[State][]State{
+	StateCreated:  {StateAttached, StateDetached, StateClosing},
+	StateAttached: {StateDetached, StateClosing},
+	StateDetached: {StateAttached, StateClosing},
+	StateClosing:  {StateClosed},
+}
+
+// ErrIllegalTransition is returned by setState for a move not in legal.
+var ErrIllegalTransition = errors.New("illegal session state transition")
+
+// canMove reports whether from -> to is a legal move.
+func canMove(from, to State) bool {
+	for _, s := range legal[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// EndReason says why a session ended (PROTOCOL.md §6).
+type EndReason string
+
+const (
+	EndClientClose       EndReason = "client_close"
+	EndCloseOnDisconnect EndReason = "close_on_disconnect"
+	EndDetachedTTL       EndReason = "detached_ttl"
+	EndLRUEvict          EndReason = "lru_evict"
+	EndAdminReap         EndReason = "admin_reap"
+	EndShutdown          EndReason = "shutdown"
+	EndPTYExit           EndReason = "pty_exit"
+)
+
+// Message is one entry of a session's history.
+type Message struct {
+	Role        string    `json:"role"` // "user" or "assistant"
+	Text        string    `json:"text"`
+	At          time.Time `json:"at"`
+	TurnID      string    `json:"turn_id,omitempty"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+}
+
+// Event is one event for the viewers of a session (PROTOCOL.md §2).
+// Seq counts events per session from 1 with no gaps.
+type Event struct {
+	Type      string
+	SessionID string
+	Seq       uint64
+	Payload   any
+}
+
+// Viewer is a socket viewing sessions. Deliver queues an event and must not
+// block; a viewer that cannot keep up disconnects itself (and then calls
+// Registry.DetachViewer).
+type Viewer interface {
+	Deliver(Event)
+}
+
+// turn is a prompt being answered.
+type turn struct {
+	id       string
+	text     string // streamed so far
+	cancel   func()
+	done     bool
+	finished chan struct{} // closed when done is set
+}
+
+// Session is one conversation with its worker and terminal. Its fields are
+// guarded by the registry's mutex.
+type Session struct {
+	id                string
+	title             string
+	closeOnDisconnect bool
+	terminalOnly      bool // made by /ws/pty without a session_id
+	createdAt         time.Time
+
+	state      State
+	viewers    map[Viewer]struct{} // a chat socket counts once however often it resumes
+	lastActive time.Time
+	detachedAt time.Time
+	ttlTimer   Timer
+
+	history   []Message
+	histBytes int
+	seq       uint64
+	turn      *turn
+	turns     int
+
+	worker  Worker
+	term    *Terminal
+	spawnMu chanMutex // serialises worker spawns (FAILURES.md #12)
+
+	endReason EndReason
+}
+
+// setState moves the session to next, or refuses an illegal move.
+func (s *Session) setState(next State) error {
+	if !canMove(s.state, next) {
+		return fmt.Errorf("%w: %s -> %s", ErrIllegalTransition, s.state, next)
+	}
+	s.state = next
+	return nil
+}
+
+func (s *Session) live() bool {
+	return s.state == StateCreated || s.state == StateAttached || s.state == StateDetached
+}
+
+// Info is a snapshot of a session (session.list, the admin page).
+type Info struct {
+	ID         string    `json:"session_id"`
+	Title      string    `json:"title"`
+	State      State     `json:"state"`
+	Viewers    int       `json:"viewers"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastActive time.Time `json:"last_active"`
+	Running    bool      `json:"running"`
+	WorkerPID  int       `json:"worker_pid"`
+	PTYPID     int       `json:"pty_pid"`
+	Turns      int       `json:"-"`
+}
+
+func (s *Session) info() Info {
+	in := Info{
+		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers),
+		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns,
+	}
+	if s.worker != nil {
+		in.WorkerPID = s.worker.PID()
+	}
+	if s.term != nil && s.term.proc != nil {
+		in.PTYPID = s.term.proc.PID()
+	}
+	return in
+}
+
+// chanMutex is a mutex whose Lock can give up when a context ends.
+type chanMutex chan struct{}
+
+func newChanMutex() chanMutex { return make(chanMutex, 1) }
+
+// lock takes the mutex or gives up when done is closed.
+func (m chanMutex) lock(done <-chan struct{}) bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+func (m chanMutex) unlock() { <-m }

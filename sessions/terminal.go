@@ -1,0 +1,421 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// Terminal errors returned by Attachment.Next.
+var (
+	ErrTakenOver      = errors.New("terminal taken over by another attach") // close 4409
+	ErrTerminalClosed = errors.New("terminal closed")                       // the session or gateway ended it
+)
+
+// ExitError is returned by Attachment.Next once the program exited and all
+// its output was handed out.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return "terminal program exited" }
+
+// MaxFrame is the most output one Next call hands out (one WebSocket frame).
+const MaxFrame = 32 << 10
+
+// TerminalOptions are the query parameters of /ws/pty (PROTOCOL.md §3).
+type TerminalOptions struct {
+	Cols, Rows  uint16 // the program starts at this size; 0 means 80x24
+	Keepalive   bool   // park the terminal on disconnect
+	ResumeToken string // reattach to a parked terminal
+	Offset      int64  // output bytes the client already has
+}
+
+// Terminal is a session's pty program, its output ring buffer and at most
+// one attachment. It outlives sockets: a parked terminal waits for a
+// reattach. Lock order: the registry's mutex, then t.mu.
+type Terminal struct {
+	r    *Registry
+	s    *Session
+	proc *workers.Proc
+	pty  *os.File
+
+	mu        sync.Mutex
+	ring      *Ring
+	notify    chan struct{} // closed and replaced on every change
+	att       *Attachment
+	keepalive bool
+	token     string
+	parkTimer Timer
+	eof       bool // the reader saw the end of the pty
+	ended     bool // end started
+	exited    bool // the program ended by itself
+	exitCode  int
+
+	readerDone chan struct{}
+	endOnce    sync.Once
+	endDone    chan struct{}
+	// OnOutput, when set, counts output bytes (metrics).
+	onOutput func(int)
+}
+
+// PID is the program's pid.
+func (t *Terminal) PID() int { return t.proc.PID() }
+
+func (t *Terminal) signalLocked() {
+	close(t.notify)
+	t.notify = make(chan struct{})
+}
+
+func (t *Terminal) parkedLocked() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.att == nil && !t.ended
+}
+
+// read copies the pty into the ring. While a client is attached it stops
+// reading once PTYPending bytes wait unsent, so a slow client blocks the
+// program rather than growing the heap (FAILURES.md #18).
+func (t *Terminal) read() {
+	defer close(t.readerDone)
+	buf := make([]byte, MaxFrame)
+	pending := int64(t.r.cfg.PTYPending)
+	for {
+		t.mu.Lock()
+		for t.att != nil && !t.ended && t.ring.End()-t.att.pos >= pending {
+			ch := t.notify
+			t.mu.Unlock()
+			<-ch
+			t.mu.Lock()
+		}
+		t.mu.Unlock()
+		n, err := t.pty.Read(buf)
+		t.mu.Lock()
+		if n > 0 {
+			t.ring.Write(buf[:n])
+		}
+		if err != nil {
+			t.eof = true
+		}
+		t.signalLocked()
+		t.mu.Unlock()
+		if n > 0 && t.onOutput != nil {
+			t.onOutput(n)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// end closes the terminal once: its program's whole tree with escalation,
+// the reader, the pty. natural means the program exited by itself. It then
+// unhooks the terminal from its session, which may close a terminal-only
+// session. Later calls wait for the first.
+func (t *Terminal) end(reason workers.Reason, natural bool) {
+	t.endOnce.Do(func() {
+		t.mu.Lock()
+		t.ended = true
+		if t.parkTimer != nil {
+			t.parkTimer.Stop()
+		}
+		t.signalLocked()
+		t.mu.Unlock()
+
+		res := t.proc.Close(reason)
+		select { // the reader ends with EIO once the tree is gone (pty(7))
+		case <-t.readerDone:
+		case <-time.After(time.Second):
+			t.pty.Close()
+			<-t.readerDone
+		}
+		t.pty.Close()
+
+		t.mu.Lock()
+		t.exited = natural || res.Reason == workers.ReasonExited
+		t.exitCode = res.ExitCode
+		if res.Signal != "" {
+			t.exitCode = 128 + signalNumber(res.Signal)
+		}
+		att := t.att
+		t.signalLocked()
+		t.mu.Unlock()
+
+		r, s := t.r, t.s
+		r.mu.Lock()
+		var after func()
+		if s.term == t {
+			s.term = nil
+			if s.terminalOnly && s.live() {
+				reason := EndCloseOnDisconnect
+				if t.exited {
+					reason = EndPTYExit
+				}
+				if r.claimLocked(s, reason) {
+					after = func() { r.finish(s) }
+				}
+			}
+		}
+		r.mu.Unlock()
+		_ = att // the attachment sees the end through Next
+		if after != nil {
+			after()
+		}
+		close(t.endDone)
+	})
+	<-t.endDone
+}
+
+func signalNumber(name string) int {
+	for i, n := range []string{"SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"} {
+		if n == name {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Attachment is one socket attached to a terminal. It is also a Viewer of
+// the session (it receives no chat events).
+type Attachment struct {
+	t      *Terminal
+	pos    int64 // next output offset to hand out; guarded by t.mu
+	kicked chan struct{}
+
+	// Hello fields (PROTOCOL.md §3).
+	SessionID   string
+	Offset      int64  // offset of the first byte Next hands out
+	ResumeToken string // set when keepalive was asked for
+	Reset       bool   // the client must clear its screen before the replay
+	detachOnce  sync.Once
+}
+
+// Deliver implements Viewer: a terminal socket carries no chat events.
+func (a *Attachment) Deliver(Event) {}
+
+// Kicked is closed when another attach took the terminal over.
+func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
+
+// AttachTerminal attaches a socket to the terminal of sid, starting the
+// program when the session has none. sid "" makes a terminal-only session
+// that closes with its terminal. A terminal already attached elsewhere is
+// taken over (the other attachment's Kicked closes). The returned
+// attachment must be Detached when the socket ends. Errors: ErrNotFound,
+// ErrCapacity, workers.ErrCapacity and spawn errors.
+func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+	terminalOnly := sid == ""
+	if terminalOnly {
+		in, err := r.create(nil, "terminal", false, true)
+		if err != nil {
+			return nil, err
+		}
+		sid = in.ID
+	}
+	a, err := r.attachTerminal(ctx, sid, o)
+	if err != nil && terminalOnly {
+		r.Close(sid, EndCloseOnDisconnect)
+	}
+	return a, err
+}
+
+func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	r.mu.Unlock()
+	if s == nil {
+		return nil, ErrNotFound
+	}
+	if !s.spawnMu.lock(ctx.Done()) {
+		return nil, ctx.Err()
+	}
+	defer s.spawnMu.unlock()
+
+	r.mu.Lock()
+	if !s.live() {
+		r.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	t := s.term
+	r.mu.Unlock()
+	fresh := false
+	if t == nil {
+		var err error
+		if t, err = r.startTerminal(s, o); err != nil {
+			return nil, err
+		}
+		fresh = true
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.live() || (s.term != t && !fresh) {
+		if fresh {
+			r.goTracked(func() { t.end(workers.ReasonSessionClosed, false) })
+		}
+		return nil, ErrNotFound
+	}
+	s.term = t
+	a := &Attachment{t: t, kicked: make(chan struct{}), SessionID: s.id}
+	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	if old := t.att; old != nil {
+		close(old.kicked)
+	}
+	if t.parkTimer != nil {
+		t.parkTimer.Stop()
+		t.parkTimer = nil
+	}
+	t.keepalive = o.Keepalive
+	want := int64(0)
+	tokenOK := o.ResumeToken != "" && o.ResumeToken == t.token
+	if tokenOK {
+		want = o.Offset
+	}
+	if start, end := t.ring.Start(), t.ring.End(); want < start || want > end {
+		a.pos, a.Reset = start, true
+	} else {
+		a.pos, a.Reset = want, !tokenOK && o.Offset > 0
+	}
+	a.Offset = a.pos
+	if o.Keepalive {
+		a.ResumeToken = t.token
+	}
+	t.att = a
+	t.signalLocked()
+	t.mu.Unlock()
+	r.viewLocked(s, a)
+	return a, nil
+}
+
+func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, error) {
+	t := &Terminal{
+		r: r, s: s,
+		ring:       NewRing(r.cfg.PTYBuffer),
+		notify:     make(chan struct{}),
+		token:      newID(),
+		readerDone: make(chan struct{}),
+		endDone:    make(chan struct{}),
+		onOutput:   r.cfg.OnPTYOutput,
+	}
+	proc, err := r.cfg.Spawner.SpawnPTY(s.id, o.Cols, o.Rows, func(res workers.CloseResult) {
+		if res.Reason == workers.ReasonExited || res.Reason == workers.ReasonAdminReap {
+			// the program ended by itself (or an admin ended it): end the
+			// terminal, off the closing goroutine
+			r.goTracked(func() { t.end(res.Reason, res.Reason == workers.ReasonExited) })
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.proc, t.pty = proc, proc.PTY()
+	r.goTracked(t.read)
+	return t, nil
+}
+
+// Next waits for output after the attachment's position, copies at most
+// len(buf) bytes of it into buf and advances. It returns *ExitError once the
+// program exited and its output was all handed out, ErrTakenOver after a
+// takeover, ErrTerminalClosed when the terminal was ended otherwise, or
+// ctx's error.
+func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
+	t := a.t
+	t.mu.Lock()
+	for {
+		select {
+		case <-a.kicked:
+			t.mu.Unlock()
+			return 0, ErrTakenOver
+		default:
+		}
+		if n := t.ring.ReadAt(buf, a.pos); n > 0 {
+			a.pos += int64(n)
+			t.signalLocked() // the reader may wait for room
+			t.mu.Unlock()
+			return n, nil
+		}
+		if a.pos < t.ring.Start() { // rolled out while we were away
+			a.pos = t.ring.Start()
+			continue
+		}
+		if t.ended && t.eof {
+			exited, code := t.exited, t.exitCode
+			done := t.endDoneClosed()
+			if done {
+				t.mu.Unlock()
+				if exited {
+					return 0, &ExitError{Code: code}
+				}
+				return 0, ErrTerminalClosed
+			}
+		}
+		ch := t.notify
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-a.kicked:
+		case <-t.endDone:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		t.mu.Lock()
+	}
+}
+
+func (t *Terminal) endDoneClosed() bool {
+	select {
+	case <-t.endDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Write sends input to the program, waiting at most until ctx ends.
+func (a *Attachment) Write(ctx context.Context, p []byte) error {
+	if dl, ok := ctx.Deadline(); ok {
+		a.t.pty.SetWriteDeadline(dl)
+	} else {
+		a.t.pty.SetWriteDeadline(time.Time{})
+	}
+	_, err := a.t.pty.Write(p)
+	return err
+}
+
+// Resize sets the terminal's size.
+func (a *Attachment) Resize(cols, rows uint16) error { return a.t.proc.Resize(cols, rows) }
+
+// PID is the program's pid.
+func (a *Attachment) PID() int { return a.t.PID() }
+
+// Detach is called once the socket ended, with why (detach, write_timeout,
+// ping_timeout, superseded). A terminal attached with keepalive is parked
+// for PTYKeepalive; otherwise it is ended with that reason. The socket stops
+// viewing the session. Safe to call twice.
+func (a *Attachment) Detach(reason workers.Reason) {
+	a.detachOnce.Do(func() {
+		t, r := a.t, a.t.r
+		t.mu.Lock()
+		current := t.att == a
+		park := false
+		if current {
+			t.att = nil
+			park = t.keepalive && !t.ended && r.cfg.PTYKeepalive > 0 && reason != workers.ReasonShutdown
+			if park {
+				t.parkTimer = r.cfg.Clock.AfterFunc(r.cfg.PTYKeepalive, func() {
+					r.goTracked(func() { t.end(workers.ReasonKeepaliveExpired, false) })
+				})
+			}
+			t.signalLocked()
+		}
+		t.mu.Unlock()
+		if current && !park {
+			r.goTracked(func() { t.end(reason, false) })
+		}
+		r.DetachViewer(a, reason)
+	})
+}

@@ -1,0 +1,406 @@
+// The terminal pane: xterm.js bound to GET /ws/pty (PROTOCOL.md §3).
+//
+// One TerminalPane shows one session's terminal at a time. attach(id) closes
+// the previous socket (code 1000), clears the screen and connects to the new
+// session with keepalive=1. The server's hello carries a resume_token that is
+// kept in localStorage under "dashgate.pty.<session_id>" as
+// {resume_token, offset}; the next connection for that session sends it back
+// so the server reattaches the parked program instead of starting a new one.
+//
+// The offset sent with the token is the number of bytes of that session's
+// output this page's xterm actually holds (PROTOCOL.md: "the number of output
+// bytes the client already has"): after a reconnect within the page that is
+// the running count, so only the missing bytes are replayed; after a page
+// reload or a switch back from another session the screen is empty, so it is
+// 0 and the server replays its whole buffer, redrawing the screen. The stored
+// offset records how far this browser got and is kept current (throttled, and
+// on pagehide) for diagnostics and other clients.
+
+import { Backoff, socketState, wsURL } from './net.js';
+
+export const PTY_STORAGE_PREFIX = 'dashgate.pty.';
+const CLOSE_NORMAL = 1000;
+const CLOSE_TAKEN_OVER = 4409;
+const SAVE_EVERY_MS = 1000;
+// A token the server keeps refusing (its parked program expired, or the
+// server restarted) is dropped after this many consecutive attempts that got
+// no hello, about 25 s with the backoff; then a new terminal is started.
+// Fewer would throw away a parked shell over a short outage.
+const TOKEN_MAX_FAILURES = 8;
+
+const DIM = '\x1b[2m';
+const PLAIN = '\x1b[0m';
+
+export class TerminalPane {
+	/** @type {Terminal} the xterm.js instance */
+	term;
+	#fit;
+	#base;
+	#sessionId = null;
+	#ws = null;
+	#backoff = new Backoff();
+	#retryTimer = 0;
+	#saveTimer = 0;
+	#pos = 0; // stream offset of the next byte this xterm will receive
+	#skip = 0; // replayed bytes already on screen, to drop
+	#halted = null; // 'exit' | 'takeover' | 'stopped' once reconnecting stops
+	#tokenFailures = 0;
+	#sentSize = { cols: 0, rows: 0 };
+	#encoder = new TextEncoder();
+
+	/**
+	 * @param {HTMLElement} el the element xterm.js opens into
+	 * @param {string} base the base path, starting and ending with "/"
+	 */
+	constructor(el, base) {
+		this.#base = base;
+		installCspShims();
+		this.term = new Terminal({
+			cursorBlink: true,
+			convertEol: false,
+			scrollback: 5000,
+			fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace',
+			fontSize: 13,
+			theme: { background: '#0f1115', foreground: '#d7dae0', cursor: '#5aa9ff', selectionBackground: '#2d5a8a' },
+		});
+		this.#fit = new FitAddon.FitAddon();
+		this.term.loadAddon(this.#fit);
+		this.term.open(el);
+		this.#fitNow();
+
+		this.term.onData((s) => this.#input(this.#encoder.encode(s)));
+		this.term.onBinary((s) => this.#input(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff)));
+		this.term.onResize(() => this.#sendSize());
+
+		let frame = 0;
+		const refit = () => {
+			if (frame) return;
+			frame = requestAnimationFrame(() => {
+				frame = 0;
+				this.#fitNow();
+			});
+		};
+		window.addEventListener('resize', refit);
+		new ResizeObserver(refit).observe(el);
+		// pagehide fires on reload, close and navigation (unlike beforeunload it
+		// does not keep the page out of the back/forward cache); a hidden tab
+		// may be discarded without either, so save then too.
+		window.addEventListener('pagehide', () => this.#save());
+		document.addEventListener('visibilitychange', () => {
+			if (document.visibilityState === 'hidden') this.#save();
+		});
+	}
+
+	get sessionId() {
+		return this.#sessionId;
+	}
+
+	/** State of the terminal socket: "connecting" | "open" | "closing" | "closed". */
+	state() {
+		return socketState(this.#ws);
+	}
+
+	/**
+	 * Shows the terminal of a session, connecting to it. Calling it again for
+	 * the session already shown does nothing (its socket reconnects by itself)
+	 * unless retake is set and the terminal stopped (taken over elsewhere,
+	 * exited): then it is attached afresh, taking it back from another tab.
+	 */
+	attach(sessionId, retake = false) {
+		if (sessionId === this.#sessionId && !(retake && this.#halted)) return;
+		this.#save();
+		this.#disconnect();
+		this.#sessionId = sessionId;
+		this.#backoff.reset();
+		this.#tokenFailures = 0;
+		this.#halted = null;
+		this.term.reset();
+		this.#pos = 0;
+		if (sessionId) this.#connect();
+	}
+
+	/**
+	 * Disconnects for good (the session is gone): the screen stays as it is,
+	 * nothing reconnects and key presses are ignored until the next attach.
+	 */
+	stop(note) {
+		this.#save();
+		this.#disconnect();
+		this.#halted = 'stopped';
+		if (note) this.term.write(`\r\n${DIM}[${note}]${PLAIN}\r\n`);
+	}
+
+	/**
+	 * Returns the whole buffer (scrollback and screen) as text: one line per
+	 * logical line (wrapped rows joined), trailing spaces trimmed, trailing
+	 * empty lines dropped.
+	 */
+	text() {
+		const buf = this.term.buffer.active;
+		const lines = [];
+		for (let i = 0; i < buf.length; i++) {
+			const line = buf.getLine(i);
+			if (!line) continue;
+			const s = line.translateToString(true);
+			if (line.isWrapped && lines.length > 0) lines[lines.length - 1] += s;
+			else lines.push(s);
+		}
+		const out = lines.map((l) => l.replace(/\s+$/, ''));
+		while (out.length > 0 && out[out.length - 1] === '') out.pop();
+		return out.join('\n');
+	}
+
+	#connect() {
+		this.#retryTimer = 0;
+		const sid = this.#sessionId;
+		this.#fitNow();
+		const { cols, rows } = this.term;
+		const q = new URLSearchParams({ session_id: sid, cols: String(cols), rows: String(rows), keepalive: '1' });
+		const stored = loadStored(sid);
+		const resuming = Boolean(stored?.resume_token);
+		if (resuming) {
+			q.set('resume_token', stored.resume_token);
+			q.set('offset', String(this.#pos));
+		} else if (this.#pos > 0) {
+			// A new program: start from a clean screen.
+			this.term.reset();
+			this.#pos = 0;
+		}
+		this.#skip = 0;
+		this.#sentSize = { cols, rows };
+
+		const ws = new WebSocket(wsURL(this.#base, 'ws/pty?' + q.toString()));
+		ws.binaryType = 'arraybuffer';
+		this.#ws = ws;
+		let hello = false;
+
+		ws.addEventListener('message', (ev) => {
+			if (this.#ws !== ws) return;
+			if (typeof ev.data === 'string') {
+				const msg = parseControl(ev.data);
+				if (msg?.type === 'hello') hello = true;
+				this.#control(msg, resuming);
+			} else {
+				this.#output(ev.data);
+			}
+		});
+		ws.addEventListener('close', (ev) => {
+			if (this.#ws !== ws) return;
+			this.#ws = null;
+			this.#save();
+			if (ev.code === CLOSE_TAKEN_OVER) {
+				this.#halted = 'takeover';
+				this.term.write(`\r\n${DIM}[terminal taken over elsewhere]${PLAIN}\r\n`);
+				return;
+			}
+			if (this.#halted === 'exit') {
+				this.term.write(`${DIM}[press a key to start a new terminal]${PLAIN}\r\n`);
+				return;
+			}
+			if (!hello && resuming && ++this.#tokenFailures >= TOKEN_MAX_FAILURES) {
+				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
+				this.#tokenFailures = 0;
+			}
+			this.#retryTimer = setTimeout(() => this.#connect(), this.#backoff.next());
+		});
+	}
+
+	#control(msg, resuming) {
+		if (!msg) return;
+		switch (msg.type) {
+			case 'hello': {
+				this.#backoff.reset();
+				this.#tokenFailures = 0;
+				const offset = Number.isSafeInteger(msg.offset) && msg.offset >= 0 ? msg.offset : 0;
+				// When the replay starts before what is on screen, drop the overlap.
+				this.#skip = resuming ? Math.max(0, this.#pos - offset) : 0;
+				this.#pos = offset;
+				if (msg.resume_token) {
+					storeToken(this.#sessionId, msg.resume_token, this.#pos);
+				} else {
+					localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
+				}
+				this.#sendSize();
+				break;
+			}
+			case 'reset':
+				this.term.reset();
+				this.#skip = 0;
+				break;
+			case 'exit': {
+				this.#halted = 'exit';
+				localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
+				const code = msg.exit_code ?? '?';
+				this.term.write(`\r\n${DIM}[process exited with code ${code}]${PLAIN}\r\n`);
+				break;
+			}
+			case 'error':
+				console.warn('dashgate: terminal:', msg.message);
+				break;
+			default:
+				console.warn('dashgate: unknown terminal message', msg);
+		}
+	}
+
+	#output(buf) {
+		let bytes = new Uint8Array(buf);
+		this.#pos += bytes.byteLength;
+		if (this.#skip > 0) {
+			const n = Math.min(this.#skip, bytes.byteLength);
+			this.#skip -= n;
+			bytes = bytes.subarray(n);
+		}
+		if (bytes.byteLength > 0) this.term.write(bytes);
+		if (!this.#saveTimer) {
+			this.#saveTimer = setTimeout(() => {
+				this.#saveTimer = 0;
+				this.#save();
+			}, SAVE_EVERY_MS);
+		}
+	}
+
+	#input(bytes) {
+		const ws = this.#ws;
+		if (ws && ws.readyState === WebSocket.OPEN) {
+			ws.send(bytes);
+			return;
+		}
+		if ((this.#halted === 'exit' || this.#halted === 'takeover') && !ws && this.#sessionId) {
+			// After an exit or a takeover, a key press starts (or takes back) the terminal.
+			this.#halted = null;
+			this.#backoff.reset();
+			this.#connect();
+		}
+	}
+
+	#fitNow() {
+		try {
+			this.#fit.fit();
+		} catch (err) {
+			console.warn('dashgate: fit', err);
+		}
+	}
+
+	#sendSize() {
+		const ws = this.#ws;
+		const { cols, rows } = this.term;
+		if (!ws || ws.readyState !== WebSocket.OPEN) return;
+		if (cols === this.#sentSize.cols && rows === this.#sentSize.rows) return;
+		this.#sentSize = { cols, rows };
+		ws.send(JSON.stringify({ type: 'resize', cols, rows }));
+	}
+
+	/** Persists {resume_token, offset} of the current session, if it has a token. */
+	#save() {
+		const sid = this.#sessionId;
+		if (!sid) return;
+		const stored = loadStored(sid);
+		if (stored?.resume_token && stored.offset !== this.#pos) storeToken(sid, stored.resume_token, this.#pos);
+	}
+
+	#disconnect() {
+		clearTimeout(this.#retryTimer);
+		this.#retryTimer = 0;
+		const ws = this.#ws;
+		this.#ws = null;
+		if (ws && ws.readyState <= WebSocket.OPEN) ws.close(CLOSE_NORMAL);
+	}
+}
+
+function parseControl(text) {
+	try {
+		const msg = JSON.parse(text);
+		return msg && typeof msg === 'object' ? msg : null;
+	} catch {
+		console.warn('dashgate: bad terminal control frame', text);
+		return null;
+	}
+}
+
+function loadStored(sid) {
+	try {
+		const v = JSON.parse(localStorage.getItem(PTY_STORAGE_PREFIX + sid) ?? 'null');
+		return v && typeof v.resume_token === 'string' ? v : null;
+	} catch {
+		return null;
+	}
+}
+
+function storeToken(sid, token, offset) {
+	localStorage.setItem(PTY_STORAGE_PREFIX + sid, JSON.stringify({ resume_token: token, offset }));
+}
+
+// CSP shims. The page's CSP is default-src 'self' (no 'unsafe-inline'), and
+// xterm.js's DOM renderer uses two kinds of inline style that it refuses,
+// each logged as a violation:
+//
+//  1. <style> elements holding its theme, font and cell-size rules: without
+//     them the terminal is unstyled. Constructed stylesheets are not subject
+//     to CSP, so document.createElement('style') hands out an inert
+//     <template> instead, whose textContent/innerText/sheet are routed to a
+//     CSSStyleSheet adopted by the document until remove() is called. xterm.js
+//     only assigns these members and calls remove() on its style elements.
+//  2. setAttribute('style', ...) on the <span>s of a row for 24-bit colours
+//     (SGR 38;2 / 48;2): they would show in the default colour. Assigning
+//     style.cssText is CSSOM, which CSP allows, and has the same effect.
+//
+// Nothing else on this page creates <style> elements or sets style attributes
+// on spans. Without the shims the page works, just with those losses.
+let shimsInstalled = false;
+
+function installCspShims() {
+	if (shimsInstalled) return;
+	shimsInstalled = true;
+	if (typeof CSSStyleSheet === 'function' && 'adoptedStyleSheets' in document) {
+		const create = document.createElement;
+		document.createElement = function (tag, options) {
+			if (String(tag).toLowerCase() !== 'style') return create.call(this, tag, options);
+			return constructedStyle(create.call(this, 'template'));
+		};
+	}
+	const setAttribute = Element.prototype.setAttribute;
+	Element.prototype.setAttribute = function (name, value) {
+		if (this instanceof HTMLSpanElement && String(name).toLowerCase() === 'style') {
+			this.style.cssText = String(value);
+			return;
+		}
+		setAttribute.call(this, name, value);
+	};
+}
+
+function constructedStyle(el) {
+	const sheet = new CSSStyleSheet();
+	let text = '';
+	let adopted = false;
+	const adopt = () => {
+		if (adopted) return;
+		adopted = true;
+		document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+	};
+	const set = (v) => {
+		text = v == null ? '' : String(v);
+		try {
+			sheet.replaceSync(text);
+		} catch (err) {
+			console.warn('dashgate: style shim', err);
+		}
+		adopt();
+	};
+	const text$ = { get: () => text, set, configurable: true };
+	Object.defineProperty(el, 'textContent', text$);
+	Object.defineProperty(el, 'innerText', text$);
+	Object.defineProperty(el, 'sheet', {
+		get: () => {
+			adopt();
+			return sheet;
+		},
+		configurable: true,
+	});
+	el.remove = function () {
+		document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => s !== sheet);
+		adopted = false;
+		Element.prototype.remove.call(this);
+	};
+	el.dataset.xtermStyle = '';
+	return el;
+}

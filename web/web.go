@@ -1,0 +1,387 @@
+// Package web is dashgate's HTTP server: the chi router, the middleware
+// (trusted proxies, base path, security headers, auth, origin checks,
+// request logs), the static mount, and Run, which serves until its context
+// ends and then shuts down.
+//
+// Ownership. Web owns no session state: the handlers translate between the
+// wire and the registry. http.Server.Shutdown does not close hijacked
+// connections, so Run cancels the base context of every request with
+// handlers.ErrShutdown, which closes each WebSocket with 1001; the registry
+// closes the sessions themselves.
+package web
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/static"
+	"github.com/dashgate/dashgate/templates"
+)
+
+// Cookie names (PROTOCOL.md §1). The admin cookie is an addition, used only
+// when --admin-token differs from --token.
+const (
+	TokenCookie      = "dashgate_token"
+	AdminTokenCookie = "dashgate_admin_token"
+	NodeCookie       = "dashgate_node"
+)
+
+// Config configures the server.
+type Config struct {
+	BasePath       string // "/" or "/prefix/"; see NormalizeBasePath
+	Token          string
+	AdminToken     string // "" means Token
+	TrustedProxies []netip.Prefix
+	AllowedOrigins []string // path.Match patterns on the origin's host, or on scheme://host when they hold "://"
+	NodeID         string
+	Version        string
+	Log            *slog.Logger
+	MaxConnsPerIP  int // open WebSockets per client address; 0 means no limit
+}
+
+// Handlers are the endpoints the server routes to.
+type Handlers struct {
+	Chat     http.Handler
+	Terminal http.Handler
+	Admin    *handlers.Admin
+	Metrics  http.Handler
+}
+
+// Server is dashgate's HTTP handler.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	router  chi.Router
+	tokenH  [32]byte
+	adminH  [32]byte
+	sepAdm  bool
+	cop     *http.CrossOriginProtection
+	trusted []netip.Prefix
+}
+
+// New builds the server's handler.
+func New(cfg Config, h Handlers) (*Server, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("a token is required")
+	}
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = cfg.Token
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	base, err := NormalizeBasePath(cfg.BasePath)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BasePath = base
+	s := &Server{
+		cfg: cfg, log: cfg.Log,
+		tokenH: sha256.Sum256([]byte(cfg.Token)), adminH: sha256.Sum256([]byte(cfg.AdminToken)),
+		sepAdm: cfg.AdminToken != cfg.Token, trusted: cfg.TrustedProxies,
+		cop: http.NewCrossOriginProtection(),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		if strings.Contains(o, "://") && !strings.ContainsAny(o, "*?[") {
+			if err := s.cop.AddTrustedOrigin(o); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.log.Warn("cross-origin request refused", "origin", r.Header.Get("Origin"),
+			"sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+		http.Error(w, "cross-origin request refused", http.StatusForbidden)
+	}))
+
+	app := chi.NewRouter()
+	app.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	app.Group(func(r chi.Router) {
+		r.Use(s.auth(false))
+		r.Get("/", s.dashboard)
+		r.Handle("/static/*", http.StripPrefix(strings.TrimSuffix(cfg.BasePath, "/")+"/static/", staticHandler()))
+		r.With(s.checkOrigin).Handle("/ws/chat", h.Chat)
+		r.With(s.checkOrigin).Handle("/ws/pty", h.Terminal)
+	})
+	app.Group(func(r chi.Router) {
+		r.Use(s.auth(true), s.cop.Handler)
+		if h.Admin != nil {
+			r.Route("/admin", h.Admin.Routes)
+		}
+		if h.Metrics != nil {
+			r.Handle("/metrics", h.Metrics)
+		}
+	})
+
+	root := chi.NewRouter()
+	root.Use(s.proxy, middleware.Recoverer, s.headers, s.requestLog)
+	if cfg.BasePath == "/" {
+		root.Mount("/", app)
+	} else {
+		root.Mount(strings.TrimSuffix(cfg.BasePath, "/"), app)
+		root.Get(strings.TrimSuffix(cfg.BasePath, "/"), func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, s.base(r), http.StatusMovedPermanently)
+		})
+	}
+	s.router = root
+	return s, nil
+}
+
+func staticHandler() http.Handler {
+	fs := http.FileServerFS(static.FS)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") || r.URL.Path == "" {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+		fs.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// BasePath is the base path a request's URLs are built from: the trusted
+// proxy's X-Forwarded-Prefix, if any, followed by --base-path. It starts and
+// ends with "/".
+func (s *Server) BasePath(r *http.Request) string { return s.base(r) }
+
+func (s *Server) base(r *http.Request) string {
+	if fi := forwardedFrom(r.Context()); fi != nil && fi.prefix != "" {
+		return strings.TrimSuffix(fi.prefix, "/") + s.cfg.BasePath
+	}
+	return s.cfg.BasePath
+}
+
+func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	templates.Dashboard(templates.DashboardView{BasePath: s.base(r), Version: s.cfg.Version, NodeID: s.cfg.NodeID}).Render(r.Context(), w)
+}
+
+// headers sets the security headers and the sticky-routing cookie.
+func (s *Server) headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		host := r.Host
+		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws://"+host+" wss://"+host+
+			"; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		if s.cfg.NodeID != "" {
+			http.SetCookie(w, &http.Cookie{Name: NodeCookie, Value: s.cfg.NodeID, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requestLog logs each request at DEBUG with its query string redacted
+// (tokens travel there).
+func (s *Server) requestLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", RedactQuery(r.URL.RawQuery),
+				"status", ww.Status(), "remote_addr", r.RemoteAddr, "duration_ms", time.Since(start).Milliseconds())
+		}
+	})
+}
+
+// RedactQuery replaces the value of every token-like parameter by "REDACTED".
+func RedactQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "REDACTED"
+	}
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "token") {
+			q[k] = []string{"REDACTED"}
+		}
+	}
+	return q.Encode()
+}
+
+// tokenSource says where a request's valid token came from.
+type tokenSource int
+
+const (
+	tokenNone tokenSource = iota
+	tokenCookie
+	tokenBearer
+	tokenQuery
+)
+
+type authKey struct{}
+
+func (s *Server) match(tok string, admin bool) bool {
+	if tok == "" {
+		return false
+	}
+	h := sha256.Sum256([]byte(tok))
+	want := s.tokenH
+	if admin {
+		want = s.adminH
+	}
+	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
+}
+
+// findToken returns where a valid token was found, in PROTOCOL.md §1 order.
+func (s *Server) findToken(r *http.Request, admin bool) (tokenSource, string) {
+	cookies := []string{TokenCookie}
+	if admin && s.sepAdm {
+		cookies = []string{AdminTokenCookie, TokenCookie}
+	}
+	for _, name := range cookies {
+		if c, err := r.Cookie(name); err == nil && s.match(c.Value, admin) {
+			return tokenCookie, c.Value
+		}
+	}
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") && s.match(strings.TrimSpace(a[7:]), admin) {
+		return tokenBearer, ""
+	}
+	if q := r.URL.Query().Get("token"); s.match(q, admin) {
+		return tokenQuery, q
+	}
+	return tokenNone, ""
+}
+
+func isUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// auth checks the dashboard (or admin) token. A browser page opened with
+// ?token= gets the cookie and is redirected to the URL without it.
+func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			src, tok := s.findToken(r, admin)
+			if src == tokenNone {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="dashgate"`)
+				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
+				return
+			}
+			if src == tokenQuery && r.Method == http.MethodGet && !isUpgrade(r) &&
+				strings.Contains(r.Header.Get("Accept"), "text/html") {
+				name, cpath := TokenCookie, s.base(r)
+				if admin && s.sepAdm {
+					name, cpath = AdminTokenCookie, s.base(r)+"admin"
+				}
+				http.SetCookie(w, &http.Cookie{
+					Name: name, Value: tok, Path: cpath, HttpOnly: true,
+					SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
+				})
+				u := *r.URL
+				q := u.Query()
+				q.Del("token")
+				u.RawQuery = q.Encode()
+				u.Path = s.externalPath(r)
+				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, src)))
+		})
+	}
+}
+
+// externalPath is the request's path as the browser sees it.
+func (s *Server) externalPath(r *http.Request) string {
+	if fi := forwardedFrom(r.Context()); fi != nil && fi.prefix != "" {
+		return strings.TrimSuffix(fi.prefix, "/") + r.URL.Path
+	}
+	return r.URL.Path
+}
+
+// checkOrigin guards WebSocket upgrades (FAILURES.md #17): the Origin must
+// be the request's own host (as forwarded by a trusted proxy) or match
+// --allowed-origins; a request without Origin is accepted only with a bearer
+// or query token, never on the cookie alone.
+func (s *Server) checkOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		src, _ := r.Context().Value(authKey{}).(tokenSource)
+		ok := false
+		switch {
+		case origin == "":
+			ok = src == tokenBearer || src == tokenQuery
+		default:
+			ok = s.originAllowed(r, origin)
+		}
+		if !ok {
+			s.log.Warn("cross-origin websocket refused", "origin", origin, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+			http.Error(w, "cross-origin request refused", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) originAllowed(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false // includes "null"
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, p := range s.cfg.AllowedOrigins {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if m, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); m {
+			return true
+		}
+	}
+	return false
+}
+
+// Run serves on ln until ctx ends, then shuts the server down: listeners
+// close, every request's context is cancelled with handlers.ErrShutdown
+// (WebSockets close with 1001) and Run waits up to shutdownTimeout for the
+// handlers to return.
+func Run(ctx context.Context, ln net.Listener, h http.Handler, shutdownTimeout time.Duration, log *slog.Logger) error {
+	base, cancelBase := context.WithCancelCause(context.Background())
+	defer cancelBase(nil)
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	cancelBase(handlers.ErrShutdown)
+	err := srv.Shutdown(sctx)
+	<-errc
+	if errors.Is(err, context.DeadlineExceeded) {
+		srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package workers
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Bounds on what a worker may send (DESIGN.md rule 5).
+const (
+	MaxLine        = 1 << 20  // one stdout line, bytes
+	StderrTailLine = 64       // lines kept of stderr
+	StderrTailSize = 16 << 10 // bytes kept of stderr
+)
+
+// Failure says how a worker call failed; every one maps to error 5004.
+type Failure string
+
+const (
+	FailSpawn    Failure = "spawn"    // the worker could not be started
+	FailCrashed  Failure = "crashed"  // it exited or was closed before replying
+	FailTimeout  Failure = "timeout"  // no reply within the deadline
+	FailProtocol Failure = "protocol" // it wrote something that is not the protocol
+	FailReply    Failure = "reply"    // it answered ok:false
+)
+
+// Error is a failed worker call. StderrTail holds the worker's last stderr
+// lines at the time of the failure.
+type Error struct {
+	Failure    Failure
+	Message    string
+	StderrTail []string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("worker %s: %s", e.Failure, e.Message) }
+
+// Worker is a chat child speaking the JSON-lines protocol of PROTOCOL.md §4.
+// Calls may run concurrently; each gets its own request id.
+type Worker struct {
+	*Proc
+
+	writeMu sync.Mutex // serialises request lines on stdin
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[int64]*call
+	gone    error // set once the worker can take no more calls
+
+	tailMu sync.Mutex
+	tail   []string
+	tailSz int
+}
+
+type call struct {
+	onDelta func(string)
+	done    chan reply
+}
+
+type reply struct {
+	result json.RawMessage
+	err    error
+}
+
+// workerLine is anything a worker writes on stdout.
+type workerLine struct {
+	ID     *int64          `json:"id"`
+	OK     *bool           `json:"ok"`
+	Result json.RawMessage `json:"result"`
+	Error  string          `json:"error"`
+	Event  string          `json:"event"`
+	Text   string          `json:"text"`
+}
+
+// StartWorker starts a KindChat child and its stdout and stderr drains.
+// The caller must Close it.
+func (m *Manager) StartWorker(spec Spec) (*Worker, error) {
+	spec.Kind = KindChat
+	w := &Worker{pending: map[int64]*call{}}
+	userClose := spec.OnClose
+	spec.OnClose = func(r CloseResult) {
+		w.fail(&Error{Failure: FailCrashed, Message: fmt.Sprintf("worker closed (%s)", r.Reason)})
+		if userClose != nil {
+			userClose(r)
+		}
+	}
+	p, err := m.Start(spec)
+	if err != nil {
+		return nil, err
+	}
+	w.Proc = p
+	p.drains.Add(2)
+	go w.readStdout()
+	go w.readStderr()
+	return w, nil
+}
+
+// Call sends one request and waits for its reply. onDelta, when set, gets
+// each streamed delta text in order, on the stdout goroutine (it must not
+// block for long). When ctx ends first, the worker is recycled (closed with
+// ReasonTimeout, so no stale reply is left in flight) and a FailTimeout
+// *Error is returned. Other failures are *Error too.
+func (w *Worker) Call(ctx context.Context, method string, params any, onDelta func(string)) (json.RawMessage, error) {
+	c := &call{onDelta: onDelta, done: make(chan reply, 1)}
+	w.mu.Lock()
+	if w.gone != nil {
+		err := w.gone
+		w.mu.Unlock()
+		return nil, err
+	}
+	w.nextID++
+	id := w.nextID
+	w.pending[id] = c
+	w.mu.Unlock()
+
+	if err := w.send(map[string]any{"id": id, "method": method, "params": params}); err != nil {
+		w.forget(id)
+		return nil, &Error{Failure: FailCrashed, Message: "write request: " + err.Error(), StderrTail: w.StderrTail()}
+	}
+
+	select {
+	case r := <-c.done:
+		return r.result, r.err
+	case <-ctx.Done():
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		w.forget(id)
+		w.Close(ReasonTimeout)
+		return nil, &Error{Failure: FailTimeout, Message: "no reply in time; worker recycled", StderrTail: w.StderrTail()}
+	}
+	// Cancelled: ask the worker to stop this request and give it CancelGrace
+	// to answer; a worker that does not is recycled.
+	w.send(map[string]any{"id": -id, "method": "cancel", "params": map[string]any{"id": id}})
+	t := time.NewTimer(CancelGrace)
+	defer t.Stop()
+	select {
+	case r := <-c.done:
+		return r.result, r.err
+	case <-t.C:
+		w.forget(id)
+		w.Close(ReasonInterrupted)
+		return nil, ctx.Err()
+	}
+}
+
+// CancelGrace is how long a worker may take to answer a cancelled request.
+const CancelGrace = time.Second
+
+// send writes one line to the worker without waiting for any reply.
+func (w *Worker) send(v any) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.stdin.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err = w.stdin.Write(append(line, '\n'))
+	return err
+}
+
+func (w *Worker) forget(id int64) {
+	w.mu.Lock()
+	delete(w.pending, id)
+	w.mu.Unlock()
+}
+
+// fail ends every pending call with err and refuses new ones.
+func (w *Worker) fail(err *Error) {
+	err.StderrTail = w.StderrTail()
+	w.mu.Lock()
+	if w.gone == nil {
+		w.gone = err
+	}
+	pending := w.pending
+	w.pending = map[int64]*call{}
+	w.mu.Unlock()
+	for _, c := range pending {
+		c.done <- reply{err: err}
+	}
+}
+
+func (w *Worker) readStdout() {
+	defer w.drains.Done()
+	r := bufio.NewReaderSize(w.stdout, 64<<10)
+	for {
+		line, err := readLine(r, MaxLine)
+		if errors.Is(err, errLineTooLong) {
+			w.protocolError(fmt.Sprintf("stdout line over %d bytes", MaxLine))
+			return
+		}
+		if err != nil {
+			if !w.Closing() {
+				// stdout closed while the process may live on: it can no
+				// longer answer, so recycle it.
+				w.fail(&Error{Failure: FailCrashed, Message: "worker closed its stdout"})
+				w.requestClose(ReasonExited)
+			}
+			io.Copy(io.Discard, r)
+			return
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var msg workerLine
+		if err := json.Unmarshal(line, &msg); err != nil || msg.ID == nil {
+			w.protocolError(fmt.Sprintf("not a protocol line: %.80q", line))
+			return
+		}
+		w.mu.Lock()
+		c := w.pending[*msg.ID]
+		if c != nil && msg.Event == "" {
+			delete(w.pending, *msg.ID)
+		}
+		w.mu.Unlock()
+		if c == nil {
+			continue // a late reply to a call that gave up: dropped
+		}
+		switch {
+		case msg.Event == "delta":
+			if c.onDelta != nil {
+				c.onDelta(msg.Text)
+			}
+		case msg.Event != "":
+			// unknown event kinds are ignored (forward compatibility)
+		case msg.OK != nil && *msg.OK:
+			res := msg.Result
+			if len(res) == 0 {
+				res = json.RawMessage("{}")
+			}
+			c.done <- reply{result: res}
+		case msg.OK != nil:
+			c.done <- reply{err: &Error{Failure: FailReply, Message: msg.Error}}
+		default:
+			c.done <- reply{err: &Error{Failure: FailProtocol, Message: "reply without ok"}}
+		}
+	}
+}
+
+func (w *Worker) protocolError(msg string) {
+	w.fail(&Error{Failure: FailProtocol, Message: msg})
+	w.requestClose(ReasonProtocolError)
+	// keep draining so the child never blocks on a full pipe before it dies
+	io.Copy(io.Discard, w.stdout)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one '\n'-terminated line of at most max bytes (without the
+// newline). A longer line is consumed and reported as errLineTooLong.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(buf)+len(frag) > max+1 {
+			return nil, errLineTooLong
+		}
+		buf = append(buf, frag...)
+		if err == nil {
+			return bytes.TrimRight(buf, "\r\n"), nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if len(buf) > 0 && errors.Is(err, io.EOF) {
+				return buf, nil
+			}
+			return nil, err
+		}
+	}
+}
+
+func (w *Worker) readStderr() {
+	defer w.drains.Done()
+	r := bufio.NewReaderSize(w.stderr, 4<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 {
+			w.addTail(string(bytes.TrimRight(line, "\r\n")))
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+func (w *Worker) addTail(line string) {
+	if len(line) > StderrTailSize {
+		line = line[len(line)-StderrTailSize:]
+	}
+	w.tailMu.Lock()
+	defer w.tailMu.Unlock()
+	w.tail = append(w.tail, line)
+	w.tailSz += len(line)
+	for len(w.tail) > StderrTailLine || w.tailSz > StderrTailSize {
+		w.tailSz -= len(w.tail[0])
+		w.tail = w.tail[1:]
+	}
+}
+
+// StderrTail returns a copy of the last lines the worker wrote on stderr
+// (at most StderrTailLine lines and StderrTailSize bytes).
+func (w *Worker) StderrTail() []string {
+	w.tailMu.Lock()
+	defer w.tailMu.Unlock()
+	return append([]string(nil), w.tail...)
+}
+
+// String is "chat worker <pid>".
+func (w *Worker) String() string {
+	return strings.Join([]string{string(w.Kind()), "worker", fmt.Sprint(w.PID())}, " ")
+}

@@ -1,0 +1,30 @@
+// Package workers starts, watches and ends dashgate's child processes, and
+// nothing else: it imports no other package of the project.
+//
+// Ownership. A [Manager] owns every child it starts. Each child is a [Proc]:
+// exactly one goroutine calls cmd.Wait for it, and one supervisor goroutine
+// runs its teardown when the child exits by itself or asks to be recycled.
+// [Proc.Close] is idempotent; it ends the child's whole tree (its process
+// group, for a pty its terminal session, its descendants by parent pid, and
+// every process that still carries its DASHGATE_WORKER_ID marker) with
+// escalation (SIGHUP for a pty, then SIGTERM, then SIGKILL, each step only for
+// what is still alive after the grace), and returns only once the child is
+// reaped and its drain goroutines have returned. It logs exactly one INFO
+// record, msg="worker closed".
+//
+// A [Worker] is a Proc speaking the JSON-lines worker protocol over pipes
+// (PROTOCOL.md §4); a pty Proc exposes the pty master through [Proc.PTY].
+//
+// Parent death. Children get Pdeathsig=SIGKILL. Linux delivers it when the
+// *thread* that forked the child exits (prctl(2), PR_SET_PDEATHSIG). The Go
+// runtime ends an OS thread only when a goroutine exits while locked to it
+// (runtime.LockOSThread); Start never locks, so the forking thread lives as
+// long as the process and the signal fires exactly when dashgate dies.
+//
+// Orphans. [EnableSubreaper] makes dashgate the reaper of orphaned
+// descendants (prctl(2), PR_SET_CHILD_SUBREAPER); [Manager.RunReaper] reaps
+// those by pid, never with wait(-1), which would steal os/exec's statuses.
+//
+// Crash recovery. [AcquireInstance] takes a flock in the state directory;
+// [Sweep] ends the processes of instances whose lock is free.
+package workers

@@ -1,0 +1,570 @@
+package workers
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Kind says what a child is for.
+type Kind string
+
+const (
+	KindChat Kind = "chat" // a JSON-lines worker on pipes
+	KindPTY  Kind = "pty"  // a program on a pseudo-terminal
+)
+
+// Reason says why a child was closed. Values are the worker reasons of
+// PROTOCOL.md §6.
+type Reason string
+
+const (
+	ReasonDetach           Reason = "detach"
+	ReasonSessionClosed    Reason = "session_closed"
+	ReasonAdminReap        Reason = "admin_reap"
+	ReasonExited           Reason = "exited"
+	ReasonTimeout          Reason = "timeout"
+	ReasonProtocolError    Reason = "protocol_error"
+	ReasonShutdown         Reason = "shutdown"
+	ReasonKeepaliveExpired Reason = "keepalive_expired"
+	ReasonSuperseded       Reason = "superseded"
+	ReasonWriteTimeout     Reason = "write_timeout"
+	ReasonPingTimeout      Reason = "ping_timeout"
+	ReasonStartupSweep     Reason = "startup_sweep"
+	// ReasonInterrupted: the worker did not finish an interrupted turn within
+	// a second and was recycled. An addition to PROTOCOL.md §6.
+	ReasonInterrupted Reason = "interrupted"
+)
+
+// Escalation says how far a close had to go.
+type Escalation string
+
+const (
+	EscalationNone Escalation = "none" // nothing was alive any more
+	EscalationTerm Escalation = "term" // the polite signals (SIGHUP, SIGTERM) sufficed
+	EscalationKill Escalation = "kill" // SIGKILL was needed
+)
+
+// Environment variables every child receives (PROTOCOL.md §4).
+const (
+	EnvParentPID = "DASHGATE_PARENT_PID"
+	EnvSessionID = "DASHGATE_SESSION_ID"
+	EnvInstance  = "DASHGATE_INSTANCE"
+	// EnvWorkerID is the marker inherited by every descendant of a child, so
+	// the tree can be found even after a member left the process group.
+	EnvWorkerID = "DASHGATE_WORKER_ID"
+)
+
+// killWait bounds the wait after SIGKILL (a process in uninterruptible
+// sleep can outlive it); past it Close logs at ERROR and returns.
+const killWait = 5 * time.Second
+
+// ErrCapacity is returned by Start when --max-workers children run already.
+var ErrCapacity = errors.New("worker capacity reached")
+
+// Config configures a Manager.
+type Config struct {
+	Instance   string        // DASHGATE_INSTANCE given to every child
+	Grace      time.Duration // wait after each polite signal before the next step
+	MaxWorkers int           // 0 means no limit; counts chat and pty children
+	Log        *slog.Logger
+	// OnClose, when set, is called once per closed child after it logged;
+	// it must not block (metrics).
+	OnClose func(CloseResult)
+}
+
+// Spec describes a child to start.
+type Spec struct {
+	Kind      Kind
+	SessionID string
+	Path      string
+	Args      []string
+	Env       []string // the environment, before the DASHGATE_* variables are added
+	Dir       string
+	Cols      uint16 // pty only; 0 means 80
+	Rows      uint16 // pty only; 0 means 24
+	// OnClose, when set, is called once with the result after the child was
+	// closed, whoever closed it. It runs on the closing goroutine and must
+	// not call Close.
+	OnClose func(CloseResult)
+}
+
+// CloseResult tells how a child ended.
+type CloseResult struct {
+	PID         int
+	Kind        Kind
+	SessionID   string
+	Reason      Reason
+	ExitCode    int    // -1 when killed by a signal
+	Signal      string // e.g. "SIGTERM"; "" when it exited
+	Escalation  Escalation
+	Signals     []string // signals sent, in order
+	Descendants int      // processes other than the leader that had to be ended
+	Duration    time.Duration
+}
+
+// Manager starts children and keeps the table of the live ones.
+// Its methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	// spawnMu is held across fork+registration and by the orphan reaper, so
+	// the reaper never sees a child of ours that is not yet registered.
+	spawnMu sync.Mutex
+	mu      sync.Mutex
+	procs   map[int]*Proc
+	reserve int // slots taken by starts in progress
+
+	wg sync.WaitGroup // supervisor and waiter goroutines
+}
+
+// NewManager returns a Manager. Call Wait after closing every child to join
+// its goroutines.
+func NewManager(cfg Config) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, log: cfg.Log, procs: map[int]*Proc{}}
+}
+
+// Grace is the configured grace period.
+func (m *Manager) Grace() time.Duration { return m.cfg.Grace }
+
+// Proc is one child process and the tree it starts.
+type Proc struct {
+	m       *Manager
+	spec    Spec
+	cmd     *exec.Cmd
+	pid     int
+	marker  string
+	started time.Time
+
+	pty    *os.File // pty master (KindPTY)
+	stdin  *os.File // write end of the child's stdin (KindChat)
+	stdout *os.File // read end of the child's stdout (KindChat)
+	stderr *os.File // read end of the child's stderr (KindChat)
+
+	drains sync.WaitGroup // goroutines reading stdout/stderr
+
+	waited  chan struct{} // closed once cmd.Wait returned
+	state   *os.ProcessState
+	closing atomic.Bool
+	closeRq chan Reason // a close asked for by a drain goroutine
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	result    CloseResult
+}
+
+// Start spawns a child per spec. The child is in a new process group
+// (KindChat) or a new session with the pty as its controlling terminal
+// (KindPTY), and gets Pdeathsig=SIGKILL. It fails with ErrCapacity when
+// MaxWorkers children are running. The caller owns the Proc and must Close it.
+func (m *Manager) Start(spec Spec) (*Proc, error) {
+	m.mu.Lock()
+	if m.cfg.MaxWorkers > 0 && len(m.procs)+m.reserve >= m.cfg.MaxWorkers {
+		m.mu.Unlock()
+		return nil, ErrCapacity
+	}
+	m.reserve++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.reserve--
+		m.mu.Unlock()
+	}()
+
+	p := &Proc{
+		m:       m,
+		spec:    spec,
+		marker:  newMarker(),
+		waited:  make(chan struct{}),
+		closed:  make(chan struct{}),
+		closeRq: make(chan Reason, 1),
+	}
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Dir = spec.Dir
+	cmd.Env = append(slices.Clip(spec.Env),
+		EnvParentPID+"="+strconv.Itoa(os.Getpid()),
+		EnvSessionID+"="+spec.SessionID,
+		EnvInstance+"="+m.cfg.Instance,
+		EnvWorkerID+"="+p.marker,
+	)
+	p.cmd = cmd
+
+	m.spawnMu.Lock()
+	err := p.start()
+	if err == nil {
+		p.pid = cmd.Process.Pid
+		p.started = time.Now()
+		m.mu.Lock()
+		m.procs[p.pid] = p
+		m.mu.Unlock()
+	}
+	m.spawnMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
+	}
+
+	m.wg.Add(2)
+	go p.wait()
+	go p.supervise()
+	return p, nil
+}
+
+func (p *Proc) start() error {
+	cmd := p.cmd
+	if p.spec.Kind == KindPTY {
+		cols, rows := p.spec.Cols, p.spec.Rows
+		if cols == 0 {
+			cols = 80
+		}
+		if rows == 0 {
+			rows = 24
+		}
+		f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: cols, Rows: rows},
+			&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL})
+		if err != nil {
+			return err
+		}
+		// creack/pty hands back a master in blocking mode (it calls Fd()), so
+		// Close would not interrupt a Read and deadlines would not work. A
+		// non-blocking duplicate goes through Go's poller instead.
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("dup pty master: %w", err)
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("pty master non-blocking: %w", err)
+		}
+		p.pty = os.NewFile(uintptr(fd), "/dev/ptmx")
+		return nil
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	closeAll(inR, outW, errW) // the child holds its own copies
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return err
+	}
+	p.stdin, p.stdout, p.stderr = inW, outR, errR
+	return nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+func newMarker() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// wait is the one goroutine that calls cmd.Wait for this child.
+func (p *Proc) wait() {
+	defer p.m.wg.Done()
+	p.cmd.Wait()
+	p.state = p.cmd.ProcessState
+	close(p.waited)
+}
+
+// supervise closes the child when it exits by itself or a drain goroutine
+// asks for it, and returns once the child is closed.
+func (p *Proc) supervise() {
+	defer p.m.wg.Done()
+	select {
+	case <-p.waited:
+		p.Close(ReasonExited)
+	case r := <-p.closeRq:
+		p.Close(r)
+	case <-p.closed:
+	}
+}
+
+// requestClose asks the supervisor to close the child; it never blocks and
+// is safe from a drain goroutine (which Close joins).
+func (p *Proc) requestClose(r Reason) {
+	select {
+	case p.closeRq <- r:
+	default:
+	}
+}
+
+// PID is the child's process id (also its process group id).
+func (p *Proc) PID() int { return p.pid }
+
+// Kind is the child's kind.
+func (p *Proc) Kind() Kind { return p.spec.Kind }
+
+// SessionID is the session the child works for.
+func (p *Proc) SessionID() string { return p.spec.SessionID }
+
+// StartedAt is when the child was started.
+func (p *Proc) StartedAt() time.Time { return p.started }
+
+// PTY is the pty master of a KindPTY child (nil otherwise). The caller owns
+// it and closes it after Close: reads return the program's last output and
+// then EIO once every process holding the terminal is gone (pty(7)), so
+// nothing written before the end is lost.
+func (p *Proc) PTY() *os.File { return p.pty }
+
+// Resize sets the pty's window size (TIOCSWINSZ, tty_ioctl(4)); the kernel
+// sends SIGWINCH to the terminal's foreground process group.
+func (p *Proc) Resize(cols, rows uint16) error {
+	if p.pty == nil {
+		return errors.New("not a pty")
+	}
+	sc, err := p.pty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	err = sc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	if err != nil {
+		return err
+	}
+	return ierr
+}
+
+// Exited is closed once the child itself has exited and been reaped
+// (its tree may still be ending).
+func (p *Proc) Exited() <-chan struct{} { return p.waited }
+
+// Closed is closed once Close has finished.
+func (p *Proc) Closed() <-chan struct{} { return p.closed }
+
+// Closing reports whether Close has started.
+func (p *Proc) Closing() bool { return p.closing.Load() }
+
+// Close ends the child and its whole tree with escalation, waits until the
+// child is reaped and its drain goroutines returned, closes its pipes or pty,
+// logs one INFO "worker closed" record and returns how it went. It is safe to
+// call any number of times from any goroutine (not from OnClose): later
+// calls wait for the first and return its result.
+func (p *Proc) Close(reason Reason) CloseResult {
+	p.closeOnce.Do(func() {
+		p.closing.Store(true)
+		p.result = p.teardown(reason)
+		p.m.mu.Lock()
+		delete(p.m.procs, p.pid)
+		p.m.mu.Unlock()
+		p.logClose(p.result)
+		close(p.closed)
+		if p.m.cfg.OnClose != nil {
+			p.m.cfg.OnClose(p.result)
+		}
+		if p.spec.OnClose != nil {
+			p.spec.OnClose(p.result)
+		}
+	})
+	<-p.closed
+	return p.result
+}
+
+func (p *Proc) teardown(reason Reason) CloseResult {
+	start := time.Now()
+	res := CloseResult{PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, Reason: reason, Escalation: EscalationNone}
+	if p.stdin != nil {
+		p.stdin.Close() // a worker exits on stdin EOF (PROTOCOL.md §4)
+	}
+	polite := []syscall.Signal{syscall.SIGTERM}
+	if p.spec.Kind == KindPTY {
+		polite = []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM}
+	}
+	ended := map[int]bool{}
+	live := p.tree()
+	for _, sig := range polite {
+		if len(live) == 0 {
+			break
+		}
+		p.signal(live, sig)
+		res.Escalation = EscalationTerm
+		res.Signals = append(res.Signals, signalName(sig))
+		for _, pid := range live {
+			ended[pid] = true
+		}
+		live = p.awaitGone(p.m.cfg.Grace)
+	}
+	if len(live) > 0 {
+		p.signal(live, syscall.SIGKILL)
+		res.Escalation = EscalationKill
+		res.Signals = append(res.Signals, "SIGKILL")
+		for _, pid := range live {
+			ended[pid] = true
+		}
+		if live = p.awaitGone(killWait); len(live) > 0 {
+			p.m.log.Error("processes survived SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid, "pids", live)
+		}
+	}
+	select {
+	case <-p.waited:
+	case <-time.After(killWait):
+		p.m.log.Error("worker not reaped after SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid)
+	}
+	delete(ended, p.pid)
+	res.Descendants = len(ended)
+
+	// Drains end at EOF, once every holder of the write ends is gone; bound
+	// the wait, then close the read ends under them.
+	drained := make(chan struct{})
+	go func() { p.drains.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(time.Second):
+		closeAll(p.stdout, p.stderr)
+		<-drained
+	}
+	for _, f := range []*os.File{p.stdout, p.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+
+	res.ExitCode = -1
+	if st := p.state; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = signalName(ws.Signal())
+		} else {
+			res.ExitCode = st.ExitCode()
+		}
+	}
+	res.Duration = time.Since(start)
+	return res
+}
+
+func (p *Proc) logClose(r CloseResult) {
+	attrs := []any{"sid", r.SessionID, "worker_pid", r.PID, "kind", string(r.Kind), "reason", string(r.Reason)}
+	if r.Signal != "" {
+		attrs = append(attrs, "signal", r.Signal)
+	} else {
+		attrs = append(attrs, "exit_code", r.ExitCode)
+	}
+	attrs = append(attrs,
+		"escalation", string(r.Escalation),
+		"signals", strings.Join(r.Signals, ","),
+		"descendants", r.Descendants,
+		"duration_ms", r.Duration.Milliseconds(),
+		"lifetime_ms", time.Since(p.started).Milliseconds(),
+	)
+	p.m.log.Info("worker closed", attrs...)
+}
+
+func signalName(s syscall.Signal) string {
+	if n := unix.SignalName(s); n != "" {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
+
+// tree lists the live (non-zombie) members of the child's tree: the leader
+// until it is reaped, its process group, for a pty its terminal session, its
+// descendants by parent pid, and every process carrying its marker. Zombie
+// orphans of dashgate found on the way are reaped.
+func (p *Proc) tree() []int {
+	self := os.Getpid()
+	leaderReaped := false
+	select {
+	case <-p.waited:
+		leaderReaped = true // its pid may belong to someone else by now
+	default:
+	}
+	procs := listProcs()
+	var desc map[int]bool
+	if !leaderReaped {
+		desc = descendantsOf(procs, p.pid)
+	}
+	var out []int
+	for _, st := range procs {
+		if st.pid == self {
+			continue
+		}
+		if leaderReaped && st.pid == p.pid {
+			continue
+		}
+		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
+			(p.spec.Kind == KindPTY && st.sid == p.pid)
+		if !member && !st.zombie() {
+			member = environValue(st.pid, EnvWorkerID) == p.marker
+		}
+		if !member {
+			continue
+		}
+		if st.zombie() {
+			if st.ppid == self && st.pid != p.pid {
+				p.m.reapOrphan(st.pid)
+			}
+			continue
+		}
+		out = append(out, st.pid)
+	}
+	return out
+}
+
+// signal sends sig to the process group and to every listed member.
+func (p *Proc) signal(pids []int, sig syscall.Signal) {
+	unix.Kill(-p.pid, sig)
+	for _, pid := range pids {
+		unix.Kill(pid, sig)
+	}
+}
+
+// awaitGone polls until the tree is empty or d passed, and returns the
+// members still alive. A member counts as gone when it no longer exists or
+// is a zombie; zombies that are dashgate's orphans are reaped here.
+func (p *Proc) awaitGone(d time.Duration) []int {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	waited := p.waited
+	for {
+		live := p.tree()
+		if len(live) == 0 {
+			return nil
+		}
+		select {
+		case <-deadline.C:
+			return live
+		case <-waited:
+			waited = nil // the leader went: look again at once
+		case <-tick.C:
+		}
+	}
+}

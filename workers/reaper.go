@@ -1,0 +1,209 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotDescendant is returned by ReapUnowned for a pid that is neither an
+// unowned descendant of dashgate nor a worker.
+var ErrNotDescendant = errors.New("not an unowned descendant of dashgate")
+
+// EnableSubreaper marks the calling process as a child subreaper
+// (prctl(2), PR_SET_CHILD_SUBREAPER): orphaned descendants are reparented
+// to it instead of to init, so dashgate sees and reaps them.
+func EnableSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// reapOrphan reaps pid if it is a zombie child of dashgate that os/exec does
+// not own. It never waits for any other pid.
+func (m *Manager) reapOrphan(pid int) bool {
+	m.spawnMu.Lock()
+	defer m.spawnMu.Unlock()
+	m.mu.Lock()
+	_, owned := m.procs[pid]
+	m.mu.Unlock()
+	if owned {
+		return false
+	}
+	var ws unix.WaitStatus
+	got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	return err == nil && got == pid
+}
+
+// RunReaper reaps zombie orphans adopted by dashgate (see EnableSubreaper)
+// on every SIGCHLD and every interval, until ctx is done. It blocks.
+func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		m.reapZombieOrphans()
+		select {
+		case <-ctx.Done():
+			return
+		case <-sigs:
+		case <-tick.C:
+		}
+	}
+}
+
+func (m *Manager) reapZombieOrphans() {
+	self := os.Getpid()
+	for _, st := range listProcs() {
+		if st.ppid == self && st.zombie() {
+			m.reapOrphan(st.pid)
+		}
+	}
+}
+
+// Unowned is a descendant of dashgate that no live child's tree claims: an
+// orphan adopted through the subreaper, or a zombie not yet reaped.
+type Unowned struct {
+	PID    int
+	PPID   int
+	State  string // one letter of proc(5), "Z" for a zombie
+	Marker string // DASHGATE_WORKER_ID it carries, if any
+}
+
+// Unowned lists the descendants of dashgate that belong to no live child.
+func (m *Manager) Unowned() []Unowned {
+	self := os.Getpid()
+	procs := listProcs()
+	desc := descendantsOf(procs, self)
+	m.mu.Lock()
+	owners := make([]int, 0, len(m.procs))
+	for pid := range m.procs {
+		owners = append(owners, pid)
+	}
+	m.mu.Unlock()
+	owned := map[int]bool{}
+	for _, pid := range owners {
+		owned[pid] = true
+		for d := range descendantsOf(procs, pid) {
+			owned[d] = true
+		}
+	}
+	var out []Unowned
+	for _, st := range procs {
+		if !desc[st.pid] || owned[st.pid] {
+			continue
+		}
+		out = append(out, Unowned{PID: st.pid, PPID: st.ppid, State: string(st.state), Marker: environValue(st.pid, EnvWorkerID)})
+	}
+	return out
+}
+
+// ReapUnowned ends an unowned descendant of dashgate: its process group and
+// itself get SIGTERM, then SIGKILL after the grace, and it is waited for
+// when it is dashgate's child. Any other pid gets ErrNotDescendant and
+// nothing is signalled. It blocks until the process is gone or killWait passed.
+func (m *Manager) ReapUnowned(pid int) error {
+	var target *Unowned
+	for _, u := range m.Unowned() {
+		if u.PID == pid {
+			target = &u
+			break
+		}
+	}
+	if target == nil {
+		return ErrNotDescendant
+	}
+	if target.State != "Z" {
+		pgid, _ := unix.Getpgid(pid)
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+			if pgid > 1 && pgid != unix.Getpgrp() {
+				unix.Kill(-pgid, sig)
+			}
+			unix.Kill(pid, sig)
+			wait := m.cfg.Grace
+			if sig == syscall.SIGKILL {
+				wait = killWait
+			}
+			if m.awaitPidGone(pid, wait) {
+				break
+			}
+		}
+	}
+	m.reapOrphan(pid)
+	return nil
+}
+
+// awaitPidGone polls until pid is gone or a zombie, reaping it when it is an
+// orphan of ours; it reports whether it went within d.
+func (m *Manager) awaitPidGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if !alive(pid) {
+			m.reapOrphan(pid)
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		<-t.C
+	}
+}
+
+// Procs returns the live children, in no order.
+func (m *Manager) Procs() []*Proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Proc, 0, len(m.procs))
+	for _, p := range m.procs {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Lookup returns the live child with that pid, or nil.
+func (m *Manager) Lookup(pid int) *Proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.procs[pid]
+}
+
+// Count is the number of live children.
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.procs)
+}
+
+// CloseAll closes every live child concurrently with reason and waits.
+func (m *Manager) CloseAll(reason Reason) {
+	procs := m.Procs()
+	done := make(chan struct{}, len(procs))
+	for _, p := range procs {
+		go func() { p.Close(reason); done <- struct{}{} }()
+	}
+	for range procs {
+		<-done
+	}
+}
+
+// Wait joins the goroutines of every child that was closed. Call it after
+// CloseAll at shutdown and at the end of tests.
+func (m *Manager) Wait() { m.wg.Wait() }
+
+// Descendants lists the pids of the live (non-zombie) members of the child's
+// tree other than the leader.
+func (p *Proc) Descendants() []int {
+	var out []int
+	for _, pid := range p.tree() {
+		if pid != p.pid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

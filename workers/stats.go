@@ -1,0 +1,81 @@
+package workers
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/process"
+)
+
+// Stats are a process's resource figures, read with gopsutil. Zero values
+// mean the figure could not be read (the process went meanwhile).
+type Stats struct {
+	RSSBytes   uint64
+	CPUPercent float64 // since the process started, 100 = one core
+	NumFDs     int32
+	NumThreads int32
+}
+
+// ReadStats reads the figures of pid. It reads /proc and never blocks on
+// dashgate's locks; ctx bounds it.
+func ReadStats(ctx context.Context, pid int) Stats {
+	p, err := process.NewProcessWithContext(ctx, int32(pid))
+	if err != nil {
+		return Stats{}
+	}
+	var s Stats
+	if mi, err := p.MemoryInfoWithContext(ctx); err == nil {
+		s.RSSBytes = mi.RSS
+	}
+	if c, err := p.CPUPercentWithContext(ctx); err == nil {
+		s.CPUPercent = c
+	}
+	if n, err := p.NumFDsWithContext(ctx); err == nil {
+		s.NumFDs = n
+	}
+	if n, err := p.NumThreadsWithContext(ctx); err == nil {
+		s.NumThreads = n
+	}
+	return s
+}
+
+// ProcInfo is one row of the process table.
+type ProcInfo struct {
+	PID         int
+	Kind        Kind
+	SessionID   string
+	State       string // "running" or "closing"
+	StartedAt   time.Time
+	Descendants []int
+	Stats
+}
+
+// Table lists every live child with its stats and descendants. The stats
+// are read after the child list was copied, never under a lock.
+func (m *Manager) Table(ctx context.Context) []ProcInfo {
+	procs := m.Procs()
+	all := listProcs() // one scan for every row; the marker is not read here
+	out := make([]ProcInfo, 0, len(procs))
+	for _, p := range procs {
+		desc := descendantsOf(all, p.pid)
+		var tree []int
+		for _, st := range all {
+			if st.pid != p.pid && !st.zombie() && (desc[st.pid] || st.pgrp == p.pid || (p.spec.Kind == KindPTY && st.sid == p.pid)) {
+				tree = append(tree, st.pid)
+			}
+		}
+		state := "running"
+		if p.Closing() {
+			state = "closing"
+		}
+		out = append(out, ProcInfo{
+			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: state,
+			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid),
+		})
+	}
+	return out
+}
+
+// SelfStats reads dashgate's own figures.
+func SelfStats(ctx context.Context) Stats { return ReadStats(ctx, os.Getpid()) }
