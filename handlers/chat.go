@@ -70,11 +70,11 @@ func (h *Chat) defaults() {
 
 // chatConn is one chat socket; it is the Viewer of the sessions it views.
 type chatConn struct {
-	h      *Chat
-	conn   *websocket.Conn
-	log    *slog.Logger
-	out    chan []byte
-	sock   *socket
+	h    *Chat
+	conn *websocket.Conn
+	log  *slog.Logger
+	out  chan []byte
+	sock *socket
 
 	mu       sync.Mutex
 	sessions map[string]bool // sessions this socket attached
@@ -346,4 +346,3 @@ func reasonFor(cause error) workers.Reason {
 // ErrShutdown is the cause the server gives its base context when it shuts
 // down; sockets then close with 1001 and their workers with reason shutdown.
 var ErrShutdown = errors.New("server shutting down")
-

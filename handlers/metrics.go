@@ -24,11 +24,11 @@ type Metrics struct {
 	wsConns            *prometheus.GaugeVec
 	ptyBytes           *prometheus.CounterVec
 
-	mu         sync.Mutex
-	byEnd      map[string]int
-	byReason   map[string]int
-	listLive   func() []sessions.Info
-	listProcs  func() []*workers.Proc
+	mu        sync.Mutex
+	byEnd     map[string]int
+	byReason  map[string]int
+	listLive  func() []sessions.Info
+	listProcs func() []*workers.Proc
 }
 
 // NewMetrics builds the metrics; the session and worker gauges are read
