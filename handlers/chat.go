@@ -75,10 +75,14 @@ type chatConn struct {
 	log  *slog.Logger
 	out  chan []byte
 	sock *socket
+	done chan struct{} // closed when the socket is gone, before DetachViewer
 
 	mu       sync.Mutex
 	sessions map[string]bool // sessions this socket attached
 }
+
+// Done implements sessions.Viewer.
+func (c *chatConn) Done() <-chan struct{} { return c.done }
 
 // errSlowConsumer ends a socket whose send queue overflowed.
 var errSlowConsumer = errors.New("slow consumer")
@@ -114,6 +118,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log:      h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:      make(chan []byte, h.SendQueue),
 		sessions: map[string]bool{},
+		done:     make(chan struct{}),
 	}
 	if h.OnConn != nil {
 		h.OnConn(1)
@@ -128,6 +133,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sock.end(c.readLoop(&wg))
 	cause := sock.cause()
 	reason := reasonFor(cause)
+	close(c.done)
 	h.Registry.DetachViewer(c, reason)
 	wg.Wait()
 	c.log.Debug("socket closed", "reason", string(reason), "err", cause)

@@ -201,10 +201,14 @@ func (r *Registry) emitLocked(s *Session, typ string, payload any) {
 	}
 }
 
-// viewLocked makes v a viewer of s and s attached. r.mu must be held.
-func (r *Registry) viewLocked(s *Session, v Viewer) {
+// viewLocked makes v a viewer of s and s attached. It refuses a viewer whose
+// socket is gone. r.mu must be held.
+func (r *Registry) viewLocked(s *Session, v Viewer) bool {
 	if v == nil {
-		return
+		return true
+	}
+	if viewerGone(v) {
+		return false
 	}
 	if _, ok := s.viewers[v]; !ok {
 		s.viewers[v] = struct{}{}
@@ -223,6 +227,7 @@ func (r *Registry) viewLocked(s *Session, v Viewer) {
 		}
 	}
 	s.lastActive = r.cfg.Clock.Now()
+	return true
 }
 
 // Create makes a session viewed by v. It evicts the least recently active
@@ -238,6 +243,10 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 	if r.closing {
 		r.mu.Unlock()
 		return Info{}, ErrShuttingDown
+	}
+	if v != nil && viewerGone(v) {
+		r.mu.Unlock()
+		return Info{}, ErrNotFound
 	}
 	var evict *Session
 	if r.liveCountLocked() >= r.cfg.MaxSessions {
@@ -288,10 +297,9 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !r.viewLocked(s, v) {
 		return ResumeResult{}, ErrNotFound
 	}
-	r.viewLocked(s, v)
 	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
 }
 
@@ -527,10 +535,9 @@ func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !r.viewLocked(s, v) {
 		return nil, ErrNotFound
 	}
-	r.viewLocked(s, v)
 	return s, nil
 }
 

@@ -71,10 +71,22 @@ type Event struct {
 }
 
 // Viewer is a socket viewing sessions. Deliver queues an event and must not
-// block; a viewer that cannot keep up disconnects itself (and then calls
-// Registry.DetachViewer).
+// block; a viewer that cannot keep up disconnects itself. Done is closed
+// when the socket is gone, before it calls Registry.DetachViewer: a call
+// still in flight from that socket can then never re-attach a session to
+// it (nil means never done).
 type Viewer interface {
 	Deliver(Event)
+	Done() <-chan struct{}
+}
+
+func viewerGone(v Viewer) bool {
+	select {
+	case <-v.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // turn is a prompt being answered.

@@ -183,6 +183,7 @@ type Attachment struct {
 	t      *Terminal
 	pos    int64 // next output offset to hand out; guarded by t.mu
 	kicked chan struct{}
+	gone   chan struct{} // closed by Detach
 
 	// Hello fields (PROTOCOL.md §3).
 	SessionID   string
@@ -194,6 +195,9 @@ type Attachment struct {
 
 // Deliver implements Viewer: a terminal socket carries no chat events.
 func (a *Attachment) Deliver(Event) {}
+
+// Done implements Viewer: it is closed by Detach.
+func (a *Attachment) Done() <-chan struct{} { return a.gone }
 
 // Kicked is closed when another attach took the terminal over.
 func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
@@ -257,7 +261,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 		return nil, ErrNotFound
 	}
 	s.term = t
-	a := &Attachment{t: t, kicked: make(chan struct{}), SessionID: s.id}
+	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id}
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()
@@ -398,6 +402,7 @@ func (a *Attachment) PID() int { return a.t.PID() }
 // viewing the session. Safe to call twice.
 func (a *Attachment) Detach(reason workers.Reason) {
 	a.detachOnce.Do(func() {
+		close(a.gone)
 		t, r := a.t, a.t.r
 		t.mu.Lock()
 		current := t.att == a

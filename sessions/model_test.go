@@ -1,0 +1,330 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// checkInvariants asserts, between two operations, what must always hold.
+func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, op string) {
+	t.Helper()
+	r := h.r
+	r.mu.Lock()
+	liveWorkers := map[int]bool{}
+	for id, s := range r.sessions {
+		if s.worker != nil {
+			if s.state != StateAttached && s.state != StateCreated {
+				t.Fatalf("step %d (%s): session %s is %s but holds worker %d", step, op, id, s.state, s.worker.PID())
+			}
+			if !s.worker.Closing() {
+				liveWorkers[s.worker.PID()] = true
+			}
+		}
+		if s.state == StateAttached && len(s.viewers) == 0 {
+			t.Fatalf("step %d (%s): session %s attached without viewers", step, op, id)
+		}
+		for v := range s.viewers {
+			if _, ok := r.viewing[v][s]; !ok {
+				t.Fatalf("step %d (%s): viewer index out of step for %s", step, op, id)
+			}
+		}
+	}
+	for v, set := range r.viewing {
+		for s := range set {
+			if _, ok := s.viewers[v]; !ok {
+				t.Fatalf("step %d (%s): viewing index names a session that does not count the viewer", step, op)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range h.sp.workers() {
+		if !w.Closing() && !liveWorkers[w.pid] {
+			t.Fatalf("step %d (%s): worker %d alive but owned by no attached session", step, op, w.pid)
+		}
+	}
+	counts := map[string]int{}
+	for _, rec := range h.logs.records("session closed") {
+		counts[rec["sid"].(string)]++
+	}
+	for sid, n := range counts {
+		if n != 1 {
+			t.Fatalf("step %d (%s): %d close records for %s", step, op, n, sid)
+		}
+		ended[sid] = true
+	}
+}
+
+func TestRandomizedModel(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("DASHGATE_MODEL_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	steps := 10000
+	if testing.Short() {
+		steps = 2000
+	}
+	t.Logf("seed %d (set DASHGATE_MODEL_SEED to replay)", seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	h := newHarness(t, func(c *Config) { c.MaxSessions = 20; c.DetachedTTL = 30 * time.Second })
+	viewers := make([]*recViewer, 5)
+	for i := range viewers {
+		viewers[i] = &recViewer{}
+	}
+	var sids []string
+	ended := map[string]bool{}
+	pickSid := func() string {
+		if len(sids) == 0 || rng.IntN(20) == 0 {
+			return "unknown"
+		}
+		return sids[rng.IntN(len(sids))]
+	}
+	ctx := t.Context()
+	for step := range steps {
+		v := viewers[rng.IntN(len(viewers))]
+		var op string
+		switch rng.IntN(11) {
+		case 0:
+			op = "create"
+			if in, err := h.r.Create(v, "", rng.IntN(4) == 0); err == nil {
+				sids = append(sids, in.ID)
+			}
+		case 1:
+			op = "resume"
+			h.r.Resume(v, pickSid())
+		case 2:
+			op = "detach"
+			h.r.DetachViewer(v, workers.ReasonDetach)
+		case 3:
+			op = "close"
+			h.r.Close(pickSid(), EndClientClose)
+		case 4:
+			op = "slash"
+			h.r.Exec(ctx, v, pickSid(), "/echo")
+		case 5:
+			op = "prompt"
+			if _, start, err := h.r.Prompt(v, pickSid(), "hi"); err == nil {
+				start()
+			}
+		case 6:
+			op = "interrupt"
+			h.r.Interrupt(v, pickSid())
+		case 7:
+			op = "advance"
+			h.clock.Advance(time.Duration(rng.IntN(40)) * time.Second)
+		case 8:
+			op = "admin reap"
+			h.r.Close(pickSid(), EndAdminReap)
+		case 9:
+			op = "crash"
+			if ws := h.sp.workers(); len(ws) > 0 {
+				ws[rng.IntN(len(ws))].crash()
+			}
+		case 10:
+			op = "sweep"
+			if rng.IntN(3) == 0 {
+				h.clock.dropTimers()
+			}
+			h.r.Sweep()
+		}
+		h.r.Wait()
+		checkInvariants(t, h, ended, step, op)
+	}
+	h.r.Shutdown(context.Background())
+	h.r.Wait()
+	checkInvariants(t, h, ended, steps, "shutdown")
+	for _, sid := range sids {
+		if !ended[sid] {
+			t.Fatalf("session %s never logged its close", sid)
+		}
+	}
+	for _, w := range h.sp.workers() {
+		if !w.Closing() {
+			t.Fatalf("worker %d alive after shutdown", w.pid)
+		}
+	}
+}
+
+// realHarness runs the registry over real built-in workers: the test binary
+// re-executed (see TestMain).
+func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager) {
+	t.Helper()
+	log, lb := newTestLogger()
+	mgr := workers.NewManager(workers.Config{Grace: grace, Log: log, Instance: "test"})
+	h := &harness{t: t, logs: lb, clock: newFakeClock()}
+	h.r = New(Config{
+		Spawner: ProcSpawner{
+			Manager: mgr, WorkerCmd: []string{os.Args[0]}, PTYCmd: []string{"/bin/sh"},
+			Env: []string{"DASHGATE_TEST_WORKER=1", "PATH=" + os.Getenv("PATH")},
+		},
+		Clock: h.clock, Log: log, DetachedTTL: time.Minute, PTYKeepalive: time.Minute,
+	})
+	t.Cleanup(func() {
+		h.r.Shutdown(context.Background())
+		h.r.Wait()
+		mgr.CloseAll(workers.ReasonShutdown)
+		mgr.Wait()
+	})
+	return h, mgr
+}
+
+func gone(pid int) bool {
+	err := syscall.Kill(pid, syscall.SIGCONT)
+	if err == syscall.ESRCH {
+		return true
+	}
+	st, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return rerr == nil && strings.Contains(string(st), ") Z ")
+}
+
+func TestRealWorkerDetachResume(t *testing.T) {
+	h, mgr := realHarness(t, time.Second)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	out, err := h.r.Exec(t.Context(), v, in.ID, "/echo hi")
+	if err != nil || out != "hi" {
+		t.Fatalf("Exec = %q, %v", out, err)
+	}
+	pid := mgr.Procs()[0].PID()
+
+	// Mid-command: /sleep 30 is running when the last viewer goes.
+	errc := make(chan error, 1)
+	go func() { _, err := h.r.Exec(context.Background(), v, in.ID, "/sleep 30"); errc <- err }()
+	waitFor(t, time.Second, "sleep running", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return len(b) > 0
+	})
+	v.leave()
+	h.r.DetachViewer(v, workers.ReasonDetach)
+	if err := <-errc; err == nil {
+		t.Fatal("/sleep 30 answered after its worker was closed")
+	}
+	h.r.Wait()
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("worker %d still exists after detach: kill(0) = %v", pid, err)
+	}
+	var recs []map[string]any
+	for _, rec := range h.logs.records("worker closed") {
+		if rec["worker_pid"] == float64(pid) {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) != 1 || recs[0]["reason"] != "detach" || recs[0]["sid"] != in.ID || recs[0]["level"] != "INFO" {
+		t.Fatalf("worker closed records for %d: %v", pid, recs)
+	}
+
+	// Resume on a new viewer: the next command gets a new worker.
+	v2 := &recViewer{}
+	if _, err := h.r.Resume(v2, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.r.Exec(t.Context(), v2, in.ID, "/echo again"); err != nil || out != "again" {
+		t.Fatalf("Exec after resume = %q, %v", out, err)
+	}
+	got, _ := h.r.Get(in.ID)
+	if got.WorkerPID == 0 || got.WorkerPID == pid {
+		t.Fatalf("resumed session's worker pid = %d (old %d)", got.WorkerPID, pid)
+	}
+	h.r.Close(in.ID, EndClientClose)
+	h.wantOneClose(in.ID, EndClientClose)
+	if !gone(got.WorkerPID) {
+		t.Fatalf("worker %d survived session.close", got.WorkerPID)
+	}
+}
+
+func TestRealWorkerCrashIsNoticed(t *testing.T) {
+	h, _ := realHarness(t, time.Second)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	h.r.Exec(t.Context(), v, in.ID, "/echo")
+	if _, err := h.r.Exec(t.Context(), v, in.ID, "/exit 3"); err == nil {
+		t.Fatal("/exit answered")
+	}
+	waitFor(t, 2*time.Second, "worker.exited", func() bool { return len(v.ofType("worker.exited")) == 1 })
+	p := v.ofType("worker.exited")[0].Payload.(map[string]any)
+	if p["reason"] != workers.ReasonExited || p["exit_code"] != 3 {
+		t.Fatalf("worker.exited payload = %v", p)
+	}
+	if out, err := h.r.Exec(t.Context(), v, in.ID, "/echo back"); err != nil || out != "back" {
+		t.Fatalf("Exec after crash = %q, %v", out, err)
+	}
+}
+
+func TestRandomizedModelRealWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	h, mgr := realHarness(t, 500*time.Millisecond)
+	rng := rand.New(rand.NewPCG(1, 2))
+	viewers := []*recViewer{{}, {}, {}}
+	var sids []string
+	ended := map[string]bool{}
+	for step := range 150 {
+		v := viewers[rng.IntN(len(viewers))]
+		var op string
+		pick := func() string {
+			if len(sids) == 0 {
+				return "none"
+			}
+			return sids[rng.IntN(len(sids))]
+		}
+		switch rng.IntN(6) {
+		case 0:
+			op = "create"
+			if in, err := h.r.Create(v, "", false); err == nil {
+				sids = append(sids, in.ID)
+			}
+		case 1:
+			op = "slash"
+			h.r.Exec(t.Context(), v, pick(), "/echo x")
+		case 2:
+			op = "detach"
+			h.r.DetachViewer(v, workers.ReasonDetach)
+		case 3:
+			op = "resume"
+			h.r.Resume(v, pick())
+		case 4:
+			op = "close"
+			h.r.Close(pick(), EndClientClose)
+		case 5:
+			op = "prompt"
+			if _, start, err := h.r.Prompt(v, pick(), "a b c"); err == nil {
+				start()
+			}
+		}
+		h.r.Wait()
+		// With real workers, "no closed or detached session has a live
+		// worker" is checked against the process table.
+		live := map[int]bool{}
+		for _, in := range h.r.List() {
+			if in.WorkerPID != 0 {
+				if in.State != StateAttached && in.State != StateCreated {
+					t.Fatalf("step %d (%s): %s session holds worker %d", step, op, in.State, in.WorkerPID)
+				}
+				live[in.WorkerPID] = true
+			}
+		}
+		for _, p := range mgr.Procs() {
+			if !p.Closing() && !live[p.PID()] {
+				t.Fatalf("step %d (%s): process %d owned by no attached session", step, op, p.PID())
+			}
+		}
+	}
+	h.r.Shutdown(context.Background())
+	h.r.Wait()
+	checkInvariants(t, &harness{t: t, r: h.r, logs: h.logs, sp: &fakeSpawner{}}, ended, 150, "end")
+	if n := mgr.Count(); n != 0 {
+		t.Fatalf("%d children left after shutdown", n)
+	}
+	if out, _ := exec.Command("true").CombinedOutput(); len(out) != 0 {
+		t.Fatal(string(out))
+	}
+}

@@ -1,0 +1,170 @@
+package workers
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readStat counts fields from the last ')' of /proc/<pid>/stat, so a comm
+// holding spaces and parentheses does not shift them. The helper's comm is
+// its file name (a symlink to the test binary).
+func TestReadStatOddComm(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, file string }{
+		{"paren space paren", "a) b (c"},
+		{"fake fields", ") R 1 1 1 ("},
+		{"closing parens only", "x))"},
+		{"plain", "plain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			link := filepath.Join(dir, tt.file)
+			if err := os.Symlink(helperPath(t), link); err != nil {
+				t.Fatal(err)
+			}
+			pidFile := filepath.Join(dir, "pid")
+			cmd := exec.Command(link)
+			cmd.Env = append(os.Environ(), helperEnv+"=linger", pidFileEnv+"="+pidFile)
+			cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			pid := readPidFile(t, pidFile)
+
+			comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSuffix(string(comm), "\n"); got != tt.file {
+				t.Fatalf("comm is %q, want %q: the test does not test what it says", got, tt.file)
+			}
+			st, ok := readStat(pid)
+			if !ok {
+				t.Fatalf("readStat(%d) failed", pid)
+			}
+			want := procStat{pid: pid, ppid: os.Getpid(), pgrp: pid, sid: unixGetsid(t), state: st.state}
+			if st != want || !strings.ContainsRune("RS", rune(st.state)) {
+				t.Errorf("readStat = %+v, want %+v", st, want)
+			}
+			if st.zombie() || !alive(pid) {
+				t.Errorf("a sleeping helper is reported dead")
+			}
+
+			// Killed and not yet waited for: a zombie.
+			cmd.Process.Signal(unix.SIGKILL)
+			waitFor(t, 5*time.Second, "zombie state", func() bool {
+				st, ok := readStat(pid)
+				return ok && st.zombie()
+			})
+			if alive(pid) {
+				t.Errorf("a zombie counts as alive")
+			}
+		})
+	}
+}
+
+func unixGetsid(t *testing.T) int {
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sid
+}
+
+func TestReadStatSelfAndMissing(t *testing.T) {
+	t.Parallel()
+	st, ok := readStat(os.Getpid())
+	if !ok || st.pid != os.Getpid() || st.ppid != os.Getppid() || st.pgrp != unix.Getpgrp() || st.sid != unixGetsid(t) || st.zombie() {
+		t.Errorf("readStat(self) = %+v, %v", st, ok)
+	}
+	if _, ok := readStat(1 << 30); ok {
+		t.Errorf("readStat of a pid that cannot exist succeeded")
+	}
+	// environValue reads the initial environment of a process.
+	if got := environValue(os.Getpid(), "PATH"); got != os.Getenv("PATH") {
+		t.Errorf("environValue(self, PATH) = %q", got)
+	}
+	if got := environValue(os.Getpid(), "DASHGATE_NO_SUCH_VARIABLE"); got != "" {
+		t.Errorf("environValue of a missing key = %q", got)
+	}
+}
+
+func TestDescendantsOf(t *testing.T) {
+	t.Parallel()
+	procs := []procStat{
+		{pid: 1, ppid: 0}, {pid: 10, ppid: 1}, {pid: 11, ppid: 10}, {pid: 12, ppid: 11},
+		{pid: 13, ppid: 10}, {pid: 20, ppid: 1}, {pid: 21, ppid: 20},
+	}
+	got := descendantsOf(procs, 10)
+	want := map[int]bool{11: true, 12: true, 13: true}
+	if len(got) != len(want) {
+		t.Fatalf("descendantsOf(10) = %v, want %v", got, want)
+	}
+	for pid := range want {
+		if !got[pid] {
+			t.Fatalf("descendantsOf(10) = %v, want %v", got, want)
+		}
+	}
+	if d := descendantsOf(procs, 12); len(d) != 0 {
+		t.Errorf("descendantsOf(leaf) = %v", d)
+	}
+}
+
+// readLine returns one line of at most max bytes without its newline; a
+// longer line is consumed and reported as errLineTooLong (its doc).
+func TestReadLine(t *testing.T) {
+	t.Parallel()
+	const max = 20
+	long := strings.Repeat("x", 40) // longer than max and than the 16-byte buffer
+	tests := []struct {
+		name  string
+		input string
+		want  []string // lines; "!long" for errLineTooLong; ends where io.EOF comes
+	}{
+		{name: "lines", input: "a\nbc\n\n", want: []string{"a", "bc", ""}},
+		{name: "crlf", input: "a\r\nb\r\n", want: []string{"a", "b"}},
+		{name: "last line without newline", input: "a\nlast", want: []string{"a", "last"}},
+		{name: "exactly max", input: strings.Repeat("y", max) + "\nz\n", want: []string{strings.Repeat("y", max), "z"}},
+		{name: "max+1 is too long", input: strings.Repeat("y", max+1) + "\nz\n", want: []string{"!long", "z"}},
+		{name: "long line consumed", input: long + "\nnext\n", want: []string{"!long", "next"}},
+		{name: "max+1 at EOF is too long", input: "a\n" + strings.Repeat("y", max+1), want: []string{"a", "!long"}},
+		{name: "empty", input: "", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := bufio.NewReaderSize(strings.NewReader(tt.input), 16)
+			var got []string
+			for range 10 {
+				line, err := readLine(r, max)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if errors.Is(err, errLineTooLong) {
+					got = append(got, "!long")
+					continue
+				}
+				if err != nil {
+					t.Fatalf("readLine: %v", err)
+				}
+				got = append(got, string(line))
+			}
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") || len(got) != len(tt.want) {
+				t.Errorf("lines %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
