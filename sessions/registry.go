@@ -109,7 +109,38 @@ type Registry struct {
 	endedQ   []string
 	closing  bool // Shutdown started
 
-	wg sync.WaitGroup // teardowns and turns
+	tracked tracker // teardowns, turns and terminal readers
+}
+
+// tracker counts goroutines; unlike sync.WaitGroup, starting one while
+// another goroutine waits is allowed (a timer may fire during shutdown).
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	zero *sync.Cond
+}
+
+func (t *tracker) add(d int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.zero == nil {
+		t.zero = sync.NewCond(&t.mu)
+	}
+	t.n += d
+	if t.n == 0 {
+		t.zero.Broadcast()
+	}
+}
+
+func (t *tracker) wait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.zero == nil {
+		t.zero = sync.NewCond(&t.mu)
+	}
+	for t.n > 0 {
+		t.zero.Wait()
+	}
 }
 
 // New returns an empty registry. Run its sweep with Run; end it with Shutdown
@@ -132,15 +163,16 @@ func newID() string {
 
 // goTracked runs f on a goroutine that Wait joins.
 func (r *Registry) goTracked(f func()) {
-	r.wg.Add(1)
+	r.tracked.add(1)
 	go func() {
-		defer r.wg.Done()
+		defer r.tracked.add(-1)
 		f()
 	}()
 }
 
-// Wait joins every teardown and turn goroutine the registry started.
-func (r *Registry) Wait() { r.wg.Wait() }
+// Wait joins every teardown, turn and terminal goroutine the registry
+// started.
+func (r *Registry) Wait() { r.tracked.wait() }
 
 // Run sweeps detached sessions past their TTL every SweepInterval until ctx
 // is done; it repairs any timer that was lost (FAILURES.md #5). It blocks.

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -71,6 +72,10 @@ type Server struct {
 	sepAdm  bool
 	cop     *http.CrossOriginProtection
 	trusted []netip.Prefix
+
+	mu       sync.Mutex
+	inflight int           // requests being served, WebSockets included
+	idle     chan struct{} // closed when inflight drops to 0; nil while 0
 }
 
 // New builds the server's handler.
@@ -153,7 +158,43 @@ func staticHandler() http.Handler {
 	})
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.inflight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inflight--
+		if s.inflight == 0 && s.idle != nil {
+			close(s.idle)
+			s.idle = nil
+		}
+		s.mu.Unlock()
+	}()
+	s.router.ServeHTTP(w, r)
+}
+
+// Drain waits until no request is being served, WebSockets included
+// (http.Server.Shutdown does not wait for hijacked connections), or ctx
+// ends.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	if s.inflight == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // BasePath is the base path a request's URLs are built from: the trusted
 // proxy's X-Forwarded-Prefix, if any, followed by --base-path. It starts and
@@ -355,11 +396,11 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 	return false
 }
 
-// Run serves on ln until ctx ends, then shuts the server down: listeners
+// Run serves s on ln until ctx ends, then shuts the server down: listeners
 // close, every request's context is cancelled with handlers.ErrShutdown
-// (WebSockets close with 1001) and Run waits up to shutdownTimeout for the
-// handlers to return.
-func Run(ctx context.Context, ln net.Listener, h http.Handler, shutdownTimeout time.Duration, log *slog.Logger) error {
+// (WebSockets close with 1001) and Run waits up to shutdownTimeout for every
+// handler, WebSockets included, to return.
+func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.Duration, log *slog.Logger) error {
 	base, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
 	srv := &http.Server{
@@ -380,7 +421,11 @@ func Run(ctx context.Context, ln net.Listener, h http.Handler, shutdownTimeout t
 	cancelBase(handlers.ErrShutdown)
 	err := srv.Shutdown(sctx)
 	<-errc
+	if err == nil {
+		err = h.Drain(sctx)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("requests still running at the shutdown timeout")
 		srv.Close()
 	}
 	return nil

@@ -1,0 +1,269 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/handlers"
+)
+
+func TestChatHappyPath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	res := cc.call("session.create", map[string]any{"title": "first"})
+	sid := res["session_id"].(string)
+	if _, err := time.Parse(time.RFC3339, res["created_at"].(string)); err != nil {
+		t.Fatalf("created_at %q: %v", res["created_at"], err)
+	}
+	if out := cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"}); out["output"] != "hi" {
+		t.Fatalf("/echo hi = %v", out)
+	}
+	r := cc.call("prompt.submit", map[string]any{"session_id": sid, "text": "one two three"})
+	if r["status"] != "streaming" || r["turn_id"] == "" {
+		t.Fatalf("prompt.submit = %v", r)
+	}
+	done := cc.waitEvent("message.complete", sid)
+	p := done["payload"].(map[string]any)
+	if p["interrupted"] != false || !strings.Contains(p["text"].(string), "one two three") {
+		t.Fatalf("message.complete = %v", done)
+	}
+	// deltas came before the completion, with seq from 1 and no gaps
+	var deltas strings.Builder
+	for i, ev := range cc.events[1:] { // [0] is gateway.ready, seq 0
+		if ev["seq"] != float64(i+1) {
+			t.Fatalf("event %d seq %v: %v", i, ev["seq"], cc.events)
+		}
+		if ev["type"] == "message.delta" {
+			deltas.WriteString(ev["payload"].(map[string]any)["text"].(string))
+		}
+	}
+	if deltas.String() != p["text"] {
+		t.Fatalf("deltas %q != final %q", deltas.String(), p["text"])
+	}
+	list := cc.call("session.list", nil)["sessions"].([]any)
+	if len(list) != 1 || list[0].(map[string]any)["title"] != "first" || list[0].(map[string]any)["viewers"] != float64(1) {
+		t.Fatalf("session.list = %v", list)
+	}
+	if r := cc.call("session.close", map[string]any{"session_id": sid}); r["closed"] != true {
+		t.Fatalf("close = %v", r)
+	}
+	if r := cc.call("session.close", map[string]any{"session_id": sid}); r["closed"] != false {
+		t.Fatalf("second close = %v", r)
+	}
+	recs := e.logs.records("session closed")
+	if len(recs) != 1 || recs[0]["end_reason"] != "client_close" || recs[0]["sid"] != sid {
+		t.Fatalf("session closed records = %v", recs)
+	}
+}
+
+// TestChatBadInput is the bad-input matrix of the chat gateway: every bad
+// frame gets its exact error while a second session on the same socket keeps
+// working.
+func TestChatBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	good := cc.create()
+	closed := cc.create()
+	cc.call("session.close", map[string]any{"session_id": closed})
+	long := "/" + strings.Repeat("x", handlers.MaxCommand)
+	tests := []struct {
+		name  string
+		frame string
+		code  int
+		id    any // nil: the reply's id is null
+	}{
+		{"malformed json", `{"jsonrpc":"2.0",`, -32700, nil},
+		{"not an object", `[1,2]`, -32600, nil},
+		{"no jsonrpc", `{"id":1,"method":"session.list"}`, -32600, float64(1)},
+		{"no id", `{"jsonrpc":"2.0","method":"session.list"}`, -32600, nil},
+		{"id of a wrong type", `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, -32600, nil},
+		{"unknown method", `{"jsonrpc":"2.0","id":"u","method":"session.explode"}`, -32601, "u"},
+		{"params not an object", `{"jsonrpc":"2.0","id":2,"method":"session.create","params":[1]}`, -32602, float64(2)},
+		{"wrong type", `{"jsonrpc":"2.0","id":3,"method":"session.create","params":{"title":5}}`, -32602, float64(3)},
+		{"missing session_id", `{"jsonrpc":"2.0","id":4,"method":"slash.exec","params":{"command":"/echo"}}`, -32602, float64(4)},
+		{"empty command", `{"jsonrpc":"2.0","id":5,"method":"slash.exec","params":{"session_id":"` + good + `","command":""}}`, -32602, float64(5)},
+		{"command without slash", `{"jsonrpc":"2.0","id":6,"method":"slash.exec","params":{"session_id":"` + good + `","command":"echo"}}`, -32602, float64(6)},
+		{"command over 4 KiB", `{"jsonrpc":"2.0","id":7,"method":"slash.exec","params":{"session_id":"` + good + `","command":"` + long + `"}}`, -32602, float64(7)},
+		{"title over 200", `{"jsonrpc":"2.0","id":8,"method":"session.create","params":{"title":"` + strings.Repeat("é", 201) + `"}}`, -32602, float64(8)},
+		{"empty prompt", `{"jsonrpc":"2.0","id":9,"method":"prompt.submit","params":{"session_id":"` + good + `","text":" "}}`, -32602, float64(9)},
+		{"unknown session", `{"jsonrpc":"2.0","id":10,"method":"slash.exec","params":{"session_id":"nope","command":"/echo"}}`, 4001, float64(10)},
+		{"resume of a closed session", `{"jsonrpc":"2.0","id":11,"method":"session.resume","params":{"session_id":"` + closed + `"}}`, 4001, float64(11)},
+		{"worker error reply", `{"jsonrpc":"2.0","id":12,"method":"slash.exec","params":{"session_id":"` + good + `","command":"/nosuch"}}`, 5004, float64(12)},
+	}
+	for _, tt := range tests {
+		cc.sendRaw(tt.frame)
+		var m map[string]any
+		for {
+			m = cc.next()
+			if _, ok := m["id"]; ok {
+				break
+			}
+		}
+		if errCode(m) != tt.code {
+			t.Fatalf("%s: reply %v, want code %d", tt.name, m, tt.code)
+		}
+		if m["id"] != tt.id {
+			t.Fatalf("%s: reply id %v, want %v", tt.name, m["id"], tt.id)
+		}
+		// the other session keeps working after every bad frame
+		if out := cc.call("slash.exec", map[string]any{"session_id": good, "command": "/echo ok"}); out["output"] != "ok" {
+			t.Fatalf("%s: good session broke: %v", tt.name, out)
+		}
+	}
+	if e.mgr.Count() != 1 {
+		t.Fatalf("%d children, want the good session's worker only", e.mgr.Count())
+	}
+}
+
+func TestChatBusyAndInterrupt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	sid := cc.create()
+	cc.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat("word ", 200)})
+	if m := cc.callRaw("prompt.submit", map[string]any{"session_id": sid, "text": "again"}); errCode(m) != 4009 {
+		t.Fatalf("second prompt = %v, want 4009", m)
+	}
+	if r := cc.call("session.interrupt", map[string]any{"session_id": sid}); r["status"] != "interrupted" {
+		t.Fatalf("interrupt = %v", r)
+	}
+	done := cc.waitEvent("message.complete", sid)
+	if done["payload"].(map[string]any)["interrupted"] != true {
+		t.Fatalf("message.complete = %v", done)
+	}
+	if r := cc.call("session.interrupt", map[string]any{"session_id": sid}); r["status"] != "idle" {
+		t.Fatalf("interrupt when idle = %v", r)
+	}
+}
+
+func TestChatOversizedAndBinaryFrames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	for _, tt := range []struct {
+		name string
+		typ  websocket.MessageType
+		data []byte
+		code websocket.StatusCode
+	}{
+		{"oversized", websocket.MessageText, []byte(`{"x":"` + strings.Repeat("a", 1<<20) + `"}`), websocket.StatusMessageTooBig},
+		{"binary", websocket.MessageBinary, []byte{1, 2, 3}, websocket.StatusUnsupportedData},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := e.chat()
+			cc.c.Write(context.Background(), tt.typ, tt.data)
+			var err error
+			for err == nil {
+				select {
+				case _, ok := <-cc.frames:
+					if !ok {
+						err = <-cc.closed
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("socket not closed")
+				}
+			}
+			if websocket.CloseStatus(err) != tt.code {
+				t.Fatalf("closed with %v, want %d", err, tt.code)
+			}
+		})
+	}
+}
+
+// TestSocketCloseClosesWorker: the browser goes, the worker goes at once,
+// even mid-command, with one INFO record; resuming on a new socket spawns a
+// new worker.
+func TestSocketCloseClosesWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	sid := cc.create()
+	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
+	pid := e.mgr.Procs()[0].PID()
+	cc.sendRaw(`{"jsonrpc":"2.0","id":"s","method":"slash.exec","params":{"session_id":"` + sid + `","command":"/sleep 30"}}`)
+	waitFor(t, 2*time.Second, "/sleep running", func() bool { return len(e.mgr.Procs()) == 1 })
+	cc.c.Close(websocket.StatusNormalClosure, "bye")
+
+	waitFor(t, 2*time.Second, "worker reaped", func() bool { return gone(pid) && e.mgr.Count() == 0 })
+	waitFor(t, time.Second, "worker record", func() bool { return len(e.workerRecords(pid)) == 1 })
+	rec := e.workerRecords(pid)[0]
+	if rec["reason"] != "detach" || rec["sid"] != sid || rec["level"] != "INFO" || rec["kind"] != "chat" {
+		t.Fatalf("worker closed record = %v", rec)
+	}
+	for _, k := range []string{"escalation", "duration_ms"} {
+		if _, ok := rec[k]; !ok {
+			t.Fatalf("record lacks %s: %v", k, rec)
+		}
+	}
+
+	cc2 := e.chat()
+	res := cc2.call("session.resume", map[string]any{"session_id": sid})
+	if res["state"] != "attached" || len(res["history"].([]any)) != 0 {
+		t.Fatalf("resume = %v", res)
+	}
+	cc2.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo again"})
+	if p := e.mgr.Procs(); len(p) != 1 || p[0].PID() == pid {
+		t.Fatalf("after resume: procs %v, old pid %d", p, pid)
+	}
+}
+
+func TestCloseOnDisconnect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	sid := cc.call("session.create", map[string]any{"close_on_disconnect": true})["session_id"].(string)
+	cc.c.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, 2*time.Second, "session closed", func() bool { return len(e.logs.records("session closed")) == 1 })
+	if r := e.logs.records("session closed")[0]; r["end_reason"] != "close_on_disconnect" || r["sid"] != sid {
+		t.Fatalf("record = %v", r)
+	}
+}
+
+func TestSlowConsumerDisconnected(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.SendQueue = 64 }})
+	fast := e.chat()
+	var sids []string
+	for range 20 {
+		sids = append(sids, fast.create())
+	}
+	// The slow viewer views the same sessions but never reads, with a tiny
+	// receive buffer so the server's writes back up.
+	ctx := t.Context()
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	slow, _, err := websocket.Dial(ctx, e.url+"/ws/chat", &websocket.DialOptions{HTTPClient: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.CloseNow()
+	for i, sid := range sids {
+		req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.resume","params":{"session_id":%q}}`, i, sid)
+		slow.Write(ctx, websocket.MessageText, []byte(req))
+	}
+	waitFor(t, 5*time.Second, "the slow viewer on every session", func() bool { in, _ := e.reg.Get(sids[19]); return in.Viewers == 2 })
+	// Every session streams a long reply: the slow viewer's queue overflows
+	// and it is cut, while the fast one gets every event.
+	word := strings.Repeat("x", 1000)
+	for _, sid := range sids {
+		fast.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat(word+" ", 60)})
+	}
+	waitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sids[0]); return in.Viewers == 1 })
+	for _, sid := range sids {
+		done := fast.waitEvent("message.complete", sid)
+		if done["payload"].(map[string]any)["interrupted"] != false {
+			t.Fatalf("turn interrupted by the slow viewer: %v", done)
+		}
+	}
+}

@@ -1,0 +1,471 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
+)
+
+// ptyClient is a test client of /ws/pty.
+type ptyClient struct {
+	t       *testing.T
+	c       *websocket.Conn
+	mu      sync.Mutex
+	out     bytes.Buffer // every binary byte received
+	texts   []map[string]any
+	closed  chan struct{}
+	err     error
+	reading chan bool // false pauses the reader
+}
+
+func (e *env) pty(query url.Values) *ptyClient {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, e.url+"/ws/pty?"+query.Encode(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.SetReadLimit(1 << 20)
+	p := &ptyClient{t: e.t, c: c, closed: make(chan struct{}), reading: make(chan bool, 1)}
+	go p.read()
+	e.t.Cleanup(func() { c.CloseNow() })
+	p.waitText("hello")
+	return p
+}
+
+func (p *ptyClient) read() {
+	defer close(p.closed)
+	paused := false
+	for {
+		select {
+		case r := <-p.reading:
+			paused = !r
+		default:
+		}
+		for paused {
+			paused = !<-p.reading
+		}
+		typ, b, err := p.c.Read(context.Background())
+		p.mu.Lock()
+		if err != nil {
+			p.err = err
+			p.mu.Unlock()
+			return
+		}
+		if typ == websocket.MessageBinary {
+			p.out.Write(b)
+		} else {
+			var m map[string]any
+			json.Unmarshal(b, &m)
+			p.texts = append(p.texts, m)
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *ptyClient) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *ptyClient) received() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(p.out.Len())
+}
+
+func (p *ptyClient) waitText(typ string) map[string]any {
+	p.t.Helper()
+	var found map[string]any
+	waitFor(p.t, 10*time.Second, "text frame "+typ, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, m := range p.texts {
+			if m["type"] == typ {
+				found = m
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func (p *ptyClient) countText(typ string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, m := range p.texts {
+		if m["type"] == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *ptyClient) send(s string) {
+	p.t.Helper()
+	if err := p.c.Write(p.t.Context(), websocket.MessageBinary, []byte(s)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *ptyClient) control(s string) {
+	p.t.Helper()
+	if err := p.c.Write(p.t.Context(), websocket.MessageText, []byte(s)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// expect waits until the output matches re.
+func (p *ptyClient) expect(re string, d time.Duration) {
+	p.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !rx.MatchString(p.output()) {
+		if time.Now().After(deadline) {
+			out := p.output()
+			if len(out) > 2000 {
+				out = out[len(out)-2000:]
+			}
+			p.t.Fatalf("output does not match %q after %v; tail: %q", re, d, out)
+		}
+		<-tick.C
+	}
+}
+
+func (p *ptyClient) closeErr() error {
+	p.t.Helper()
+	select {
+	case <-p.closed:
+	case <-time.After(10 * time.Second):
+		p.t.Fatal("terminal socket not closed")
+	}
+	return p.err
+}
+
+func TestTerminalSizeAndResize(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(url.Values{"cols": {"123"}, "rows": {"37"}})
+	p.send("stty size\n")
+	p.expect(`\r\n37 123\r\n`, 5*time.Second)
+	p.control(`{"type":"resize","cols":50,"rows":20}`)
+	p.control(`{"type":"resize","cols":61,"rows":22}`) // the last one wins
+	p.send("stty size\n")
+	p.expect(`\r\n22 61\r\n`, 5*time.Second)
+}
+
+func TestTerminalUTF8SplitAcrossReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(nil)
+	p.send(`printf '\342'; sleep 0.05; printf '\200\224\n'` + "\n")
+	p.expect("\xe2\x80\x94", 5*time.Second)
+}
+
+func TestTerminalExitFrame(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(nil) // a terminal-only session
+	sid := p.waitText("hello")["session_id"].(string)
+	p.send("exit 3\n")
+	ex := p.waitText("exit")
+	if ex["exit_code"] != float64(3) {
+		t.Fatalf("exit frame = %v", ex)
+	}
+	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("closed with %v, want 1000", err)
+	}
+	waitFor(t, 5*time.Second, "session closed record", func() bool { return len(e.logs.records("session closed")) == 1 })
+	rec := e.logs.records("session closed")[0]
+	if rec["end_reason"] != "pty_exit" || rec["sid"] != sid {
+		t.Fatalf("session closed record = %v", rec)
+	}
+	e.reg.Wait()
+	if n := len(e.logs.records("worker closed")); n != 1 {
+		t.Fatalf("%d worker closed records, want 1", n)
+	}
+	if n := p.countText("exit"); n != 1 {
+		t.Fatalf("%d exit frames", n)
+	}
+}
+
+// descendantsOf returns the pids the manager lists under the pty.
+func (e *env) ptyTree(t *testing.T) (int, []int) {
+	t.Helper()
+	for _, row := range e.mgr.Table(t.Context()) {
+		if row.Kind == "pty" {
+			return row.PID, row.Descendants
+		}
+	}
+	t.Fatal("no pty in the table")
+	return 0, nil
+}
+
+func TestTerminalCloseEndsWholeTree(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		cmd        string
+		children   int
+		escalation string
+	}{
+		{"background job", "sleep 310 &\n", 1, ""},
+		{"HUP ignored", "trap '' HUP; sleep 311 & sleep 312 & wait\n", 2, "kill"},
+		{"own session via setsid", "setsid sleep 313 &\n", 1, ""},
+		{"nohup double fork", "(nohup sleep 314 >/dev/null 2>&1 &)\n", 1, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOpts{})
+			p := e.pty(nil)
+			p.send(tt.cmd)
+			shell, _ := e.ptyTree(t)
+			sleeps := regexp.MustCompile(`sleep 31\d`).FindAllString(tt.cmd, -1)
+			var kids []int
+			waitFor(t, 5*time.Second, "children started", func() bool {
+				kids = pidsRunning(sleeps)
+				return len(kids) >= tt.children
+			})
+			p.c.Close(websocket.StatusNormalClosure, "")
+			waitFor(t, 5*time.Second, "tree gone", func() bool {
+				for _, pid := range append(kids, shell) {
+					if !gone(pid) {
+						return false
+					}
+				}
+				return true
+			})
+			waitFor(t, 2*time.Second, "record", func() bool { return len(e.workerRecords(shell)) == 1 })
+			rec := e.workerRecords(shell)[0]
+			if rec["reason"] != "detach" || rec["kind"] != "pty" {
+				t.Fatalf("record = %v", rec)
+			}
+			if tt.escalation != "" && rec["escalation"] != tt.escalation {
+				t.Fatalf("escalation = %v, want %s (%v)", rec["escalation"], tt.escalation, rec)
+			}
+		})
+	}
+}
+
+// pidsRunning finds the processes whose command line is one of cmds
+// ("sleep 311"), wherever they moved (their own group, session or parent).
+func pidsRunning(cmds []string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+		for _, c := range cmds {
+			if line == c && !gone(pid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func TestTerminalKeepaliveReplayExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	chat := e.chat()
+	sid := chat.create()
+	q := url.Values{"session_id": {sid}, "keepalive": {"1"}}
+	p := e.pty(q)
+	hello := p.waitText("hello")
+	token := hello["resume_token"].(string)
+	p.send("for i in $(seq 1 2000); do echo \"n$i\"; case $i in *00) sleep 0.05;; esac; done; echo END\n")
+	p.expect(`n300\r\n`, 10*time.Second)
+	p.c.CloseNow() // dropped, no close frame
+	<-p.closed
+	var got bytes.Buffer
+	got.WriteString(p.output())
+
+	q.Set("resume_token", token)
+	q.Set("offset", strconv.FormatInt(int64(got.Len()), 10))
+	p2 := e.pty(q)
+	if p2.countText("reset") != 0 {
+		t.Fatal("reset although nothing rolled out")
+	}
+	if off := p2.waitText("hello")["offset"].(float64); int(off) != got.Len() {
+		t.Fatalf("hello offset %v, want %d", off, got.Len())
+	}
+	p2.expect(`END\r\n`, 30*time.Second)
+	got.WriteString(p2.output())
+
+	re := regexp.MustCompile(`(?m)^n(\d+)\r$`)
+	var nums []int
+	for _, m := range re.FindAllStringSubmatch(got.String(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		nums = append(nums, n)
+	}
+	if len(nums) != 2000 {
+		t.Fatalf("%d numbers received, want 2000", len(nums))
+	}
+	for i, n := range nums {
+		if n != i+1 {
+			t.Fatalf("number %d is %d: lost or duplicated output", i+1, n)
+		}
+	}
+}
+
+func TestTerminalResetWhenOutputRolledOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.PTYBuffer = 64 << 10 }})
+	sid := e.chat().create()
+	q := url.Values{"session_id": {sid}, "keepalive": {"1"}}
+	p := e.pty(q)
+	token := p.waitText("hello")["resume_token"].(string)
+	p.send("echo start\n")
+	p.expect(`\r\nstart\r\n`, 5*time.Second)
+	have := p.received()
+	p.c.CloseNow()
+	<-p.closed
+	// While parked, 200 KB of output roll the first bytes out of the ring.
+	waitFor(t, 5*time.Second, "parked", func() bool { in, _ := e.reg.Get(sid); return in.Viewers == 1 })
+	p2 := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}, "resume_token": {token}, "offset": {strconv.FormatInt(have, 10)}})
+	p2.send("head -c 200000 /dev/zero | tr '\\0' x; echo; echo done\n")
+	p2.expect(`done\r\n`, 10*time.Second)
+	p2.c.CloseNow()
+	<-p2.closed
+	p3 := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}, "resume_token": {token}, "offset": {strconv.FormatInt(have, 10)}})
+	if p3.countText("reset") != 1 {
+		t.Fatal("no reset frame for an offset that rolled out")
+	}
+	if off := int64(p3.waitText("hello")["offset"].(float64)); off <= have {
+		t.Fatalf("hello offset %d, want past %d", off, have)
+	}
+}
+
+func TestTerminalTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	sid := e.chat().create()
+	a := e.pty(url.Values{"session_id": {sid}})
+	a.send("export MARK=takeover\n")
+	a.expect(`export MARK`, 5*time.Second)
+	b := e.pty(url.Values{"session_id": {sid}})
+	if err := a.closeErr(); websocket.CloseStatus(err) != 4409 {
+		t.Fatalf("first socket closed with %v, want 4409", err)
+	}
+	b.send("echo $MARK\n")
+	b.expect(`\r\ntakeover\r\n`, 5*time.Second)
+}
+
+func TestTerminalGarbageControlFrames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(nil)
+	frames := []string{`nope`, `{"type":"resize","cols":0,"rows":5}`, `{"type":"resize","cols":2001,"rows":5}`, `{"type":"resize","cols":80,"rows":1001}`, `{"type":"launch"}`, `[]`}
+	for _, f := range frames {
+		p.control(f)
+	}
+	waitFor(t, 5*time.Second, "error frames", func() bool { return p.countText("error") == len(frames) })
+	p.send("echo still-$((40+2))\n")
+	p.expect(`still-42`, 5*time.Second)
+}
+
+func TestTerminalQueryValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	for _, q := range []string{"cols=0", "rows=1001", "cols=abc", "offset=-1", "session_id=nope"} {
+		_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty?"+q, nil)
+		if err == nil || resp == nil || (resp.StatusCode != 400 && resp.StatusCode != 404) {
+			t.Fatalf("%s: err %v resp %v", q, err, resp)
+		}
+	}
+	if e.mgr.Count() != 0 {
+		t.Fatal("a bad query started a child")
+	}
+}
+
+// TestTerminalBackpressure: a client that stops reading while `yes` floods
+// does not grow dashgate's memory; once it reads again, Ctrl-C lands.
+func TestTerminalBackpressure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute}})
+	p := e.pty(nil)
+	p.send("yes\n")
+	p.expect(`y\r\ny\r\n`, 5*time.Second)
+	p.reading <- false
+	var ms runtime.MemStats
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(250 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		<-tick.C
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > 64<<20 {
+			t.Fatalf("heap in use %d MiB while the client does not read", ms.HeapInuse>>20)
+		}
+	}
+	tick.Stop()
+	p.reading <- true
+	p.send("\x03")
+	p.send("echo after-$((1+1))\n")
+	p.expect(`after-2`, 10*time.Second)
+}
+
+func TestTerminalWriteTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: 300 * time.Millisecond}})
+	p := e.pty(nil)
+	p.send("yes\n")
+	p.expect(`y\r\n`, 5*time.Second)
+	p.reading <- false
+	waitFor(t, 30*time.Second, "write_timeout record", func() bool {
+		for _, r := range e.logs.records("worker closed") {
+			if r["reason"] == "write_timeout" && r["kind"] == "pty" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestPingTimeoutEndsSockets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{PingInterval: 100 * time.Millisecond, PingTimeout: 200 * time.Millisecond}})
+	// A chat client that never reads never answers pings.
+	c, _, err := websocket.Dial(t.Context(), e.url+"/ws/chat", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"session.create","params":{}}`))
+	waitFor(t, 5*time.Second, "session", func() bool { return len(e.reg.List()) == 1 })
+	sid := e.reg.List()[0].ID
+	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":2,"method":"slash.exec","params":{"session_id":"`+sid+`","command":"/echo"}}`))
+	waitFor(t, 10*time.Second, "ping_timeout record", func() bool {
+		for _, r := range e.logs.records("worker closed") {
+			if r["reason"] == "ping_timeout" {
+				return true
+			}
+		}
+		return false
+	})
+}
