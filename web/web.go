@@ -12,8 +12,10 @@ package web
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -146,6 +148,12 @@ func New(cfg Config, h Handlers) (*Server, error) {
 	return s, nil
 }
 
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func staticHandler() http.Handler {
 	fs := http.FileServerFS(static.FS)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -225,7 +233,13 @@ func (s *Server) headers(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
 		if s.cfg.NodeID != "" {
-			http.SetCookie(w, &http.Cookie{Name: NodeCookie, Value: s.cfg.NodeID, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			if _, err := r.Cookie(NodeCookie); err != nil {
+				// Set once: nginx hashes on it (deploy/nginx/dashgate-cluster.conf),
+				// so it must never change under a browser; the random part
+				// spreads browsers over the instances.
+				http.SetCookie(w, &http.Cookie{Name: NodeCookie, Value: s.cfg.NodeID + "." + randomHex(8),
+					Path: "/", MaxAge: 30 * 24 * 3600, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
