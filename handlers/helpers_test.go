@@ -56,6 +56,8 @@ func (l *logBuf) records(msg string) []map[string]any {
 }
 
 type env struct {
+	hdr  http.Header // sent on every dial
+	log  *slog.Logger
 	t    *testing.T
 	srv  *httptest.Server
 	reg  *sessions.Registry
@@ -71,6 +73,9 @@ type envOpts struct {
 	chat    func(*handlers.Chat)
 	ptyCmd  []string
 	workers int
+	// metrics hooks
+	onSessionClose func(sessions.EndReason)
+	onWorkerClose  func(workers.CloseResult)
 }
 
 // newEnv serves /ws/chat and /ws/pty over a registry of real children: the
@@ -88,13 +93,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.sock.WriteTimeout == 0 {
 		o.sock.WriteTimeout = 5 * time.Second
 	}
-	mgr := workers.NewManager(workers.Config{Grace: o.grace, Log: log, Instance: "handlers-test", MaxWorkers: o.workers})
+	mgr := workers.NewManager(workers.Config{Grace: o.grace, Log: log, Instance: "handlers-test", MaxWorkers: o.workers, OnClose: o.onWorkerClose})
 	cfg := sessions.Config{
 		Spawner: sessions.ProcSpawner{
 			Manager: mgr, WorkerCmd: []string{os.Args[0]}, PTYCmd: o.ptyCmd,
 			Env: []string{"DASHGATE_TEST_WORKER=1", "PATH=" + os.Getenv("PATH"), "PS1=$ ", "HOME=" + t.TempDir()},
 		},
-		Log: log, PTYKeepalive: time.Minute,
+		Log: log, PTYKeepalive: time.Minute, OnSessionClose: o.onSessionClose,
 	}
 	if o.reg != nil {
 		o.reg(&cfg)
@@ -108,7 +113,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	mux.Handle("/ws/chat", chat)
 	mux.Handle("/ws/pty", &handlers.Terminal{Registry: reg, Log: log, Socket: o.sock})
 	srv := httptest.NewServer(mux)
-	e := &env{t: t, srv: srv, reg: reg, mgr: mgr, logs: lb, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
+	e := &env{log: log, t: t, srv: srv, reg: reg, mgr: mgr, logs: lb, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		reg.Shutdown(context.Background())
@@ -135,7 +140,7 @@ func (e *env) chat() *chatClient {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), 5*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.url+"/ws/chat", nil)
+	c, _, err := websocket.Dial(ctx, e.url+"/ws/chat", &websocket.DialOptions{HTTPHeader: e.hdr})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -283,6 +288,8 @@ func gone(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
+
+func (e *env) logger() *slog.Logger { return e.log }
 
 func (e *env) workerRecords(pid int) []map[string]any {
 	var out []map[string]any

@@ -37,7 +37,7 @@ func (e *env) pty(query url.Values) *ptyClient {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.url+"/ws/pty?"+query.Encode(), nil)
+	c, _, err := websocket.Dial(ctx, e.url+"/ws/pty?"+query.Encode(), &websocket.DialOptions{HTTPHeader: e.hdr})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -168,11 +168,11 @@ func TestTerminalSizeAndResize(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	p := e.pty(url.Values{"cols": {"123"}, "rows": {"37"}})
 	p.send("stty size\n")
-	p.expect(`\r\n37 123\r\n`, 5*time.Second)
+	p.expect(`[\r\n]37 123\r\n`, 5*time.Second)
 	p.control(`{"type":"resize","cols":50,"rows":20}`)
 	p.control(`{"type":"resize","cols":61,"rows":22}`) // the last one wins
 	p.send("stty size\n")
-	p.expect(`\r\n22 61\r\n`, 5*time.Second)
+	p.expect(`[\r\n]22 61\r\n`, 5*time.Second)
 }
 
 func TestTerminalUTF8SplitAcrossReads(t *testing.T) {
@@ -318,7 +318,7 @@ func TestTerminalKeepaliveReplayExactlyOnce(t *testing.T) {
 	p2.expect(`END\r\n`, 30*time.Second)
 	got.WriteString(p2.output())
 
-	re := regexp.MustCompile(`(?m)^n(\d+)\r$`)
+	re := regexp.MustCompile(`(?m)^(?:\x1b\[\?2004l\r)?n(\d+)\r$`)
 	var nums []int
 	for _, m := range re.FindAllStringSubmatch(got.String(), -1) {
 		n, _ := strconv.Atoi(m[1])
@@ -342,7 +342,7 @@ func TestTerminalResetWhenOutputRolledOut(t *testing.T) {
 	p := e.pty(q)
 	token := p.waitText("hello")["resume_token"].(string)
 	p.send("echo start\n")
-	p.expect(`\r\nstart\r\n`, 5*time.Second)
+	p.expect(`[\r\n]start\r\n`, 5*time.Second)
 	have := p.received()
 	p.c.CloseNow()
 	<-p.closed
@@ -374,7 +374,7 @@ func TestTerminalTakeover(t *testing.T) {
 		t.Fatalf("first socket closed with %v, want 4409", err)
 	}
 	b.send("echo $MARK\n")
-	b.expect(`\r\ntakeover\r\n`, 5*time.Second)
+	b.expect(`[\r\n]takeover\r\n`, 5*time.Second)
 }
 
 func TestTerminalGarbageControlFrames(t *testing.T) {

@@ -76,8 +76,9 @@ type Server struct {
 	trusted []netip.Prefix
 
 	mu       sync.Mutex
-	inflight int           // requests being served, WebSockets included
-	idle     chan struct{} // closed when inflight drops to 0; nil while 0
+	inflight int            // requests being served, WebSockets included
+	idle     chan struct{}  // closed when inflight drops to 0; nil while 0
+	perIP    map[string]int // open WebSockets per client address
 }
 
 // New builds the server's handler.
@@ -100,7 +101,7 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		cfg: cfg, log: cfg.Log,
 		tokenH: sha256.Sum256([]byte(cfg.Token)), adminH: sha256.Sum256([]byte(cfg.AdminToken)),
 		sepAdm: cfg.AdminToken != cfg.Token, trusted: cfg.TrustedProxies,
-		cop: http.NewCrossOriginProtection(),
+		cop: http.NewCrossOriginProtection(), perIP: map[string]int{},
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if strings.Contains(o, "://") && !strings.ContainsAny(o, "*?[") {
@@ -121,8 +122,8 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
 		r.Handle("/static/*", http.StripPrefix(strings.TrimSuffix(cfg.BasePath, "/")+"/static/", staticHandler()))
-		r.With(s.checkOrigin).Handle("/ws/chat", h.Chat)
-		r.With(s.checkOrigin).Handle("/ws/pty", h.Terminal)
+		r.With(s.checkOrigin, s.limitConns).Handle("/ws/chat", h.Chat)
+		r.With(s.checkOrigin, s.limitConns).Handle("/ws/pty", h.Terminal)
 	})
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(true), s.cop.Handler)
@@ -386,6 +387,37 @@ func (s *Server) checkOrigin(next http.Handler) http.Handler {
 			http.Error(w, "cross-origin request refused", http.StatusForbidden)
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitConns caps the open WebSockets of one client address
+// (--max-conns-per-ip); beyond it the upgrade gets 429.
+func (s *Server) limitConns(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := s.cfg.MaxConnsPerIP
+		if limit <= 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ip, _ := peerAddr(r.RemoteAddr)
+		key := ip.String()
+		s.mu.Lock()
+		if s.perIP[key] >= limit {
+			s.mu.Unlock()
+			s.log.Warn("too many connections from one address", "remote_addr", r.RemoteAddr, "limit", limit)
+			http.Error(w, "too many connections from this address", http.StatusTooManyRequests)
+			return
+		}
+		s.perIP[key]++
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			if s.perIP[key]--; s.perIP[key] <= 0 {
+				delete(s.perIP, key)
+			}
+			s.mu.Unlock()
+		}()
 		next.ServeHTTP(w, r)
 	})
 }

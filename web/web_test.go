@@ -322,3 +322,35 @@ func TestRedactQuery(t *testing.T) {
 		t.Fatalf("RedactQuery = %q", got)
 	}
 }
+
+func TestMaxConnsPerIP(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	blocking := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-hold
+	})
+	s, err := web.New(web.Config{Token: "secret-token", MaxConnsPerIP: 2}, web.Handlers{Chat: blocking, Terminal: blocking, Admin: &handlers.Admin{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer close(hold)
+	for range 2 {
+		go func() {
+			req := upgradeReq(t, srv.URL+"/ws/chat")
+			req.Header.Set("Authorization", "Bearer secret-token")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-entered
+	}
+	req := upgradeReq(t, srv.URL+"/ws/pty")
+	req.Header.Set("Authorization", "Bearer secret-token")
+	if resp := do(t, req); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third connection: %d, want 429", resp.StatusCode)
+	}
+}
