@@ -1,0 +1,57 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigFromFlagsAndEnv(t *testing.T) {
+	env := map[string]string{
+		"DASHGATE_WORKER_GRACE": "750ms",
+		"DASHGATE_MAX_WORKERS":  "7",
+		"DASHGATE_TOKEN":        "from-env",
+		"DASHGATE_ADDR":         "127.0.0.1:9999",
+	}
+	cfg, err := parseConfig([]string{"--max-workers", "9"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WorkerGrace != 750*time.Millisecond || cfg.MaxWorkers != 9 || cfg.Token != "from-env" || !cfg.TokenExplicit || cfg.Addr != "127.0.0.1:9999" {
+		t.Fatalf("cfg = %+v", cfg)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	none := func(string) string { return "" }
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"non-loopback without a token", []string{"--addr", "0.0.0.0:8787"}, "not a loopback address"},
+		{"bad log format", []string{"--log-format", "xml"}, "--log-format"},
+		{"zero grace", []string{"--worker-grace", "0s"}, "must be positive"},
+		{"stray argument", []string{"extra"}, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig(tt.args, none, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8787", "--token", "t"}, none, io.Discard); err != nil {
+		t.Fatalf("non-loopback with a token: %v", err)
+	}
+	if _, err := parseConfig(nil, func(k string) string {
+		if k == "DASHGATE_WORKER_GRACE" {
+			return "soon"
+		}
+		return ""
+	}, io.Discard); err == nil || !strings.Contains(err.Error(), "DASHGATE_WORKER_GRACE") {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
