@@ -433,9 +433,11 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 			p.m.log.Error("processes survived SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid, "pids", live)
 		}
 	}
+	reaped := true
 	select {
 	case <-p.waited:
 	case <-time.After(killWait):
+		reaped = false
 		p.m.log.Error("worker not reaped after SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid)
 	}
 	delete(ended, p.pid)
@@ -458,7 +460,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	}
 
 	res.ExitCode = -1
-	if st := p.state; st != nil {
+	if st := p.state; reaped && st != nil { // p.state is written before waited closes
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.Signal = signalName(ws.Signal())
 		} else {
