@@ -36,7 +36,7 @@ func exists(sel string) string { return fmt.Sprintf(`!!document.querySelector(%s
 func TestAdminReapsSessionAndWorker(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	dash := b.newTab("dashboard")
+	dash := b.newTab(t, "dashboard")
 
 	// Session one, with a worker; then session two, current, with a worker.
 	one := openDashboard(t, d, dash)
@@ -59,7 +59,7 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 	s1, _ := d.Session(one)
 	w1Start, w2Start, pty1Start := d.startTime(w1.PID), d.startTime(w2.PID), d.startTime(s1.PTYPID)
 
-	admin := b.newTab("admin")
+	admin := b.newTab(t, "admin")
 	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
 	admin.mustWaitJS(10*time.Second, "admin page lists both sessions and workers",
 		adminLoaded+" && "+exists(sessionRow(one))+" && "+exists(sessionRow(two))+" && "+exists(workerRow(w1.PID))+" && "+exists(workerRow(w2.PID)),

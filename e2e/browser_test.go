@@ -117,8 +117,7 @@ type tab struct {
 
 // newTab opens a tab. On failure, its screenshot and console are saved as
 // artifacts (before the tab closes: cleanups run last-in first-out).
-func (b *browser) newTab(name string) *tab {
-	t := b.t
+func (b *browser) newTab(t *testing.T, name string) *tab {
 	t.Helper()
 	tb := &tab{t: t, name: name}
 	tb.ctx, tb.cancel = chromedp.NewContext(b.ctx, chromedp.WithListener(tb.listen))
@@ -175,7 +174,9 @@ func (tb *tab) saveArtifacts() {
 	if s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.dashgate ? window.dashgate.terminalText() : ''`)); err == nil && s != "" {
 		writeArtifact(tb.t, tb.name+".terminal.txt", []byte(s+"\n"))
 	}
-	writeArtifact(tb.t, tb.name+".console.log", []byte(tb.console.String()))
+	if c := tb.console.String(); c != "" {
+		writeArtifact(tb.t, tb.name+".console.log", []byte(c))
+	}
 }
 
 // Close closes the tab now, as a person closing it would (its sockets go

@@ -18,7 +18,7 @@ import (
 func TestLoginSetsHttpOnlyCookieAndDropsTokenFromURL(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 
 	tb.Do("open the login URL", chromedp.Navigate(d.LoginURL("/")))
 
@@ -49,10 +49,9 @@ func TestLoginSetsHttpOnlyCookieAndDropsTokenFromURL(t *testing.T) {
 			cookie = c
 		}
 	}
-	switch {
-	case cookie == nil:
+	if cookie == nil {
 		t.Errorf("no dashgate_token cookie for %s; cookies: %+v", d.base, res.Cookies)
-	default:
+	} else {
 		if cookie.Value != testToken {
 			t.Errorf("dashgate_token = %q, want the token", cookie.Value)
 		}
@@ -85,7 +84,7 @@ func TestLoginSetsHttpOnlyCookieAndDropsTokenFromURL(t *testing.T) {
 func TestChatSlashCommandAndStreamingReply(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 	first := openDashboard(t, d, tb)
 
 	tb.Do("click New", chromedp.Click(chromedp.CSS(`[data-testid="new-session"]`)))
@@ -153,7 +152,7 @@ func TestChatSlashCommandAndStreamingReply(t *testing.T) {
 func TestTerminalRunsCommandsAndFollowsResize(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 	openDashboard(t, d, tb)
 
 	typeInTerminal(t, tb, "echo $((6*7))")
@@ -165,7 +164,9 @@ func TestTerminalRunsCommandsAndFollowsResize(t *testing.T) {
 		Cols int `json:"cols"`
 		Rows int `json:"rows"`
 	}
-	termSize := func() size { return mustEval[size](tb, `({cols: window.dashgate.term.cols, rows: window.dashgate.term.rows})`) }
+	termSize := func() size {
+		return mustEval[size](tb, `({cols: window.dashgate.term.cols, rows: window.dashgate.term.rows})`)
+	}
 	before := termSize()
 	if _, err := chromedp.Call(tb.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
 		Width: 900, Height: 560, DeviceScaleFactor: 1,
@@ -197,7 +198,7 @@ func TestTerminalRunsCommandsAndFollowsResize(t *testing.T) {
 func TestTerminalShowsUTF8(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 	openDashboard(t, d, tb)
 
 	const cmd = `printf 'caf\303\251 \342\200\224\n'`
@@ -212,7 +213,7 @@ func TestTerminalShowsUTF8(t *testing.T) {
 func TestClosingTabClosesChatWorker(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 	sid := openDashboard(t, d, tb)
 
 	sendChat(t, tb, "/echo hi")
@@ -265,7 +266,7 @@ func TestClosingTabClosesChatWorker(t *testing.T) {
 func TestReloadResumesSessionHistoryAndShell(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
-	tb := b.newTab("dashboard")
+	tb := b.newTab(t, "dashboard")
 	sid := openDashboard(t, d, tb)
 
 	sendChat(t, tb, "/echo before-reload")

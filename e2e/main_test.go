@@ -21,6 +21,12 @@ const chromiumPath = "/usr/bin/chromium"
 // dashgateBin is the binary built once by TestMain.
 var dashgateBin string
 
+// The tests do not call t.Parallel: each drives a Chromium and a dashgate
+// on a small machine and some measure user promises in wall-clock time
+// ("gone within 1 s plus the grace"), and the zombie reaping of the
+// subreaper below is process-wide (it may only run while no exec.Cmd of the
+// test is waiting for its child).
+
 // TestMain makes the test process a child subreaper (so nothing dashgate or
 // Chromium leaves behind escapes to init: it is reparented to us, where the
 // leak checks see it and reapOrphans reaps it), builds dashgate once, runs the

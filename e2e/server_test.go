@@ -49,6 +49,7 @@ type dashgate struct {
 // behind. extra flags come last (and win).
 func startDashgate(t *testing.T, extra ...string) *dashgate {
 	t.Helper()
+	clearArtifacts(t)
 	dir := t.TempDir()
 	d := &dashgate{
 		t:       t,
@@ -293,6 +294,17 @@ func (d *dashgate) stop() {
 		return
 	default:
 	}
+	var api struct {
+		Workers []apiWorker `json:"workers"`
+	}
+	if err := d.getJSON("admin/api/workers", &api); err == nil {
+		for _, w := range api.Workers {
+			d.remember(w.PID)
+			for _, c := range w.Children {
+				d.remember(c)
+			}
+		}
+	}
 	for _, p := range descendants(d.cmd.Process.Pid) {
 		d.remember(p.PID)
 	}
@@ -445,10 +457,23 @@ func gone(pid int, start uint64, timeout time.Duration) bool {
 	return waitUntil(timeout, func() bool { return !present(pid, start) })
 }
 
+func artifactPath(t *testing.T) string {
+	name := regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(t.Name(), "_")
+	return filepath.Join("artifacts", name)
+}
+
+// clearArtifacts removes what an earlier run of this test (and its
+// subtests) left in e2e/artifacts, so that what is there is this run's.
+func clearArtifacts(t *testing.T) {
+	old, _ := filepath.Glob(artifactPath(t) + "*")
+	for _, p := range old {
+		os.RemoveAll(p)
+	}
+}
+
 // artifactDir is e2e/artifacts/<TestName>/, created on first use.
 func artifactDir(t *testing.T) string {
-	name := regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(t.Name(), "_")
-	dir, err := filepath.Abs(filepath.Join("artifacts", name))
+	dir, err := filepath.Abs(artifactPath(t))
 	if err == nil {
 		err = os.MkdirAll(dir, 0o755)
 	}

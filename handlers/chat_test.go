@@ -207,7 +207,8 @@ func TestSocketCloseClosesWorker(t *testing.T) {
 
 	cc2 := e.chat()
 	res := cc2.call("session.resume", map[string]any{"session_id": sid})
-	if res["state"] != "attached" || len(res["history"].([]any)) != 0 {
+	hist := res["history"].([]any)
+	if res["state"] != "attached" || len(hist) != 2 || hist[1].(map[string]any)["text"] != "hi" {
 		t.Fatalf("resume = %v", res)
 	}
 	cc2.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo again"})

@@ -90,16 +90,15 @@ var (
 )
 
 // writeFrame writes one frame within timeout; past it the socket is aborted
-// with errWriteTimeout.
+// with errWriteTimeout. The timer records the cause before the connection
+// closes, so the read loop's error never masks it.
 func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	wctx, cancel := context.WithTimeout(s.ctx, timeout)
-	defer cancel()
-	err := s.conn.Write(wctx, typ, b)
-	if err != nil && errors.Is(wctx.Err(), context.DeadlineExceeded) && s.ctx.Err() == nil {
-		s.abort(errWriteTimeout)
+	t := time.AfterFunc(timeout, func() { s.abort(errWriteTimeout) })
+	err := s.conn.Write(s.ctx, typ, b)
+	if !t.Stop() {
 		return errWriteTimeout
 	}
 	return err
@@ -139,16 +138,13 @@ func pingLoop(s *socket, cfg SocketConfig) {
 			return
 		case <-t.C:
 		}
-		pctx, pcancel := context.WithTimeout(s.ctx, timeout)
-		err := s.conn.Ping(pctx)
-		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-		pcancel()
+		pt := time.AfterFunc(timeout, func() { s.abort(errPingTimeout) })
+		err := s.conn.Ping(s.ctx)
+		if !pt.Stop() {
+			return
+		}
 		if err != nil {
-			if timedOut && s.ctx.Err() == nil {
-				s.abort(errPingTimeout)
-			} else {
-				s.abort(err)
-			}
+			s.abort(err)
 			return
 		}
 	}

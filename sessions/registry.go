@@ -656,6 +656,13 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return "", &workers.Error{Failure: workers.FailProtocol, Message: "result is not {\"output\": string}"}
 	}
+	// A slash command and its output are part of the conversation: a
+	// resumed session shows them.
+	r.mu.Lock()
+	now := r.cfg.Clock.Now()
+	r.appendHistoryLocked(s, Message{Role: "user", Text: command, At: now})
+	r.appendHistoryLocked(s, Message{Role: "assistant", Text: res.Output, At: now})
+	r.mu.Unlock()
 	return res.Output, nil
 }
 
