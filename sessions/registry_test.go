@@ -20,7 +20,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DASHGATE_TEST_WORKER") == "1" {
 		os.Exit(builtin.Main())
 	}
-	goleak.VerifyTestMain(m)
+	// The spawning goroutine lives as long as the process by design.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(workers.SpawnThreadFunction))
 }
 
 type harness struct {

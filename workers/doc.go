@@ -17,9 +17,11 @@
 //
 // Parent death. Children get Pdeathsig=SIGKILL. Linux delivers it when the
 // *thread* that forked the child exits (prctl(2), PR_SET_PDEATHSIG). The Go
-// runtime ends an OS thread only when a goroutine exits while locked to it
-// (runtime.LockOSThread); Start never locks, so the forking thread lives as
-// long as the process and the signal fires exactly when dashgate dies.
+// runtime ends an OS thread when a goroutine exits while locked to it
+// (runtime.LockOSThread), which any code may do; so every fork runs on one
+// goroutine locked to its own thread for the life of the process, and the
+// signal fires exactly when dashgate dies. That goroutine never ends: leak
+// checkers ignore SpawnThreadFunction.
 //
 // Orphans. [EnableSubreaper] makes dashgate the reaper of orphaned
 // descendants (prctl(2), PR_SET_CHILD_SUBREAPER); [Manager.RunReaper] reaps

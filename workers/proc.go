@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -208,7 +209,8 @@ func (m *Manager) Start(spec Spec) (*Proc, error) {
 	p.cmd = cmd
 
 	m.spawnMu.Lock()
-	err := p.start()
+	var err error
+	onSpawnThread(func() { err = p.start() })
 	if err == nil {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
@@ -282,6 +284,37 @@ func (p *Proc) start() error {
 	p.stdin, p.stdout, p.stderr = inW, outR, errR
 	return nil
 }
+
+// Children get Pdeathsig=SIGKILL, which Linux ties to the thread that
+// forked them, not the process (prctl(2), PR_SET_PDEATHSIG: "the parent
+// thread"). The Go runtime ends a thread when a goroutine exits while locked
+// to it, and any goroutine may lock the thread it runs on; so every fork runs
+// on one goroutine locked to its thread for the life of the process: that
+// thread is never reused by anyone, and never exits before dashgate does.
+var (
+	spawnOnce sync.Once
+	spawnReqs = make(chan func())
+)
+
+// spawnLoop is the spawning goroutine; it never returns.
+func spawnLoop() {
+	runtime.LockOSThread() // never unlocked: see above
+	for f := range spawnReqs {
+		f()
+	}
+}
+
+// onSpawnThread runs f on the spawning thread and waits for it.
+func onSpawnThread(f func()) {
+	spawnOnce.Do(func() { go spawnLoop() })
+	done := make(chan struct{})
+	spawnReqs <- func() { defer close(done); f() }
+	<-done
+}
+
+// SpawnThreadFunction is the spawning goroutine's function, for leak
+// checkers' ignore lists (it lives as long as the process by design).
+const SpawnThreadFunction = "github.com/dashgate/dashgate/workers.spawnLoop"
 
 func closeAll(fs ...*os.File) {
 	for _, f := range fs {
