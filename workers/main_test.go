@@ -55,7 +55,8 @@ func TestMain(m *testing.M) {
 	}
 	// No ignore list: RunReaper's signal.Notify goroutines are already
 	// ignored by goleak's defaults (os/signal.loop, signal_recv).
-	goleak.VerifyTestMain(m)
+	// The spawning goroutine lives as long as the process by design (see proc.go).
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(SpawnThreadFunction))
 }
 
 // ---------------------------------------------------------------------------
