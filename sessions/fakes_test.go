@@ -158,9 +158,13 @@ type fakeSpawner struct {
 	hang    bool
 	spawned atomic.Int64
 	gate    chan struct{} // when set, spawns wait on it
+	entered chan struct{} // when set, each spawn signals it before waiting
 }
 
 func (s *fakeSpawner) SpawnWorker(sid string, onClose func(workers.CloseResult)) (Worker, error) {
+	if s.entered != nil {
+		s.entered <- struct{}{}
+	}
 	if s.gate != nil {
 		<-s.gate
 	}

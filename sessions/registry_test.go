@@ -364,13 +364,18 @@ func TestCloseWhileSpawning(t *testing.T) {
 	h.sp.gate = gate
 	v := &recViewer{}
 	in, _ := h.r.Create(v, "", false)
+	h.sp.entered = make(chan struct{}, 1)
 	errc := make(chan error, 1)
 	go func() { _, err := h.r.Exec(t.Context(), v, in.ID, "/echo"); errc <- err }()
+	<-h.sp.entered
 	// Close while the spawn is held at the gate.
 	h.r.Close(in.ID, EndClientClose)
 	close(gate)
 	if err := <-errc; !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Exec on a session closed during spawn: %v", err)
+	}
+	if len(h.sp.workers()) != 1 {
+		t.Fatal("the spawn did not happen")
 	}
 	for _, w := range h.sp.workers() {
 		if !w.Closing() || w.reason != workers.ReasonSessionClosed {
