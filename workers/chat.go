@@ -90,14 +90,15 @@ func (m *Manager) StartWorker(spec Spec) (*Worker, error) {
 			userClose(r)
 		}
 	}
-	p, err := m.Start(spec)
+	_, err := m.start(spec, func(p *Proc) {
+		w.Proc = p
+		p.drains.Add(2)
+		go w.readStdout()
+		go w.readStderr()
+	})
 	if err != nil {
 		return nil, err
 	}
-	w.Proc = p
-	p.drains.Add(2)
-	go w.readStdout()
-	go w.readStderr()
 	return w, nil
 }
 
@@ -126,7 +127,7 @@ func (w *Worker) Call(ctx context.Context, method string, params any, onDelta fu
 
 	select {
 	case r := <-c.done:
-		return r.result, r.err
+		return r.result, w.withTail(r.err)
 	case <-ctx.Done():
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -141,12 +142,23 @@ func (w *Worker) Call(ctx context.Context, method string, params any, onDelta fu
 	defer t.Stop()
 	select {
 	case r := <-c.done:
-		return r.result, r.err
+		return r.result, w.withTail(r.err)
 	case <-t.C:
 		w.forget(id)
 		w.Close(ReasonInterrupted)
 		return nil, ctx.Err()
 	}
+}
+
+// withTail fills a failure's StderrTail when it has none yet.
+func (w *Worker) withTail(err error) error {
+	var we *Error
+	if errors.As(err, &we) && len(we.StderrTail) == 0 {
+		cp := *we
+		cp.StderrTail = w.StderrTail()
+		return &cp
+	}
+	return err
 }
 
 // CancelGrace is how long a worker may take to answer a cancelled request.
@@ -252,23 +264,38 @@ func (w *Worker) protocolError(msg string) {
 
 var errLineTooLong = errors.New("line too long")
 
-// readLine reads one '\n'-terminated line of at most max bytes (without the
-// newline). A longer line is consumed and reported as errLineTooLong.
+// readLine reads one '\n'-terminated line of at most max bytes (without
+// the newline; a trailing '\r' is dropped too). A longer line is consumed up
+// to its newline and reported as errLineTooLong; the next call reads the
+// line after it.
 func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	var buf []byte
+	tooLong := false
 	for {
 		frag, err := r.ReadSlice('\n')
-		if len(buf)+len(frag) > max+1 {
-			return nil, errLineTooLong
-		}
-		buf = append(buf, frag...)
-		if err == nil {
-			return bytes.TrimRight(buf, "\r\n"), nil
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			if len(buf) > 0 && errors.Is(err, io.EOF) {
-				return buf, nil
+		if !tooLong {
+			buf = append(buf, frag...)
+			content := len(buf)
+			if err == nil {
+				content-- // the newline
 			}
+			if content > max {
+				tooLong, buf = true, nil
+			}
+		}
+		switch {
+		case err == nil:
+			if tooLong {
+				return nil, errLineTooLong
+			}
+			return bytes.TrimRight(buf, "\r\n"), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case tooLong:
+			return nil, errLineTooLong
+		case len(buf) > 0 && errors.Is(err, io.EOF):
+			return bytes.TrimRight(buf, "\r"), nil
+		default:
 			return nil, err
 		}
 	}

@@ -53,9 +53,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "EnableSubreaper:", err)
 		os.Exit(1)
 	}
-	// No ignore list: RunReaper's signal.Notify goroutines are already
-	// ignored by goleak's defaults (os/signal.loop, signal_recv).
-	// The spawning goroutine lives as long as the process by design (see proc.go).
+	// Ignored: the spawning goroutine, which lives as long as the process
+	// by design (see proc.go). RunReaper's signal.Notify goroutines need no
+	// entry: goleak's defaults ignore os/signal.loop and signal_recv.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(SpawnThreadFunction))
 }
 

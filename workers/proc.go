@@ -176,7 +176,11 @@ type Proc struct {
 // (KindChat) or a new session with the pty as its controlling terminal
 // (KindPTY), and gets Pdeathsig=SIGKILL. It fails with ErrCapacity when
 // MaxWorkers children are running. The caller owns the Proc and must Close it.
-func (m *Manager) Start(spec Spec) (*Proc, error) {
+func (m *Manager) Start(spec Spec) (*Proc, error) { return m.start(spec, nil) }
+
+// start is Start with a hook that runs before the child's supervisor, so
+// drain goroutines are counted before anyone may wait for them.
+func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	m.mu.Lock()
 	if m.cfg.MaxWorkers > 0 && len(m.procs)+m.reserve >= m.cfg.MaxWorkers {
 		m.mu.Unlock()
@@ -223,6 +227,9 @@ func (m *Manager) Start(spec Spec) (*Proc, error) {
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
 
+	if beforeSupervise != nil {
+		beforeSupervise(p)
+	}
 	m.wg.Add(2)
 	go p.wait()
 	go p.supervise()

@@ -82,8 +82,10 @@ func (m *Manager) Unowned() []Unowned {
 	desc := descendantsOf(procs, self)
 	m.mu.Lock()
 	owners := make([]int, 0, len(m.procs))
-	for pid := range m.procs {
+	markers := make(map[string]bool, len(m.procs))
+	for pid, p := range m.procs {
 		owners = append(owners, pid)
+		markers[p.marker] = true
 	}
 	m.mu.Unlock()
 	owned := map[int]bool{}
@@ -98,7 +100,11 @@ func (m *Manager) Unowned() []Unowned {
 		if !desc[st.pid] || owned[st.pid] {
 			continue
 		}
-		out = append(out, Unowned{PID: st.pid, PPID: st.ppid, State: string(st.state), Marker: environValue(st.pid, EnvWorkerID)})
+		marker := environValue(st.pid, EnvWorkerID)
+		if markers[marker] {
+			continue // it left its worker's group, but the worker's tree still claims it
+		}
+		out = append(out, Unowned{PID: st.pid, PPID: st.ppid, State: string(st.state), Marker: marker})
 	}
 	return out
 }

@@ -120,8 +120,15 @@ func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepR
 		}
 	}
 	started := time.Now()
+	killed := map[int]bool{} // still alive when SIGKILL was sent
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		for _, v := range victims {
+			if sig == syscall.SIGKILL {
+				if !alive(v.pid) {
+					continue
+				}
+				killed[v.pid] = true
+			}
 			unix.Kill(v.pid, sig)
 		}
 		wait := grace
@@ -139,7 +146,7 @@ func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepR
 	}
 	for _, v := range victims {
 		escalation := EscalationTerm
-		if alive(v.pid) {
+		if killed[v.pid] {
 			escalation = EscalationKill
 		}
 		log.Info("worker closed", "sid", v.session, "worker_pid", v.pid, "kind", "orphan",

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shirou/gopsutil/v4/host"
@@ -64,8 +65,9 @@ type request struct {
 }
 
 type server struct {
-	out  io.Writer
-	outM sync.Mutex
+	out     io.Writer
+	outM    sync.Mutex
+	exiting atomic.Bool // set by /exit and when Run returns
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc
@@ -75,14 +77,23 @@ type server struct {
 // Run serves requests from in until EOF and returns the exit code. Requests
 // run concurrently; `/exit CODE` makes Run return CODE at once.
 func Run(ctx context.Context, in io.Reader, out, errOut io.Writer) int {
+	ctx, cancel := context.WithCancel(ctx)
 	s := &server{out: out, inflight: map[string]context.CancelFunc{}}
+	// Run returns only once its requests have: they are cancelled first.
+	defer s.wg.Wait()
+	defer cancel()
+	defer s.exiting.Store(true)
 	exit := make(chan int, 1)
 	lines := make(chan []byte)
 	go func() {
 		sc := bufio.NewScanner(in)
 		sc.Buffer(make([]byte, 64<<10), maxLine)
 		for sc.Scan() {
-			lines <- append([]byte(nil), sc.Bytes()...)
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
 		}
 		close(lines)
 	}()
@@ -120,6 +131,9 @@ func Run(ctx context.Context, in io.Reader, out, errOut io.Writer) int {
 }
 
 func (s *server) write(v any) {
+	if s.exiting.Load() {
+		return // the process is going away: no more replies
+	}
 	b, _ := json.Marshal(v)
 	s.outM.Lock()
 	defer s.outM.Unlock()
@@ -210,6 +224,7 @@ func (s *server) slash(ctx context.Context, command string, exit chan<- int) (st
 		if err != nil {
 			code = 1
 		}
+		s.exiting.Store(true)
 		select {
 		case exit <- code:
 		default:
