@@ -57,19 +57,6 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Post("/workers/{pid}/reap", h.reapWorker)
 }
 
-// SessionJSON is a session in /admin/api/sessions.
-type SessionJSON struct {
-	SessionID  string    `json:"session_id"`
-	Title      string    `json:"title"`
-	State      string    `json:"state"`
-	Viewers    int       `json:"viewers"`
-	CreatedAt  time.Time `json:"created_at"`
-	LastActive time.Time `json:"last_active"`
-	Running    bool      `json:"running"`
-	WorkerPID  int       `json:"worker_pid"`
-	PTYPID     int       `json:"pty_pid"`
-}
-
 // WorkerJSON is a worker in /admin/api/workers.
 type WorkerJSON struct {
 	PID        int       `json:"pid"`
@@ -82,10 +69,6 @@ type WorkerJSON struct {
 	NumFDs     int32     `json:"num_fds"`
 	NumThreads int32     `json:"num_threads"`
 	Children   []int     `json:"children"`
-}
-
-func sessionJSON(in sessions.Info) SessionJSON {
-	return SessionJSON{in.ID, in.Title, string(in.State), in.Viewers, in.CreatedAt, in.LastActive, in.Running, in.WorkerPID, in.PTYPID}
 }
 
 func (h *Admin) workersJSON(ctx context.Context) []WorkerJSON {
@@ -109,12 +92,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
-	list := h.Sessions.List()
-	out := make([]SessionJSON, 0, len(list))
-	for _, in := range list {
-		out = append(out, sessionJSON(in))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	// sessions.Info is the JSON shape of PROTOCOL.md §5.
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": h.Sessions.List()})
 }
 
 func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {

@@ -275,9 +275,9 @@ func TestAdminJSONAndMetrics(t *testing.T) {
 	if len(ws.Workers) != 1 || ws.Workers[0].Kind != "chat" || ws.Workers[0].SessionID != sid || ws.Workers[0].RSSBytes == 0 || ws.Workers[0].NumThreads == 0 {
 		t.Fatalf("workers = %+v", ws)
 	}
-	var ss struct{ Sessions []handlers.SessionJSON }
+	var ss struct{ Sessions []sessions.Info }
 	json.Unmarshal([]byte(s.get("/admin/api/sessions")), &ss)
-	if len(ss.Sessions) != 1 || ss.Sessions[0].WorkerPID != ws.Workers[0].PID || ss.Sessions[0].State != "attached" {
+	if len(ss.Sessions) != 1 || ss.Sessions[0].WorkerPID != ws.Workers[0].PID || ss.Sessions[0].State != sessions.StateAttached {
 		t.Fatalf("sessions = %+v", ss)
 	}
 	m := s.get("/metrics")

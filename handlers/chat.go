@@ -79,6 +79,7 @@ type chatConn struct {
 
 	mu       sync.Mutex
 	sessions map[string]bool // sessions this socket attached
+	pending  int             // creates under way
 }
 
 // Done implements sessions.Viewer.
@@ -176,11 +177,32 @@ var errBinaryFrame = errors.New("binary frame on the chat socket")
 func (c *chatConn) attach(sid string) *RPCError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.sessions[sid] && len(c.sessions) >= c.h.MaxSessions {
+	if !c.sessions[sid] && len(c.sessions)+c.pending >= c.h.MaxSessions {
 		return &RPCError{Code: CodeCapacity, Message: "this socket views the most sessions it may (100)"}
 	}
 	c.sessions[sid] = true
 	return nil
+}
+
+// reserve holds a slot for a session about to be created; settle fills it
+// with the new id, or frees it.
+func (c *chatConn) reserve() *RPCError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.sessions)+c.pending >= c.h.MaxSessions {
+		return &RPCError{Code: CodeCapacity, Message: "this socket views the most sessions it may (100)"}
+	}
+	c.pending++
+	return nil
+}
+
+func (c *chatConn) settle(sid string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending--
+	if ok {
+		c.sessions[sid] = true
+	}
 }
 
 func (c *chatConn) forget(sid string) {
@@ -220,15 +242,14 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := checkTitle(p.Title); e != nil {
 			return nil, nil, e
 		}
-		if e := c.attach(""); e != nil { // capacity check only
+		if e := c.reserve(); e != nil {
 			return nil, nil, e
 		}
-		c.forget("")
 		in, err := reg.Create(c, p.Title, p.CloseOnDisconnect)
+		c.settle(in.ID, err == nil)
 		if err != nil {
 			return nil, nil, errorFor(err)
 		}
-		c.attach(in.ID)
 		return map[string]any{"session_id": in.ID, "created_at": in.CreatedAt.UTC().Format(time.RFC3339Nano)}, nil, nil
 
 	case "session.resume":

@@ -268,3 +268,17 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		}
 	}
 }
+
+func TestSessionsPerSocketCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.MaxSessions = 2 }})
+	cc := e.chat()
+	first := cc.create()
+	cc.create()
+	if m := cc.callRaw("session.create", map[string]any{}); errCode(m) != 4029 {
+		t.Fatalf("third session on one socket: %v, want 4029", m)
+	}
+	// closing one frees its slot
+	cc.call("session.close", map[string]any{"session_id": first})
+	cc.create()
+}
