@@ -117,10 +117,16 @@ type tab struct {
 
 // newTab opens a tab. On failure, its screenshot and console are saved as
 // artifacts (before the tab closes: cleanups run last-in first-out).
-func (b *browser) newTab(t *testing.T, name string) *tab {
+// listeners also get the tab's events (the rules of chromedp.WithListener
+// hold for them).
+func (b *browser) newTab(t *testing.T, name string, listeners ...func(ev any)) *tab {
 	t.Helper()
 	tb := &tab{t: t, name: name}
-	tb.ctx, tb.cancel = chromedp.NewContext(b.ctx, chromedp.WithListener(tb.listen))
+	opts := []chromedp.ContextOption{chromedp.WithListener(tb.listen)}
+	for _, fn := range listeners {
+		opts = append(opts, chromedp.WithListener(fn))
+	}
+	tb.ctx, tb.cancel = chromedp.NewContext(b.ctx, opts...)
 	if err := chromedp.Do(tb.ctx); err != nil {
 		t.Fatalf("open tab %s: %v", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -122,15 +123,30 @@ func withEnv(kv string) []procInfo {
 	return out
 }
 
+// owned holds the pids of the children a test started with exec.Cmd and
+// waits for itself (a dashgate, nginx) while they run: the reaping below
+// leaves them to their Wait, so that a test may run several of them and
+// stop one while the others still run.
+var owned sync.Map // pid -> struct{}
+
+// own marks pid as waited for by its exec.Cmd; disown once Wait returned.
+func own(pid int)    { owned.Store(pid, struct{}{}) }
+func disown(pid int) { owned.Delete(pid) }
+
+func isOwned(pid int) bool {
+	_, ok := owned.Load(pid)
+	return ok
+}
+
 // reapZombieChildren reaps, by pid, the zombies whose parent is the test
 // process. Only call it when no exec.Cmd of the test is still running (its
-// Wait owns its pid): tests run one at a time and call it after their
-// dashgate and browser have been waited for.
+// Wait owns its pid) other than those marked with own: tests run one at a
+// time and call it after their dashgate and browser have been waited for.
 func reapZombieChildren() []int {
 	self := os.Getpid()
 	var reaped []int
 	for _, p := range listProcs() {
-		if p.PPID != self || p.State != 'Z' {
+		if p.PPID != self || p.State != 'Z' || isOwned(p.PID) {
 			continue
 		}
 		var ws unix.WaitStatus
@@ -151,7 +167,7 @@ func reapOrphans(d time.Duration) []string {
 		reapZombieChildren()
 		var out []procInfo
 		for _, p := range listProcs() {
-			if p.PPID == self && p.State != 'Z' {
+			if p.PPID == self && p.State != 'Z' && !isOwned(p.PID) {
 				out = append(out, p)
 			}
 		}

@@ -41,6 +41,8 @@ type dashgate struct {
 
 	mu   sync.Mutex
 	seen map[int]uint64 // children and descendants seen while it ran: pid -> start time
+
+	killed bool // set by kill: the cleanup checks only that its children died with it
 }
 
 // startDashgate starts dashgate on 127.0.0.1:0 with a temp state dir and
@@ -89,8 +91,10 @@ func startDashgate(t *testing.T, extra ...string) *dashgate {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start dashgate: %v", err)
 	}
+	own(d.cmd.Process.Pid)
 	go func() {
 		d.waitErr = d.cmd.Wait()
+		disown(d.cmd.Process.Pid)
 		close(d.exited)
 	}()
 	t.Cleanup(d.stop)
@@ -116,11 +120,16 @@ func startDashgate(t *testing.T, extra ...string) *dashgate {
 	if !ok {
 		t.Fatalf("dashgate wrote no --addr-file within 15s; log:\n%s", d.logText())
 	}
-	d.base = "http://" + d.addr + "/"
 	rec, ok := d.waitLog(5*time.Second, func(r logRecord) bool { return r.Msg() == "dashgate listening" })
 	if !ok {
 		t.Fatalf("no \"dashgate listening\" record; log:\n%s", d.logText())
 	}
+	// URL and the admin API calls are relative to --base-path.
+	basePath := rec.Str("base_path")
+	if !strings.HasPrefix(basePath, "/") || !strings.HasSuffix(basePath, "/") {
+		t.Fatalf("\"dashgate listening\" has base_path %q, want /.../: %v", basePath, rec)
+	}
+	d.base = "http://" + d.addr + basePath
 	d.instance = rec.Str("instance")
 	if d.instance == "" {
 		t.Fatalf("\"dashgate listening\" has no instance: %v", rec)
@@ -288,6 +297,10 @@ func (d *dashgate) stop() {
 			}
 		}
 	}()
+	if d.killed {
+		d.checkKilled() // killed on purpose by the test: no clean stop to check
+		return
+	}
 	select {
 	case <-d.exited:
 		t.Errorf("dashgate exited before the end of the test: %v", d.waitErr)

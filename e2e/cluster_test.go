@@ -1,0 +1,226 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kill ends dashgate with SIGKILL, as a crash or the OOM killer would; its
+// cleanup then checks only that every child it had died with it
+// (Pdeathsig, the worker's parent watchdog).
+func (d *dashgate) kill() {
+	d.t.Helper()
+	d.Workers()
+	for _, p := range descendants(d.cmd.Process.Pid) {
+		d.remember(p.PID)
+	}
+	d.killed = true
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		d.t.Fatalf("kill dashgate: %v", err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		d.t.Fatalf("dashgate %d not reaped within 10s of SIGKILL", d.cmd.Process.Pid)
+	}
+}
+
+// checkKilled is the cleanup of a killed dashgate: nothing it started may
+// still run. Their zombies (reparented to the test process, a subreaper)
+// are reaped by the next reapOrphans.
+func (d *dashgate) checkKilled() {
+	t := d.t
+	d.mu.Lock()
+	seen := make(map[int]uint64, len(d.seen))
+	for pid, start := range d.seen {
+		seen[pid] = start
+	}
+	d.mu.Unlock()
+	var left []string
+	waitUntil(5*time.Second, func() bool {
+		left = left[:0]
+		for pid, start := range seen {
+			if alive(pid, start) {
+				left = append(left, fmt.Sprintf("%d (%s)", pid, cmdline(pid)))
+			}
+		}
+		for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
+			if _, known := seen[p.PID]; !known {
+				left = append(left, fmt.Sprintf("%d (%s)", p.PID, cmdline(p.PID)))
+			}
+		}
+		return len(left) == 0
+	})
+	if len(left) > 0 {
+		slices.Sort(left)
+		t.Errorf("processes of the killed dashgate still running 5s after it died: %s", strings.Join(left, ", "))
+		for pid, start := range seen {
+			if alive(pid, start) {
+				killPID(pid)
+			}
+		}
+		for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
+			killPID(p.PID)
+		}
+	}
+}
+
+// clusterClient is one browser of the cluster test: an HTTP client with a
+// cookie jar, pinned by nginx to the instance its dashgate_node cookie
+// hashes to.
+type clusterClient struct {
+	name   string
+	client *http.Client
+	node   string // the instance that served its dashboard
+	cookie string // its dashgate_node cookie
+}
+
+var nodeMeta = regexp.MustCompile(`<span class="meta" title="node">([^<]*)</span>`)
+
+// loginCluster logs a new browser in through nginx (?token=, following the
+// redirect with its cookies) and reports which instance served the
+// dashboard.
+func loginCluster(t *testing.T, n *nginx, name string) *clusterClient {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clusterClient{name: name, client: &http.Client{Jar: jar, Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}}
+	t.Cleanup(c.client.CloseIdleConnections)
+	res, body := get(t, c.client, n.URL("/?token="+testToken), http.Header{"Accept": {"text/html"}})
+	if res.StatusCode != http.StatusOK || res.Request.URL.RawQuery != "" {
+		t.Fatalf("%s: login through nginx ended at %s with %s, want 200 at / without the token", name, res.Request.URL, res.Status)
+	}
+	m := nodeMeta.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("%s: the dashboard names no node", name)
+	}
+	c.node = m[1]
+	for _, ck := range jar.Cookies(res.Request.URL) {
+		if ck.Name == "dashgate_node" {
+			c.cookie = ck.Value
+		}
+	}
+	if c.cookie == "" {
+		t.Fatalf("%s: no dashgate_node cookie after login; cookies: %v", name, jar.Cookies(res.Request.URL))
+	}
+	return c
+}
+
+// ws is how this browser opens a WebSocket: its cookies, its page's origin.
+func (c *clusterClient) ws(n *nginx) wsDial {
+	return wsDial{header: http.Header{"Origin": {n.Origin()}}, client: c.client}
+}
+
+// Case 6: two instances behind deploy/nginx/dashgate-cluster.conf. A
+// browser gets a dashgate_node cookie and its sessions stay on one instance
+// across reconnects; killing the other instance leaves them working; a
+// browser pinned to the killed instance is moved to the live one.
+func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
+	requireNginx(t)
+	// --trusted-proxies: the browser's Origin carries nginx's port, which
+	// only X-Forwarded-Host tells dashgate (Host is nginx's $host).
+	inst := map[string]*dashgate{
+		"a": startDashgate(t, "--node-id", "a", "--trusted-proxies", "127.0.0.1/32"),
+		"b": startDashgate(t, "--node-id", "b", "--trusted-proxies", "127.0.0.1/32"),
+	}
+	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{inst["a"].addr, inst["b"].addr}})
+	other := map[string]string{"a": "b", "b": "a"}
+
+	// Browsers log in until one is pinned to each instance (the cookie's
+	// random part spreads them; 2^-29 to see one instance 30 times).
+	pinned := map[string]*clusterClient{}
+	for i := 0; len(pinned) < 2; i++ {
+		if i == 30 {
+			t.Fatalf("30 browsers all pinned to %v: the dashgate_node cookie does not spread them", pinned)
+		}
+		c := loginCluster(t, n, fmt.Sprintf("browser-%d", i))
+		if inst[c.node] == nil {
+			t.Fatalf("%s served by unknown node %q", c.name, c.node)
+		}
+		if prev := pinned[c.node]; prev == nil {
+			pinned[c.node] = c
+		}
+	}
+	p, q := pinned["a"], pinned["b"] // p keeps its instance, q's is killed
+	home, dead := inst[p.node], inst[q.node]
+	t.Logf("%s (cookie %s) on %s, %s (cookie %s) on %s", p.name, p.cookie, p.node, q.name, q.cookie, q.node)
+
+	// onlyOn checks that sids are listed by the instance of node and not by
+	// the other one.
+	onlyOn := func(when, node string, sids ...string) {
+		t.Helper()
+		for _, sid := range sids {
+			if _, ok := inst[node].Session(sid); !ok {
+				t.Errorf("%s: session %s not listed by instance %s", when, sid, node)
+			}
+			if o := inst[other[node]]; !o.killed {
+				if _, ok := o.Session(sid); ok {
+					t.Errorf("%s: session %s listed by instance %s too", when, sid, other[node])
+				}
+			}
+		}
+	}
+	resume := func(chat *chatConn, sids ...string) {
+		t.Helper()
+		for _, sid := range sids {
+			var r struct {
+				SessionID string `json:"session_id"`
+				State     string `json:"state"`
+			}
+			chat.mustCall("session.resume", map[string]any{"session_id": sid}, &r)
+			if r.SessionID != sid {
+				t.Fatalf("%s: session.resume %s answered %+v", chat.name, sid, r)
+			}
+		}
+	}
+
+	chat := openChat(t, p.name+" chat", n.WS("/ws/chat"), p.ws(n))
+	s1, s2 := chat.createSession("one"), chat.createSession("two")
+	chat.mustEcho(s1, "one")
+	chat.mustEcho(s2, "two")
+	onlyOn("after create", p.node, s1, s2)
+	for i := 1; i <= 5; i++ {
+		chat.Close()
+		chat = openChat(t, fmt.Sprintf("%s chat %d", p.name, i), n.WS("/ws/chat"), p.ws(n))
+		resume(chat, s1, s2)
+		chat.mustEcho(s1, fmt.Sprintf("again-%d", i))
+		onlyOn(fmt.Sprintf("reconnect %d", i), p.node, s1, s2)
+	}
+
+	qchat := openChat(t, q.name+" chat", n.WS("/ws/chat"), q.ws(n))
+	qs := qchat.createSession("q")
+	qchat.mustEcho(qs, "q")
+	onlyOn("q's session", q.node, qs)
+
+	dead.kill()
+	select {
+	case <-qchat.done:
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s's socket to the killed instance is still open 5s after the kill", q.name)
+	}
+
+	// p's open socket and p's next connection keep working on home.
+	chat.mustEcho(s1, "after-kill")
+	chat.Close()
+	chat = openChat(t, p.name+" chat after the kill", n.WS("/ws/chat"), p.ws(n))
+	resume(chat, s1, s2)
+	chat.mustEcho(s2, "after-kill")
+	onlyOn("after the kill", p.node, s1, s2)
+
+	// q is moved to the live instance on its next connection.
+	qchat = openChat(t, q.name+" chat after the kill", n.WS("/ws/chat"), q.ws(n))
+	moved := qchat.createSession("moved")
+	qchat.mustEcho(moved, "moved")
+	if _, ok := home.Session(moved); !ok {
+		t.Errorf("%s's new session %s is not on the live instance %s", q.name, moved, p.node)
+	}
+}

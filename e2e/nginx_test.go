@@ -1,0 +1,269 @@
+package e2e_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// nginxPath is the reverse proxy the deploy tests run. Like Chromium, its
+// absence skips them unless DASHGATE_E2E=1.
+const nginxPath = "/usr/sbin/nginx"
+
+// requireNginx skips the test when nginx is missing, unless DASHGATE_E2E=1
+// asks for the suite to run for real.
+func requireNginx(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(nginxPath); err != nil {
+		if os.Getenv("DASHGATE_E2E") == "1" {
+			t.Fatalf("%s is missing and DASHGATE_E2E=1: install it with scripts/e2e-deps.sh", nginxPath)
+		}
+		t.Skipf("%s not found: nginx tests skipped (install it with scripts/e2e-deps.sh; set DASHGATE_E2E=1 to make this a failure)", nginxPath)
+	}
+}
+
+// nginx is one running nginx serving a rendered deploy file, owned by one test.
+type nginx struct {
+	t       *testing.T
+	dir     string // its prefix: nginx.conf, the rendered site file, logs, temp dirs
+	addr    string // 127.0.0.1:port
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+}
+
+// nginxSite says how to render a deploy file: upstreams replace, in order,
+// the file's 127.0.0.1:8787 and 127.0.0.1:8788; readTimeout, when set,
+// replaces the value of proxy_read_timeout.
+type nginxSite struct {
+	file        string // under deploy/nginx
+	upstreams   []string
+	readTimeout string
+}
+
+// deployUpstreams are the upstream addresses the deploy files name, in the
+// order nginxSite.upstreams replaces them.
+var deployUpstreams = []string{"127.0.0.1:8787", "127.0.0.1:8788"}
+
+// renderSite reads deploy/nginx/<file> as it is and substitutes only the
+// listen port, the upstream addresses and (if asked) proxy_read_timeout.
+// Each substitution must find its target exactly once: a deploy file that
+// changed shape fails here rather than being tested half-rendered.
+func renderSite(t *testing.T, site nginxSite, port int) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "nginx", site.file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(b)
+	replaceOnce := func(what string, re *regexp.Regexp, with string) {
+		t.Helper()
+		if n := len(re.FindAllStringIndex(conf, -1)); n != 1 {
+			t.Fatalf("deploy/nginx/%s: %s found %d times, want once (pattern %s)", site.file, what, n, re)
+		}
+		conf = re.ReplaceAllString(conf, with) // with may use ${1}
+	}
+	replaceOnce("listen 8080;", regexp.MustCompile(`(?m)^\s*listen 8080;`), fmt.Sprintf("    listen 127.0.0.1:%d;", port))
+	if len(site.upstreams) > len(deployUpstreams) {
+		t.Fatalf("at most %d upstreams can be substituted", len(deployUpstreams))
+	}
+	for i, up := range site.upstreams {
+		replaceOnce("upstream "+deployUpstreams[i], regexp.MustCompile(`\b`+regexp.QuoteMeta(deployUpstreams[i])+`\b`), up)
+	}
+	for _, left := range deployUpstreams[len(site.upstreams):] {
+		if strings.Contains(conf, left) {
+			t.Fatalf("deploy/nginx/%s names upstream %s too: give the test one more instance", site.file, left)
+		}
+	}
+	if site.readTimeout != "" {
+		replaceOnce("proxy_read_timeout", regexp.MustCompile(`(?m)^(\s*)proxy_read_timeout\s+[^;\n]+;`), "${1}proxy_read_timeout "+site.readTimeout+";")
+	}
+	return conf
+}
+
+// startNginx renders site, wraps it in a minimal nginx.conf in a temp dir
+// and runs nginx on it as a child of the test, on a free loopback port. It
+// returns once nginx answers HTTP; the cleanup stops it with SIGQUIT and
+// waits for it (nginx then waits for its open connections, so tests close
+// their sockets first: cleanups run last-in first-out).
+func startNginx(t *testing.T, site nginxSite) *nginx {
+	t.Helper()
+	requireNginx(t)
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		n, err := tryStartNginx(t, site)
+		if err == nil {
+			return n
+		}
+		lastErr = err
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	t.Fatal(lastErr)
+	return nil
+}
+
+var errPortTaken = errors.New("port taken")
+
+func tryStartNginx(t *testing.T, site nginxSite) (*nginx, error) {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := t.TempDir()
+	n := &nginx{t: t, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), exited: make(chan struct{})}
+	sitePath := filepath.Join(dir, site.file)
+	if err := os.WriteFile(sitePath, []byte(renderSite(t, site, port)), 0o644); err != nil {
+		return nil, err
+	}
+	p := func(name string) string { return filepath.Join(dir, name) }
+	user := ""
+	if os.Geteuid() == 0 {
+		// Workers would otherwise run as nobody, who cannot enter the test's
+		// private temp dir.
+		user = "user root root;\n"
+	}
+	main := fmt.Sprintf(`%sdaemon off;
+master_process on;
+worker_processes 1;
+pid %s;
+error_log %s info;
+events { worker_connections 256; }
+http {
+    access_log %s;
+    client_body_temp_path %s;
+    proxy_temp_path %s;
+    fastcgi_temp_path %s;
+    uwsgi_temp_path %s;
+    scgi_temp_path %s;
+    include %s;
+}
+`, user, p("nginx.pid"), p("error.log"), p("access.log"),
+		p("client_body_temp"), p("proxy_temp"), p("fastcgi_temp"), p("uwsgi_temp"), p("scgi_temp"), sitePath)
+	confPath := p("nginx.conf")
+	if err := os.WriteFile(confPath, []byte(main), 0o644); err != nil {
+		return nil, err
+	}
+	out, err := os.Create(p("nginx.out"))
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	n.cmd = exec.Command(nginxPath, "-c", confPath, "-p", dir+"/")
+	n.cmd.Stdout, n.cmd.Stderr = out, out
+	n.cmd.Env = cleanEnv()
+	if err := n.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start nginx: %w", err)
+	}
+	own(n.cmd.Process.Pid)
+	go func() {
+		n.waitErr = n.cmd.Wait()
+		disown(n.cmd.Process.Pid)
+		close(n.exited)
+	}()
+
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	answered := waitUntil(10*time.Second, func() bool {
+		select {
+		case <-n.exited:
+			return true
+		default:
+		}
+		res, err := client.Get("http://" + n.addr + "/")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return true
+	})
+	select {
+	case <-n.exited:
+		logs := n.logs()
+		if strings.Contains(logs, "Address already in use") {
+			return nil, fmt.Errorf("%w: %s", errPortTaken, logs)
+		}
+		return nil, fmt.Errorf("nginx exited at startup (%v):\n%s", n.waitErr, logs)
+	default:
+	}
+	t.Cleanup(n.stop)
+	if !answered {
+		return nil, fmt.Errorf("nginx did not answer on %s within 10s:\n%s", n.addr, n.logs())
+	}
+	return n, nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// URL is the absolute URL of path (which starts with "/") on nginx.
+func (n *nginx) URL(path string) string { return "http://" + n.addr + path }
+
+// WS is the ws:// URL of path on nginx.
+func (n *nginx) WS(path string) string { return "ws://" + n.addr + path }
+
+// Origin is what a browser on a page served by this nginx sends as Origin.
+func (n *nginx) Origin() string { return "http://" + n.addr }
+
+func (n *nginx) logs() string {
+	var b strings.Builder
+	for _, name := range []string{"nginx.out", "error.log"} {
+		if c, err := os.ReadFile(filepath.Join(n.dir, name)); err == nil && len(c) > 0 {
+			fmt.Fprintf(&b, "--- %s\n%s", name, c)
+		}
+	}
+	return b.String()
+}
+
+// stop ends nginx gracefully (SIGQUIT) and waits for it; on failure its
+// logs become artifacts.
+func (n *nginx) stop() {
+	t := n.t
+	select {
+	case <-n.exited:
+		t.Errorf("nginx exited before the end of the test: %v\n%s", n.waitErr, n.logs())
+	default:
+		n.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-n.exited:
+			if n.waitErr != nil {
+				t.Errorf("nginx exited with %v after SIGQUIT", n.waitErr)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("nginx did not exit within 15s of SIGQUIT (a socket the test left open?); killing it")
+			n.cmd.Process.Kill()
+			<-n.exited
+		}
+	}
+	// The master waits for its worker before it exits; anything left would
+	// be reparented to us and found by the dashgate cleanups' reapOrphans.
+	if t.Failed() {
+		for _, name := range []string{"error.log", "access.log", "nginx.out", "nginx.conf"} {
+			if b, err := os.ReadFile(filepath.Join(n.dir, name)); err == nil {
+				writeArtifact(t, "nginx-"+name, b)
+			}
+		}
+	}
+}
