@@ -478,3 +478,22 @@ func TestPingTimeoutEndsSockets(t *testing.T) {
 		return false
 	})
 }
+
+func TestTerminalKeepaliveExpires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.PTYKeepalive = 300 * time.Millisecond }})
+	sid := e.chat().create()
+	p := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}})
+	shell, _ := e.ptyTree(t)
+	p.c.CloseNow()
+	waitFor(t, 10*time.Second, "keepalive_expired record", func() bool {
+		recs := e.workerRecords(shell)
+		return len(recs) == 1 && recs[0]["reason"] == "keepalive_expired"
+	})
+	if !gone(shell) {
+		t.Fatal("shell alive after its keepalive expired")
+	}
+	if in, ok := e.reg.Get(sid); !ok || in.PTYPID != 0 {
+		t.Fatalf("session after expiry: %+v %v", in, ok)
+	}
+}

@@ -166,7 +166,11 @@ func TestEndReasons(t *testing.T) {
 		}, true},
 		{"shutdown", EndShutdown, func(h *harness, v *recViewer) string {
 			in, _ := h.r.Create(v, "a", false)
+			h.r.Exec(h.t.Context(), v, in.ID, "/x")
 			h.r.Shutdown(context.Background())
+			if w := h.sp.workers()[0]; w.reason != workers.ReasonShutdown {
+				h.t.Fatalf("worker closed with %q, want shutdown", w.reason)
+			}
 			return in.ID
 		}, true},
 	}
