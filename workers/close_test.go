@@ -57,6 +57,7 @@ func TestCloseEscalatesToKillAtGrace(t *testing.T) {
 	m, lb := newTestManager(t, Config{})
 	w := startWorker(t, m, helperSpec(t, "ignore-term"))
 	pid := ping(t, w) // answered only once SIGTERM is ignored
+	killOnCleanup(t, pid)
 	if pid != w.PID() {
 		t.Fatalf("helper says pid %d, worker is %d", pid, w.PID())
 	}
@@ -181,7 +182,7 @@ func TestCloseConcurrentIdempotent(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var cfgCalls, specCalls int
-	m, lb := newTestManager(t, Config{OnClose: func(CloseResult) { mu.Lock(); cfgCalls++; mu.Unlock() }})
+	m, lb := newTestManager(t, Config{Grace: 5 * time.Second, OnClose: func(CloseResult) { mu.Lock(); cfgCalls++; mu.Unlock() }})
 	spec := helperSpec(t, "proto")
 	spec.OnClose = func(CloseResult) { mu.Lock(); specCalls++; mu.Unlock() }
 	w := startWorker(t, m, spec)
@@ -264,33 +265,63 @@ func TestCloseAfterDeath(t *testing.T) {
 }
 
 // A worker that exits by itself is noticed without any Call: Spec.OnClose
-// gets reason exited with its exit code.
+// gets reason exited with its exit code. The cases cover both ways of
+// noticing: stdout EOF (a chat worker) and the leader's exit alone (a plain
+// Proc has no stdout reader).
 func TestWorkerExitNoticed(t *testing.T) {
 	t.Parallel()
+	sh := func(script string) func(t *testing.T) Spec {
+		return func(t *testing.T) Spec {
+			return Spec{SessionID: "s-sh", Path: "/bin/sh", Args: []string{"-c", script}}
+		}
+	}
+	helper := func(mode string, env ...string) func(t *testing.T) Spec {
+		return func(t *testing.T) Spec { return helperSpec(t, mode, env...) }
+	}
 	tests := []struct {
 		name string
-		mode string
-		env  []string
+		spec func(t *testing.T) Spec
+		// plain starts a Proc with Start instead of a Worker.
+		plain bool
 		// poke, when set, makes the worker exit (through a Call whose
 		// outcome is not the point).
-		poke func(t *testing.T, w *Worker)
+		poke        func(t *testing.T, w *Worker)
+		descendants int
+		escalation  Escalation
 	}{
-		{name: "helper exits 3 at start", mode: "exit", env: []string{exitCodeEnv + "=3"}},
-		{name: "builtin /exit 3", mode: "builtin", poke: func(t *testing.T, w *Worker) {
+		{name: "helper exits 3 at start", spec: helper("exit", exitCodeEnv+"=3"), escalation: EscalationNone},
+		{name: "builtin /exit 3", spec: helper("builtin"), escalation: EscalationNone, poke: func(t *testing.T, w *Worker) {
 			_, err := callW(t, w, "slash", map[string]string{"command": "/exit 3"})
 			workerErr(t, err, FailCrashed) // /exit is never answered
 		}},
+		{name: "plain proc exits 3", spec: helper("exit", exitCodeEnv+"=3"), plain: true, escalation: EscalationNone},
+		// sleep outlives the leader: the exit must be noticed on its own,
+		// and sleep ended with the tree. (A plain Proc: for a chat Worker
+		// whose drains still run, see TestWorkerExitWithEscapedPipeHolder.)
+		{name: "exits 3, child lives on", spec: sh("sleep 300 & exit 3"), plain: true, descendants: 1, escalation: EscalationTerm},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			m, lb := newTestManager(t, Config{})
 			got := make(chan CloseResult, 2)
-			spec := helperSpec(t, tt.mode, tt.env...)
+			spec := tt.spec(t)
 			spec.OnClose = func(r CloseResult) { got <- r }
-			w := startWorker(t, m, spec)
-			if tt.poke != nil {
-				tt.poke(t, w)
+			var pid int
+			if tt.plain {
+				spec.Kind = KindChat
+				p, err := m.Start(spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { p.Close(ReasonShutdown) })
+				pid = p.PID()
+			} else {
+				w := startWorker(t, m, spec)
+				pid = w.PID()
+				if tt.poke != nil {
+					tt.poke(t, w)
+				}
 			}
 			var res CloseResult
 			waitFor(t, 5*time.Second, "OnClose", func() bool {
@@ -301,14 +332,16 @@ func TestWorkerExitNoticed(t *testing.T) {
 					return false
 				}
 			})
-			if res.Reason != ReasonExited || res.ExitCode != 3 || res.Signal != "" || res.Escalation != EscalationNone {
-				t.Errorf("result %+v: want reason exited, exit code 3, no signal, escalation none", res)
+			if res.Reason != ReasonExited || res.ExitCode != 3 || res.Signal != "" ||
+				res.Escalation != tt.escalation || res.Descendants != tt.descendants {
+				t.Errorf("result %+v: want reason exited, exit code 3, no signal, escalation %s, %d descendants",
+					res, tt.escalation, tt.descendants)
 			}
-			if m.Lookup(w.PID()) != nil {
-				t.Errorf("Manager still lists pid %d", w.PID())
+			if m.Lookup(pid) != nil {
+				t.Errorf("Manager still lists pid %d", pid)
 			}
-			if !vanished(w.PID()) {
-				t.Errorf("pid %d not reaped", w.PID())
+			if !vanished(pid) {
+				t.Errorf("pid %d not reaped", pid)
 			}
 			rec := oneCloseRecord(t, lb)
 			if got, want := sortedKeys(rec), closeRecordKeys("exit_code"); !slices.Equal(got, want) {

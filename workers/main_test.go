@@ -301,14 +301,36 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// gone reports whether pid no longer runs: it does not exist, or it is a
-// zombie (the caller checks the reaping separately).
+// gone reports whether pid no longer runs: it does not exist, it is a
+// zombie (the caller checks the reaping separately), or it is exiting (a
+// SIGKILLed process that has left its memory but is not a zombie yet: it
+// never runs user code again, and its environ, hence its marker, reads
+// empty).
 func gone(pid int) bool {
 	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
 		return true
 	}
 	st, ok := readStat(pid)
-	return !ok || st.zombie()
+	return !ok || st.zombie() || exiting(pid)
+}
+
+// exiting reports whether pid has PF_EXITING set (proc(5): the flags field
+// of /proc/<pid>/stat, include/linux/sched.h: PF_EXITING = 0x4).
+func exiting(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state); flags is field 9
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
+	return err == nil && flags&0x4 != 0
 }
 
 // vanished reports whether pid does not exist at all (gone and reaped).

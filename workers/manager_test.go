@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -22,17 +23,22 @@ func unownedPIDs(m *Manager) []int {
 // An orphan that escaped its worker entirely (own session, its marker
 // dropped) outlives the worker's death; it shows up in Unowned, and
 // ReapUnowned ends it (it ignores SIGTERM: SIGKILL after the grace) and
-// reaps it.
+// waits for it (PROTOCOL.md §5: "killed with its process group and waited
+// for").
 func TestUnownedOrphanReaped(t *testing.T) {
-	// Not parallel: it runs a reaper (see startReaper).
+	// Not parallel: the orphan becomes the test process's child. No reaper
+	// runs: reaping it is what ReapUnowned must do.
 	m, _ := newTestManager(t, Config{})
-	startReaper(t, m)
 	w := startWorker(t, m, helperSpec(t, "proto"))
 	pidFile := filepath.Join(t.TempDir(), "orphan")
 	if _, err := callW(t, w, "orphan", map[string]any{"pid_file": pidFile, "keep_marker": false}); err != nil {
 		t.Fatal(err)
 	}
 	orphan := readPidFile(t, pidFile)
+	t.Cleanup(func() { // runs after the kill below: no zombie is left to later tests
+		var ws unix.WaitStatus
+		unix.Wait4(orphan, &ws, 0, nil)
+	})
 	killOnCleanup(t, orphan)
 	if slices.Contains(unownedPIDs(m), orphan) {
 		t.Fatalf("orphan %d listed as unowned while its worker (its parent) lives", orphan)
@@ -68,17 +74,63 @@ func TestUnownedOrphanReaped(t *testing.T) {
 		t.Fatalf("ReapUnowned(%d): %v", orphan, err)
 	}
 	if !gone(orphan) {
-		t.Errorf("orphan %d still alive after ReapUnowned", orphan)
+		t.Fatalf("orphan %d still alive after ReapUnowned", orphan)
 	}
-	// A multi-threaded process shows as a zombie before it can be waited
-	// for, so ReapUnowned's own wait may miss it: the reaper gets it then.
-	waitVanished(t, 5*time.Second, orphan)
+	if !vanished(orphan) {
+		st, _ := readStat(orphan)
+		t.Errorf("orphan %d is a zombie (state %c) when ReapUnowned returned: it was not waited for", orphan, st.state)
+	}
 	if slices.Contains(unownedPIDs(m), orphan) {
 		t.Errorf("orphan still listed in Unowned")
 	}
 	if err := m.ReapUnowned(orphan); !errors.Is(err, ErrNotDescendant) {
 		t.Errorf("second ReapUnowned: %v, want ErrNotDescendant", err)
 	}
+}
+
+// A worker that exits by itself while a process that escaped its tree
+// still holds its stdout and stderr is closed all the same: the wait for
+// the drains is bounded, Close returns, and the escaped process is left to
+// Unowned and ReapUnowned. Under -race it also checks that the drain
+// goroutines are counted before the supervisor may wait for them.
+func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
+	// Not parallel: it runs a reaper (see startReaper).
+	m, _ := newTestManager(t, Config{})
+	startReaper(t, m)
+	closed := make(chan CloseResult, 1)
+	pidFile := filepath.Join(t.TempDir(), "holder")
+	// The holder drops the marker and starts a session of its own: nothing
+	// ties it to the worker once the shell exits. No Call is made: the exit
+	// is noticed by the supervisor alone.
+	spec := Spec{SessionID: "s-holder", Path: "/bin/sh", Args: []string{"-c",
+		`env -u ` + EnvWorkerID + ` setsid sleep 300 & printf %s $! >"$0".tmp && mv "$0".tmp "$0"; exit 4`, pidFile}}
+	spec.OnClose = func(r CloseResult) { closed <- r }
+	startWorker(t, m, spec)
+	holder := readPidFile(t, pidFile)
+	killOnCleanup(t, holder)
+
+	var res CloseResult
+	waitFor(t, 10*time.Second, "OnClose", func() bool {
+		select {
+		case res = <-closed:
+			return true
+		default:
+			return false
+		}
+	})
+	if res.Reason != ReasonExited || res.ExitCode != 4 {
+		t.Errorf("result %+v: want reason exited, exit code 4", res)
+	}
+	if gone(holder) {
+		t.Fatalf("the escaped holder died; the test needs it alive")
+	}
+	if !slices.Contains(unownedPIDs(m), holder) {
+		t.Errorf("the escaped holder %d is not in Unowned %v", holder, unownedPIDs(m))
+	}
+	if err := m.ReapUnowned(holder); err != nil {
+		t.Fatal(err)
+	}
+	waitVanished(t, 5*time.Second, holder)
 }
 
 // A grandchild that left its worker's group and parent but carries the
@@ -107,6 +159,35 @@ func TestUnownedSkipsLiveWorkersMarkedOrphans(t *testing.T) {
 	}
 	w.Close(ReasonDetach)
 	waitVanished(t, 5*time.Second, nohup)
+}
+
+// Every live process of a worker's tree is on the admin page somewhere:
+// in its worker's row (Table, the /admin/api/workers "children") or among
+// the unowned processes, each with a reap button (PROTOCOL.md §5).
+func TestEveryDescendantListed(t *testing.T) {
+	// Not parallel: it runs a reaper (see startReaper).
+	m, _ := newTestManager(t, Config{})
+	startReaper(t, m)
+	w := startWorker(t, m, helperSpec(t, "proto"))
+	dir := t.TempDir()
+	if _, err := callW(t, w, "spawn-tree", map[string]any{"dir": dir}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"group", "setsid", "nohup"} {
+		pid := readPidFile(t, filepath.Join(dir, n))
+		killOnCleanup(t, pid)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rows := m.Table(ctx)
+		cancel()
+		listed := slices.Contains(unownedPIDs(m), pid)
+		for _, r := range rows {
+			listed = listed || (r.PID == w.PID() && slices.Contains(r.Descendants, pid))
+		}
+		if !listed {
+			t.Errorf("%s grandchild %d (in the worker's tree: %v) is neither in Table %+v nor in Unowned",
+				n, pid, slices.Contains(w.Descendants(), pid), rows)
+		}
+	}
 }
 
 // ReapUnowned refuses any pid that is not an unowned descendant, and
@@ -143,6 +224,12 @@ func TestReapUnownedRefusesOthers(t *testing.T) {
 	}
 }
 
+// fileClosed reports whether f was closed.
+func fileClosed(f *os.File) bool {
+	_, err := f.Stat()
+	return errors.Is(err, os.ErrClosed)
+}
+
 // fdCount is the number of open fds of the test process.
 func fdCount(t *testing.T) int {
 	t.Helper()
@@ -159,7 +246,9 @@ func TestChurnLeavesNothing(t *testing.T) {
 	// Not parallel: it counts the process's fds and children.
 	const cycles = 300
 	const fdSlack = 2 // the runtime may open a poller or pidfd lazily
-	m, lb := newTestManager(t, Config{})
+	// A long grace: a worker ends by stdin EOF or SIGTERM; a slow exit on a
+	// loaded box must not look like an escalation.
+	m, lb := newTestManager(t, Config{Grace: 5 * time.Second})
 	fds := fdCount(t)
 	for i := range cycles {
 		w, err := m.StartWorker(helperSpec(t, "builtin"))
@@ -173,6 +262,13 @@ func TestChurnLeavesNothing(t *testing.T) {
 		}
 		if res := w.Close(ReasonDetach); !politeEnd(res) {
 			t.Fatalf("cycle %d: %+v: want an end by stdin EOF or SIGTERM", i, res)
+		}
+		// A leaked *os.File is closed by its finalizer at some GC, which
+		// would hide it from the fd count: check Close closed each pipe.
+		for name, f := range map[string]*os.File{"stdin": w.stdin, "stdout": w.stdout, "stderr": w.stderr} {
+			if !fileClosed(f) {
+				t.Fatalf("cycle %d: the worker's %s pipe is still open after Close", i, name)
+			}
 		}
 	}
 	if n := m.Count(); n != 0 {

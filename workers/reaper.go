@@ -144,13 +144,21 @@ func (m *Manager) ReapUnowned(pid int) error {
 	return nil
 }
 
-// awaitPidGone polls until pid is gone or a zombie, reaping it when it is an
-// orphan of ours; it reports whether it went within d.
+// awaitPidGone polls until pid is gone and, when it is dashgate's zombie,
+// reaped; it reports whether that happened within d. A zombie whose other
+// threads are still exiting cannot be waited for yet, so one try is not
+// enough.
 func (m *Manager) awaitPidGone(pid int, d time.Duration) bool {
+	self := os.Getpid()
 	deadline := time.Now().Add(d)
 	for {
-		if !alive(pid) {
-			m.reapOrphan(pid)
+		st, ok := readStat(pid)
+		switch {
+		case !ok:
+			return true
+		case st.zombie() && st.ppid != self:
+			return true // someone else's to reap
+		case st.zombie() && m.reapOrphan(pid):
 			return true
 		}
 		if time.Now().After(deadline) {

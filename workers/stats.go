@@ -55,13 +55,26 @@ type ProcInfo struct {
 // are read after the child list was copied, never under a lock.
 func (m *Manager) Table(ctx context.Context) []ProcInfo {
 	procs := m.Procs()
-	all := listProcs() // one scan for every row; the marker is not read here
+	all := listProcs() // one scan for every row
+	// Descendants of dashgate that left their worker's group and parent are
+	// found by their marker; only those are read (/proc/<pid>/environ).
+	byMarker := make(map[string]int, len(procs))
+	for _, p := range procs {
+		byMarker[p.marker] = p.pid
+	}
+	claimedBy := map[int]int{} // pid -> worker pid, by marker
+	for pid := range descendantsOf(all, os.Getpid()) {
+		if w, ok := byMarker[environValue(pid, EnvWorkerID)]; ok && w != pid {
+			claimedBy[pid] = w
+		}
+	}
 	out := make([]ProcInfo, 0, len(procs))
 	for _, p := range procs {
 		desc := descendantsOf(all, p.pid)
 		var tree []int
 		for _, st := range all {
-			if st.pid != p.pid && !st.zombie() && (desc[st.pid] || st.pgrp == p.pid || (p.spec.Kind == KindPTY && st.sid == p.pid)) {
+			if st.pid != p.pid && !st.zombie() && (desc[st.pid] || st.pgrp == p.pid ||
+				(p.spec.Kind == KindPTY && st.sid == p.pid) || claimedBy[st.pid] == p.pid) {
 				tree = append(tree, st.pid)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/workers"
+	"github.com/dashgate/dashgate/workers/builtin"
 )
 
 // mainEnv makes the test binary run Main with its arguments: it is then
@@ -33,6 +35,16 @@ const mainEnv = "DASHGATE_TEST_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
+		if len(os.Args) > 1 && os.Args[1] == stubbornWorker {
+			// The built-in worker without its own ways to die with
+			// dashgate (parent watchdog, exit on stdin EOF, SIGHUP): only
+			// Pdeathsig, or a signal, ends it.
+			signal.Ignore(syscall.SIGHUP)
+			builtin.Run(context.Background(), os.Stdin, os.Stdout, os.Stderr)
+			for {
+				time.Sleep(time.Hour)
+			}
+		}
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// Orphans of a killed dashgate come back to the test process (pid 1 of
@@ -46,6 +58,10 @@ func TestMain(m *testing.M) {
 }
 
 const testToken = "test-token-0123456789"
+
+// stubbornWorker, as the first argument, makes the test binary a worker
+// that only Pdeathsig (or a signal) ends.
+const stubbornWorker = "stubborn-worker"
 
 // ---------------------------------------------------------------------------
 // Instances.
@@ -81,7 +97,7 @@ type instance struct {
 
 // startInstance runs dashgate on 127.0.0.1:0 with stateDir and waits until it
 // listens. The cleanup SIGKILLs it if the test did not end it.
-func startInstance(t *testing.T, name, stateDir string) *instance {
+func startInstance(t *testing.T, name, stateDir string, extra ...string) *instance {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -95,6 +111,7 @@ func startInstance(t *testing.T, name, stateDir string) *instance {
 		"--pty-cmd", "/bin/bash --norc --noprofile -i",
 		// the workers are this binary too; GORACE: no 1 s sleep at exit
 		"--pass-env", mainEnv+",GORACE")
+	in.cmd.Args = append(in.cmd.Args, extra...)
 	in.cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=0", "SHELL=/bin/bash")
 	in.cmd.Stderr = in.log
 	in.started = time.Now()
@@ -107,6 +124,11 @@ func startInstance(t *testing.T, name, stateDir string) *instance {
 			in.cmd.Process.Kill()
 		}
 		<-in.exited
+		// a safety net for a failing test: nothing of the instance stays
+		for pid := range instanceProcs(in.id) {
+			unix.Kill(pid, unix.SIGKILL)
+			waitFor(t, 5*time.Second, "cleanup", func() bool { return goneReaped(pid) })
+		}
 	})
 	waitFor(t, 30*time.Second, name+" writes its address", func() bool {
 		if in.hasExited() {
@@ -117,15 +139,12 @@ func startInstance(t *testing.T, name, stateDir string) *instance {
 			return false
 		}
 		in.addr = strings.TrimSpace(string(b))
-		return true
+		// the address file is written just before this record
+		return len(in.records("dashgate listening")) == 1
 	})
-	recs := in.records("dashgate listening")
-	if len(recs) != 1 {
-		t.Fatalf("%s: %d \"dashgate listening\" records", name, len(recs))
-	}
-	in.id, _ = recs[0]["instance"].(string)
+	in.id, _ = in.records("dashgate listening")[0]["instance"].(string)
 	if in.id == "" {
-		t.Fatalf("%s: no instance id in %v", name, recs[0])
+		t.Fatalf("%s: no instance id in its listening record", name)
 	}
 	return in
 }
@@ -452,37 +471,52 @@ func TestCrashRecovery(t *testing.T) {
 
 	// Instance A: two chat sessions with workers, and a terminal on the
 	// first that starts grandchildren of every escape shape.
-	a := startInstance(t, "A", stateDir)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's workers cannot die of the built-in worker's watchdog or of stdin
+	// EOF, so their end within a second is Pdeathsig's doing.
+	a := startInstance(t, "A", stateDir, "--worker-cmd", self+" "+stubbornWorker)
 	ca := dialChat(t, a)
 	sid1, sid2 := ca.session(), ca.session()
+	// disown: bash, when the hangup reaches it before Pdeathsig's SIGKILL,
+	// sends SIGHUP to its jobs; disowned jobs are the ones that leak.
 	dialTerminal(t, a, sid1,
-		`sleep 300 & setsid sleep 301 & setsid -w sleep 302 & (nohup sleep 303 >/dev/null 2>&1 &)`)
+		`sleep 300 & setsid sleep 301 & setsid -w sleep 302 & (nohup sleep 303 >/dev/null 2>&1 &); disown -a`)
+	// Wait until the tree is settled: four sleeps, the one setsid that
+	// waits (-w), and no short-lived fork (the subshell, the forking
+	// setsid) left. The admin API lists the terminal's descendants and
+	// session members: they are among the leftovers.
 	var leftovers map[int]procInfo
-	waitFor(t, 20*time.Second, "the terminal's four sleeps run", func() bool {
+	var w1, w2, pty workerRow
+	waitFor(t, 20*time.Second, "the terminal's sleeps run, settled", func() bool {
 		leftovers = map[int]procInfo{}
-		sleeps := 0
+		count := map[string]int{}
 		for pid, p := range instanceProcs(a.id) {
+			count[p.comm]++
 			if p.comm == "sleep" || p.comm == "setsid" {
 				leftovers[pid] = p
 			}
-			if p.comm == "sleep" {
-				sleeps++
+		}
+		if count["sleep"] != 4 || count["setsid"] != 1 {
+			return false
+		}
+		w1, w2, pty = a.worker("chat", sid1), a.worker("chat", sid2), a.worker("pty", sid1)
+		// every leftover: sleep 300, setsid -w and its sleep (by parent),
+		// sleep 303 (in the terminal's session) and sleep 301 (its own
+		// session, claimed by the marker it carries)
+		if len(pty.Children) != len(leftovers) {
+			return false
+		}
+		for _, c := range pty.Children {
+			if _, ok := leftovers[c]; !ok {
+				return false
 			}
 		}
-		return sleeps == 4
+		return true
 	})
-	w1, w2, pty := a.worker("chat", sid1), a.worker("chat", sid2), a.worker("pty", sid1)
 	direct := []int{w1.PID, w2.PID, pty.PID}
-	// The admin API lists the terminal's own descendants (not the orphans
-	// the subreaper adopted): they are among the leftovers.
-	if len(pty.Children) < 3 {
-		t.Fatalf("pty children %v: want sleep 300, setsid -w and its sleep", pty.Children)
-	}
-	for _, c := range pty.Children {
-		if _, ok := leftovers[c]; !ok {
-			t.Fatalf("pty child %d is not a sleep/setsid of the terminal (%v)", c, leftovers)
-		}
-	}
 	t.Logf("A: workers %v, leftovers %v", direct, slices.Sorted(maps.Keys(leftovers)))
 
 	// Instance B: a live neighbour on the same state dir, with its own worker.

@@ -390,7 +390,7 @@ func TestExitCommand(t *testing.T) {
 			if code := r.exitCode(); code != tt.code {
 				t.Errorf("exit code %d, want %d", code, tt.code)
 			}
-			select { // (a cancel would make the /exit handler answer: see TestRunReturnsOnlyAfterItsRequests)
+			select { // Run has returned, and with it every request it started
 			case l := <-r.lines:
 				t.Errorf("/exit answered: %s", l.raw)
 			default:
