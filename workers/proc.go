@@ -70,6 +70,10 @@ const (
 	EnvWorkerID = "DASHGATE_WORKER_ID"
 )
 
+// eofGrace is how long Close waits for a chat worker to exit on stdin EOF
+// before it signals.
+const eofGrace = 50 * time.Millisecond
+
 // killWait bounds the wait after SIGKILL (a process in uninterruptible
 // sleep can outlive it); past it Close logs at ERROR and returns.
 const killWait = 5 * time.Second
@@ -442,7 +446,15 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	start := time.Now()
 	res := CloseResult{PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, Reason: reason, Escalation: EscalationNone}
 	if p.stdin != nil {
-		p.stdin.Close() // a worker exits on stdin EOF (PROTOCOL.md §4)
+		// A worker exits on stdin EOF (PROTOCOL.md §4): give it a moment to
+		// do so cleanly before any signal.
+		p.stdin.Close()
+		t := time.NewTimer(min(eofGrace, p.m.cfg.Grace))
+		select {
+		case <-p.waited:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	polite := []syscall.Signal{syscall.SIGTERM}
 	if p.spec.Kind == KindPTY {
