@@ -55,7 +55,7 @@ func (h *Chat) defaults() {
 		h.MaxFrame = 1 << 20
 	}
 	if h.SendQueue <= 0 {
-		h.SendQueue = 1024
+		h.SendQueue = 256
 	}
 	if h.MaxSessions <= 0 {
 		h.MaxSessions = 100

@@ -196,14 +196,12 @@ type recViewer struct {
 
 func (v *recViewer) Done() <-chan struct{} { return v.done }
 
+// leavingViewer is a viewer that can leave (see leave).
+func leavingViewer() *recViewer { return &recViewer{done: make(chan struct{})} }
+
 // leave marks the viewer's socket gone, as a handler does before it calls
-// DetachViewer.
-func (v *recViewer) leave() {
-	if v.done == nil {
-		v.done = make(chan struct{})
-	}
-	close(v.done)
-}
+// DetachViewer. The viewer must come from leavingViewer.
+func (v *recViewer) leave() { close(v.done) }
 
 func (v *recViewer) Deliver(ev Event) {
 	v.mu.Lock()

@@ -187,7 +187,7 @@ func gone(pid int) bool {
 
 func TestRealWorkerDetachResume(t *testing.T) {
 	h, mgr := realHarness(t, time.Second)
-	v := &recViewer{}
+	v := leavingViewer()
 	in, _ := h.r.Create(v, "", false)
 	out, err := h.r.Exec(t.Context(), v, in.ID, "/echo hi")
 	if err != nil || out != "hi" {

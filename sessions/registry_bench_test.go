@@ -27,11 +27,15 @@ func benchRegistry(b *testing.B, mod func(*Config)) (*Registry, *fakeSpawner) {
 	return r, sp
 }
 
+// benchViewer is a viewer whose done channel exists from the start, so that
+// leave only closes it (no write that a registry goroutine could race).
+func benchViewer() *recViewer { return &recViewer{done: make(chan struct{})} }
+
 // BenchmarkRegistryCreateClose: session.create then session.close, no
 // worker.
 func BenchmarkRegistryCreateClose(b *testing.B) {
 	r, _ := benchRegistry(b, nil)
-	v := &recViewer{}
+	v := benchViewer()
 	for b.Loop() {
 		in, err := r.Create(v, "bench", false)
 		if err != nil {
@@ -51,7 +55,7 @@ func BenchmarkRegistryChurn(b *testing.B) {
 	r, _ := benchRegistry(b, nil)
 	ctx := context.Background()
 	for b.Loop() {
-		v := &recViewer{}
+		v := benchViewer()
 		in, err := r.Create(v, "bench", false)
 		if err != nil {
 			b.Fatal(err)
@@ -74,14 +78,14 @@ func BenchmarkRegistryCreateAtCapacity(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			r, _ := benchRegistry(b, func(c *Config) { c.MaxSessions = n })
 			for range n {
-				v := &recViewer{}
+				v := benchViewer()
 				r.Create(v, "bench", false)
 				v.leave()
 				r.DetachViewer(v, workers.ReasonDetach)
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				v := &recViewer{}
+				v := benchViewer()
 				if _, err := r.Create(v, "bench", false); err != nil {
 					b.Fatal(err)
 				}
@@ -98,7 +102,7 @@ func BenchmarkRegistryCreateAtCapacity(b *testing.B) {
 // worker runs: the registry's share of a warm slash.exec.
 func BenchmarkRegistryExecWarm(b *testing.B) {
 	r, _ := benchRegistry(b, nil)
-	v := &recViewer{}
+	v := benchViewer()
 	in, _ := r.Create(v, "bench", false)
 	ctx := context.Background()
 	for b.Loop() {
@@ -114,7 +118,7 @@ func BenchmarkRegistryList(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			r, _ := benchRegistry(b, nil)
-			v := &recViewer{}
+			v := benchViewer()
 			for range n {
 				r.Create(v, "bench", false)
 			}
@@ -146,7 +150,7 @@ func BenchmarkRealWorkerChurn(b *testing.B) {
 	})
 	ctx := context.Background()
 	for b.Loop() {
-		v := &recViewer{}
+		v := benchViewer()
 		in, err := r.Create(v, "bench", false)
 		if err != nil {
 			b.Fatal(err)

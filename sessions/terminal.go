@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -92,6 +94,9 @@ func (t *Terminal) read() {
 		}
 		t.mu.Unlock()
 		n, err := t.pty.Read(buf)
+		if err == nil && n < len(buf) {
+			n += t.readMore(buf[n:])
+		}
 		t.mu.Lock()
 		if n > 0 {
 			t.ring.Write(buf[:n])
@@ -108,6 +113,30 @@ func (t *Terminal) read() {
 			return
 		}
 	}
+}
+
+// readMore takes what the pty holds already, without waiting, so one wakeup
+// of the sender carries up to a frame (a pty hands out about 4 KiB a read).
+// A keystroke's echo is never delayed: when nothing more is there, it
+// returns at once.
+func (t *Terminal) readMore(buf []byte) int {
+	rc, err := t.pty.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for n < len(buf) {
+		got := 0
+		rc.Read(func(fd uintptr) bool {
+			got, _ = unix.Read(int(fd), buf[n:])
+			return true // one non-blocking try; EAGAIN ends the loop
+		})
+		if got <= 0 {
+			break
+		}
+		n += got
+	}
+	return n
 }
 
 // end closes the terminal once: its program's whole tree with escalation,

@@ -564,6 +564,10 @@ func (p *Proc) tree() []int {
 	if !leaderReaped {
 		desc = descendantsOf(procs, p.pid)
 	}
+	// A member that left the group, the session and the parent chain is
+	// found by its marker. It was reparented to dashgate (the subreaper) or,
+	// without one, to init: only those have their environment read.
+	mine := descendantsOf(procs, self)
 	var out []int
 	for _, st := range procs {
 		if st.pid == self {
@@ -574,7 +578,7 @@ func (p *Proc) tree() []int {
 		}
 		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
 			(p.spec.Kind == KindPTY && st.sid == p.pid)
-		if !member && !st.zombie() {
+		if !member && !st.zombie() && (mine[st.pid] || st.ppid == 1) {
 			member = environValue(st.pid, EnvWorkerID) == p.marker
 		}
 		if !member {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -58,12 +61,42 @@ func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 }
 
 func (m *Manager) reapZombieOrphans() {
-	self := os.Getpid()
-	for _, st := range listProcs() {
-		if st.ppid == self && st.zombie() {
-			m.reapOrphan(st.pid)
+	for _, pid := range childrenOfSelf() {
+		if st, ok := readStat(pid); ok && st.zombie() {
+			m.reapOrphan(pid)
 		}
 	}
+}
+
+// childrenOfSelf lists dashgate's children from /proc/self/task/*/children
+// (proc(5); a child is listed under the thread that forked it, an adopted
+// orphan under the thread group), or by scanning /proc when that file is
+// missing.
+func childrenOfSelf() []int {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	if len(tasks) == 0 {
+		self := os.Getpid()
+		var out []int
+		for _, st := range listProcs() {
+			if st.ppid == self {
+				out = append(out, st.pid)
+			}
+		}
+		return out
+	}
+	var out []int
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(field); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }
 
 // Unowned is a descendant of dashgate that no live child's tree claims: an
