@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
@@ -58,33 +57,6 @@ func newStack(t *testing.T) *stack {
 	return s
 }
 
-func (s *stack) chatAuthed() *chatClient {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(s.t.Context(), 5*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, s.url+"/ws/chat", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	cc := &chatClient{t: s.t, c: c, frames: make(chan map[string]any, 1024), closed: make(chan error, 1)}
-	go func() {
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				cc.closed <- err
-				close(cc.frames)
-				return
-			}
-			var m map[string]any
-			json.Unmarshal(b, &m)
-			cc.frames <- m
-		}
-	}()
-	cc.next()
-	s.t.Cleanup(func() { c.CloseNow() })
-	return cc
-}
-
 // post sends an admin action the way a same-origin form would.
 func (s *stack) post(path string, hdr map[string]string) *http.Response {
 	s.t.Helper()
@@ -122,7 +94,7 @@ func (s *stack) get(path string) string {
 func TestAdminReapSession(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	cc := s.chatAuthed()
+	cc := s.chat()
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	pid := s.mgr.Procs()[0].PID()
@@ -158,7 +130,7 @@ func TestAdminReapSession(t *testing.T) {
 func TestAdminReapWorkerKeepsSession(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	cc := s.chatAuthed()
+	cc := s.chat()
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	pid := s.mgr.Procs()[0].PID()
@@ -190,7 +162,7 @@ func TestAdminReapUnownedOrphan(t *testing.T) {
 		t.Skip("cannot be a subreaper:", err)
 	}
 	s := newStack(t)
-	sid := s.chatAuthed().create()
+	sid := s.chat().create()
 	// A terminal whose shell starts a setsid grandchild, then the shell is
 	// killed outside dashgate: the grandchild is an orphan of the test
 	// process (a subreaper), owned by no worker.
@@ -229,7 +201,7 @@ func TestAdminReapUnownedOrphan(t *testing.T) {
 func TestAdminRefusals(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	cc := s.chatAuthed()
+	cc := s.chat()
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	pid := s.mgr.Procs()[0].PID()
@@ -267,7 +239,7 @@ func TestAdminRefusals(t *testing.T) {
 func TestAdminJSONAndMetrics(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	cc := s.chatAuthed()
+	cc := s.chat()
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	var ws struct{ Workers []handlers.WorkerJSON }

@@ -92,11 +92,11 @@ func runHelper(mode string) int {
 	return 2
 }
 
-// blockForever parks a helper until a signal ends it. A sleeping main
-// goroutine keeps Go's deadlock detector quiet (a bare select{} would not).
+// blockForever parks a helper until a signal ends it. A thread blocked in
+// pause(2) keeps Go's deadlock detector quiet (a bare select{} would not).
 func blockForever() {
 	for {
-		time.Sleep(time.Hour)
+		unix.Pause()
 	}
 }
 
