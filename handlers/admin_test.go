@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/templates"
