@@ -438,7 +438,7 @@ func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
 // detachLocked handles the last viewer leaving s and returns the slow part
 // to run outside the lock. r.mu must be held.
 func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
-	parked := s.term != nil && s.term.parkedLocked()
+	parked := s.term != nil && s.term.parked()
 	if s.closeOnDisconnect || (s.terminalOnly && !parked) {
 		if !r.claimLocked(s, EndCloseOnDisconnect) {
 			return nil
@@ -452,7 +452,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	now := r.cfg.Clock.Now()
 	s.detachedAt, s.lastActive = now, now
 	s.ttlTimer = r.cfg.Clock.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
-	r.interruptTurnLocked(s, "the session detached")
+	r.interruptTurnLocked(s)
 	w := s.worker
 	s.worker = nil
 	if w == nil {
@@ -495,7 +495,7 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 		s.ttlTimer.Stop()
 		s.ttlTimer = nil
 	}
-	r.interruptTurnLocked(s, "the session closed")
+	r.interruptTurnLocked(s)
 	r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
 	for v := range s.viewers {
 		if set := r.viewing[v]; set != nil {
@@ -763,7 +763,7 @@ func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interr
 
 // interruptTurnLocked ends the running turn as interrupted and cancels its
 // call. r.mu must be held.
-func (r *Registry) interruptTurnLocked(s *Session, why string) {
+func (r *Registry) interruptTurnLocked(s *Session) {
 	t := s.turn
 	if t == nil || t.done {
 		return

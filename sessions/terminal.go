@@ -71,7 +71,9 @@ func (t *Terminal) signalLocked() {
 	t.notify = make(chan struct{})
 }
 
-func (t *Terminal) parkedLocked() bool {
+// parked reports whether the terminal waits for a reattach. It takes t.mu,
+// so callers may hold the registry's mutex (lock order) but not t.mu.
+func (t *Terminal) parked() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.att == nil && !t.ended
@@ -168,8 +170,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		if res.Signal != "" {
 			t.exitCode = 128 + signalNumber(res.Signal)
 		}
-		att := t.att
-		t.signalLocked()
+		t.signalLocked() // the attachment sees the end through Next
 		t.mu.Unlock()
 
 		r, s := t.r, t.s
@@ -188,7 +189,6 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 			}
 		}
 		r.mu.Unlock()
-		_ = att // the attachment sees the end through Next
 		if after != nil {
 			after()
 		}
