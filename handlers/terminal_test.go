@@ -497,3 +497,14 @@ func TestTerminalKeepaliveExpires(t *testing.T) {
 		t.Fatalf("session after expiry: %+v %v", in, ok)
 	}
 }
+
+func TestTerminalInputFrameLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(nil)
+	p.c.Write(t.Context(), websocket.MessageBinary, bytes.Repeat([]byte("a"), handlers.MaxInputFrame+1))
+	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("closed with %v, want 1009", err)
+	}
+	waitFor(t, 5*time.Second, "terminal ended", func() bool { return e.mgr.Count() == 0 })
+}
