@@ -38,16 +38,20 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 	b := newBrowser(t)
 	dash := b.newTab(t, "dashboard")
 
-	// Session one, with a worker; then session two, current, with a worker.
+	// Session one, with a worker, viewed by the first tab; session two, with
+	// a worker, made in a second tab (a tab that switches sessions lets go of
+	// the one it left, so each tab keeps its own session alive).
 	one := openDashboard(t, d, dash)
 	sendChat(t, dash, "/echo one")
 	waitAssistant(t, dash, "one", 1)
-	dash.Do("click New", chromedp.Click(chromedp.CSS(`[data-testid="new-session"]`)))
-	dash.mustWaitJS(10*time.Second, "second session current",
+	dash2 := b.newTab(t, "dashboard 2")
+	openDashboard(t, d, dash2)
+	dash2.Do("click New", chromedp.Click(chromedp.CSS(`[data-testid="new-session"]`)))
+	dash2.mustWaitJS(10*time.Second, "second session current",
 		fmt.Sprintf(`(s => s && s !== %s)(window.dashgate.currentSession())`, js(one)), dashboardState)
-	two := currentSession(t, dash)
-	sendChat(t, dash, "/echo two")
-	waitAssistant(t, dash, "two", 1)
+	two := currentSession(t, dash2)
+	sendChat(t, dash2, "/echo two")
+	waitAssistant(t, dash2, "two", 1)
 	w1, ok := d.Worker(one, "chat")
 	if !ok {
 		t.Fatalf("session one has no chat worker: %+v", d.Workers())
@@ -109,9 +113,9 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 	}
 
 	// The next command in the dashboard works, in a new worker.
-	sendChat(t, dash, "/echo again")
-	waitAssistant(t, dash, "again", 1)
-	if got := currentSession(t, dash); got != two {
+	sendChat(t, dash2, "/echo again")
+	waitAssistant(t, dash2, "again", 1)
+	if got := currentSession(t, dash2); got != two {
 		t.Errorf("the dashboard moved to session %s, want %s", got, two)
 	}
 	w3, ok := d.Worker(two, "chat")
@@ -120,5 +124,30 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 		t.Errorf("session two has no chat worker after /echo again: %+v", d.Workers())
 	case w3.PID == w2.PID:
 		t.Errorf("session two still has worker %d after it was reaped", w2.PID)
+	}
+}
+
+// Switching sessions in the dashboard lets go of the one left behind: its
+// worker is closed at once, the session stays resumable.
+func TestSwitchingSessionsClosesTheLeftWorker(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	dash := b.newTab(t, "dashboard")
+	one := openDashboard(t, d, dash)
+	sendChat(t, dash, "/echo one")
+	waitAssistant(t, dash, "one", 1)
+	w1, ok := d.Worker(one, "chat")
+	if !ok {
+		t.Fatalf("session one has no chat worker: %+v", d.Workers())
+	}
+	w1Start := d.startTime(w1.PID)
+	dash.Do("click New", chromedp.Click(chromedp.CSS(`[data-testid="new-session"]`)))
+	dash.mustWaitJS(10*time.Second, "second session current",
+		fmt.Sprintf(`(s => s && s !== %s)(window.dashgate.currentSession())`, js(one)), dashboardState)
+	if !gone(w1.PID, w1Start, time.Second+workerGrace) {
+		t.Fatalf("the left session's worker %d is still there", w1.PID)
+	}
+	if s, ok := d.Session(one); !ok || s.State != "detached" {
+		t.Fatalf("the left session: %+v (listed %v), want detached", s, ok)
 	}
 }

@@ -24,6 +24,7 @@ type ChatRegistry interface {
 	Exec(ctx context.Context, v sessions.Viewer, sid, command string) (string, error)
 	Prompt(v sessions.Viewer, sid, text string) (string, func(), error)
 	Interrupt(v sessions.Viewer, sid string) (string, error)
+	Leave(v sessions.Viewer, sid string) (bool, error)
 	DetachViewer(v sessions.Viewer, reason workers.Reason)
 }
 
@@ -282,6 +283,18 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		}
 		c.forget(p.SessionID)
 		return map[string]any{"closed": closed}, nil, nil
+
+	case "session.detach":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
+		}
+		was, err := reg.Leave(c, p.SessionID)
+		if err != nil {
+			return nil, nil, errorFor(err)
+		}
+		c.forget(p.SessionID)
+		return map[string]any{"detached": was}, nil, nil
 
 	case "session.list":
 		list := reg.List()

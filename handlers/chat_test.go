@@ -282,3 +282,35 @@ func TestSessionsPerSocketCap(t *testing.T) {
 	cc.call("session.close", map[string]any{"session_id": first})
 	cc.create()
 }
+
+// TestSessionDetach: a socket that stops viewing one of its sessions (the
+// dashboard switching sessions) detaches it, closing its worker, while its
+// other sessions keep theirs.
+func TestSessionDetach(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	left, kept := cc.create(), cc.create()
+	cc.call("slash.exec", map[string]any{"session_id": left, "command": "/echo a"})
+	leftPID := e.mgr.Procs()[0].PID()
+	cc.call("slash.exec", map[string]any{"session_id": kept, "command": "/echo b"})
+	if r := cc.call("session.detach", map[string]any{"session_id": left}); r["detached"] != true {
+		t.Fatalf("session.detach = %v", r)
+	}
+	waitFor(t, 2*time.Second, "the left session's worker gone", func() bool { return gone(leftPID) && e.mgr.Count() == 1 })
+	if in, _ := e.reg.Get(left); in.State != "detached" || in.Viewers != 0 {
+		t.Fatalf("left session: %+v", in)
+	}
+	if in, _ := e.reg.Get(kept); in.State != "attached" || in.WorkerPID == 0 {
+		t.Fatalf("kept session: %+v", in)
+	}
+	if r := cc.call("session.detach", map[string]any{"session_id": left}); r["detached"] != false {
+		t.Fatalf("second session.detach = %v", r)
+	}
+	if m := cc.callRaw("session.detach", map[string]any{"session_id": "nope"}); errCode(m) != 4001 {
+		t.Fatalf("detach of an unknown session: %v", m)
+	}
+	// resuming it again on the same socket works
+	cc.call("session.resume", map[string]any{"session_id": left})
+	cc.call("slash.exec", map[string]any{"session_id": left, "command": "/echo c"})
+}

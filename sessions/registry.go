@@ -435,6 +435,36 @@ func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
 	}
 }
 
+// Leave stops v viewing sid (session.detach): when v was its last viewer
+// the session detaches as if the socket had gone (worker closed with
+// reason detach). It reports whether v was viewing sid; ErrNotFound for an
+// unknown or ended session.
+func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() {
+		r.mu.Unlock()
+		return false, ErrNotFound
+	}
+	if _, ok := s.viewers[v]; !ok {
+		r.mu.Unlock()
+		return false, nil
+	}
+	delete(s.viewers, v)
+	if set := r.viewing[v]; set != nil {
+		delete(set, s)
+	}
+	var work func()
+	if len(s.viewers) == 0 {
+		work = r.detachLocked(s, workers.ReasonDetach)
+	}
+	r.mu.Unlock()
+	if work != nil {
+		r.goTracked(work)
+	}
+	return true, nil
+}
+
 // detachLocked handles the last viewer leaving s and returns the slow part
 // to run outside the lock. r.mu must be held.
 func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
@@ -598,6 +628,7 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 		return nil, err
 	}
 	if err != nil {
+		r.log.Warn("worker spawn failed", "sid", s.id, "err", err)
 		return nil, &workers.Error{Failure: workers.FailSpawn, Message: err.Error()}
 	}
 	r.mu.Lock()

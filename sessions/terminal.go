@@ -447,6 +447,12 @@ func (a *Attachment) Detach(reason workers.Reason) {
 			t.signalLocked()
 		}
 		t.mu.Unlock()
+		if park {
+			// The program keeps running for a reattach: say so, since the
+			// socket is gone (the tab closed or reloaded).
+			r.log.Info("terminal parked", "sid", t.s.id, "pty_pid", t.PID(),
+				"keepalive_ms", r.cfg.PTYKeepalive.Milliseconds(), "reason", string(reason))
+		}
 		if current && !park {
 			r.goTracked(func() { t.end(reason, false) })
 		}

@@ -333,6 +333,13 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 			src, tok := s.findToken(r, admin)
 			if src == tokenNone {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dashgate"`)
+				if r.Method == http.MethodGet && !isUpgrade(r) && strings.Contains(r.Header.Get("Accept"), "text/html") {
+					// A person in a browser: a form that sends ?token= (no script).
+					w.Header().Set("Content-Type", "text/html; charset=utf-8")
+					w.WriteHeader(http.StatusUnauthorized)
+					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token")}).Render(r.Context(), w)
+					return
+				}
 				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
 				return
 			}

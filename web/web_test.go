@@ -354,3 +354,23 @@ func TestMaxConnsPerIP(t *testing.T) {
 		t.Fatalf("third connection: %d, want 429", resp.StatusCode)
 	}
 }
+
+func TestLoginPageForBrowsers(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, web.Config{})
+	req, _ := http.NewRequest("GET", srv.URL+"/?token=wrong", nil)
+	req.Header.Set("Accept", "text/html")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	if resp.StatusCode != 401 || !strings.Contains(b.String(), `name="token"`) || !strings.Contains(b.String(), `data-testid="login-wrong"`) {
+		t.Fatalf("%d %s", resp.StatusCode, b.String())
+	}
+	if strings.Contains(b.String(), "wrong") && strings.Contains(b.String(), `value="wrong"`) {
+		t.Fatal("the refused token is echoed")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -122,6 +123,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		}
 		workerCmd = []string{self, "worker"}
 	}
+	for _, prog := range [][]string{workerCmd, strings.Fields(cfg.PTYCmd)} {
+		if _, err := exec.LookPath(prog[0]); err != nil {
+			return fmt.Errorf("--worker-cmd / --pty-cmd: %w", err)
+		}
+	}
 	trusted, err := web.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return err
@@ -175,10 +181,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	base, _ := web.NormalizeBasePath(cfg.BasePath)
 	log.Info("dashgate listening", "addr", addr, "base_path", base, "instance", inst.ID, "version", version, "pid", os.Getpid())
 	if cfg.TokenExplicit {
-		fmt.Fprintf(stdout, "dashgate: open http://%s%s (log in with your token)\n", addr, base)
+		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=<your token> (once; a cookie keeps you logged in)\n", addr, base)
 	} else {
 		// Printed on stdout for the person who started dashgate, never logged.
 		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=%s\n", addr, base, token)
+	}
+	if cfg.AdminToken != "" && cfg.AdminToken != token {
+		fmt.Fprintf(stdout, "dashgate: admin at http://%s%sadmin?token=<the admin token>\n", addr, base)
 	}
 
 	serveCtx, stopServe := context.WithCancel(context.Background())

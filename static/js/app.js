@@ -50,7 +50,13 @@ function serial(fn) {
 // explicit: the user asked for this session (a click), so a terminal that
 // was taken over by another tab is taken back; a reconnect never does that.
 function setCurrent(id, explicit) {
+	const previous = current;
 	current = id;
+	// Stop viewing the session left behind, so its worker is closed now
+	// rather than when the tab goes (session.detach, docs/PROTOCOL.md §7).
+	if (previous && previous !== id && rpc.ready) {
+		rpc.call('session.detach', { session_id: previous }).catch(() => {});
+	}
 	currentGone = false;
 	streaming.clear();
 	localStorage.setItem(SESSION_KEY, id);
