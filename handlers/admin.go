@@ -20,18 +20,21 @@ import (
 	"github.com/dashgate/dashgate/workers"
 )
 
-// AdminSessions is what the admin page needs of the session registry.
+// AdminSessions is what the admin page needs of the session registry. A
+// session's children are reaped through it (ReapWorker), so the session
+// records why they ended.
 type AdminSessions interface {
 	List() []sessions.Info
 	Close(sid string, reason sessions.EndReason) (bool, error)
 	ReapDetached() int
+	ReapWorker(pid int) error
 }
 
-// AdminProcs is what the admin page needs of the worker manager.
+// AdminProcs is what the admin page needs of the worker manager: snapshots,
+// and reaping a process that no session owns.
 type AdminProcs interface {
 	Table(ctx context.Context) []workers.ProcInfo
 	Unowned() []workers.Unowned
-	Lookup(pid int) *workers.Proc
 	ReapUnowned(pid int) error
 }
 
@@ -215,11 +218,18 @@ func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "session not found"})
 	case err != nil:
 		h.audit(r, target, "error")
-		http.Error(w, "reap session: "+err.Error(), http.StatusInternalServerError)
+		httpError(w, r, h.logger(), err)
 	default:
 		h.audit(r, target, "reaped")
 		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
 	}
+}
+
+func (h *Admin) logger() *slog.Logger {
+	if h.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return h.Log
 }
 
 func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
@@ -237,10 +247,15 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such worker"})
 		return
 	}
-	if p := h.Procs.Lookup(pid); p != nil {
-		p.Close(workers.ReasonAdminReap)
+	err = h.Sessions.ReapWorker(pid)
+	if err == nil {
 		h.audit(r, target, "reaped")
 		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		return
+	}
+	if !errors.Is(err, sessions.ErrNotFound) {
+		h.audit(r, target, "error")
+		httpError(w, r, h.logger(), err)
 		return
 	}
 	if err := h.Procs.ReapUnowned(pid); err != nil {

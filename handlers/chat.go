@@ -44,7 +44,6 @@ type Chat struct {
 	Socket          SocketConfig
 	MaxFrame        int64 // bytes; larger frames close the socket with 1009
 	SendQueue       int   // frames queued per socket before it is a slow consumer
-	MaxSessions     int   // sessions one socket may view
 	MaxInflight     int   // requests one socket may have running
 	OnConn          func(delta int)
 	connSeq         atomic.Uint64
@@ -58,9 +57,6 @@ func (h *Chat) defaults() {
 	if h.SendQueue <= 0 {
 		h.SendQueue = 256
 	}
-	if h.MaxSessions <= 0 {
-		h.MaxSessions = 100
-	}
 	if h.MaxInflight <= 0 {
 		h.MaxInflight = 64
 	}
@@ -70,40 +66,45 @@ func (h *Chat) defaults() {
 }
 
 // chatConn is one chat socket; it is the Viewer of the sessions it views.
+// Which sessions those are, only the registry records.
 type chatConn struct {
 	h    *Chat
 	conn *websocket.Conn
 	log  *slog.Logger
-	out  chan []byte
+	out  chan outFrame
 	sock *socket
 	done chan struct{} // closed when the socket is gone, before DetachViewer
+}
 
-	mu       sync.Mutex
-	sessions map[string]bool // sessions this socket attached
-	pending  int             // creates under way
+// outFrame is one queued text frame: a reply already encoded, or an event
+// that the writer encodes (once for all its viewers, see Event.Encode).
+type outFrame struct {
+	raw []byte
+	ev  sessions.Event
+}
+
+func (f outFrame) bytes() []byte {
+	if f.raw != nil {
+		return f.raw
+	}
+	return f.ev.Encode(EncodeEvent)
 }
 
 // Done implements sessions.Viewer.
 func (c *chatConn) Done() <-chan struct{} { return c.done }
 
-// errSlowConsumer ends a socket whose send queue overflowed.
-var errSlowConsumer = errors.New("slow consumer")
+// Deliver queues an event without encoding it (it runs under the
+// registry's lock); a full queue disconnects the socket (1008) so it never
+// slows the session's other viewers.
+func (c *chatConn) Deliver(ev sessions.Event) { c.enqueue(outFrame{ev: ev}) }
 
-// Deliver queues an event; a full queue disconnects the socket (1008) so it
-// never slows the session's other viewers.
-func (c *chatConn) Deliver(ev sessions.Event) {
-	select {
-	case c.out <- EncodeEvent(ev):
-	default:
-		c.sock.closeWith(errSlowConsumer, websocket.StatusPolicyViolation, "slow consumer")
-	}
-}
+func (c *chatConn) send(b []byte) { c.enqueue(outFrame{raw: b}) }
 
-func (c *chatConn) send(b []byte) {
+func (c *chatConn) enqueue(f outFrame) {
 	select {
-	case c.out <- b:
+	case c.out <- f:
 	default:
-		c.sock.closeWith(errSlowConsumer, websocket.StatusPolicyViolation, "slow consumer")
+		c.sock.closeWith(sessions.ErrViewerSlow, websocket.StatusPolicyViolation, "slow consumer")
 	}
 }
 
@@ -118,9 +119,8 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &chatConn{
 		h: h, conn: conn, sock: sock,
 		log:      h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
-		out:      make(chan []byte, h.SendQueue),
-		sessions: map[string]bool{},
-		done:     make(chan struct{}),
+		out:  make(chan outFrame, h.SendQueue),
+		done: make(chan struct{}),
 	}
 	if h.OnConn != nil {
 		h.OnConn(1)
@@ -130,11 +130,11 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); writeLoop(sock, c.out, h.Socket.WriteTimeout) }()
+	go func() { defer wg.Done(); c.writeLoop() }()
 	go func() { defer wg.Done(); pingLoop(sock, h.Socket) }()
 	sock.end(c.readLoop(&wg))
 	cause := sock.cause()
-	reason := reasonFor(cause)
+	reason := sessions.ViewerEndReason(cause)
 	close(c.done)
 	h.Registry.DetachViewer(c, reason)
 	wg.Wait()
@@ -175,48 +175,27 @@ func (c *chatConn) readLoop(wg *sync.WaitGroup) error {
 
 var errBinaryFrame = errors.New("binary frame on the chat socket")
 
-func (c *chatConn) attach(sid string) *RPCError {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.sessions[sid] && len(c.sessions)+c.pending >= c.h.MaxSessions {
-		return &RPCError{Code: CodeCapacity, Message: "this socket views the most sessions it may (100)"}
-	}
-	c.sessions[sid] = true
-	return nil
-}
-
-// reserve holds a slot for a session about to be created; settle fills it
-// with the new id, or frees it.
-func (c *chatConn) reserve() *RPCError {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.sessions)+c.pending >= c.h.MaxSessions {
-		return &RPCError{Code: CodeCapacity, Message: "this socket views the most sessions it may (100)"}
-	}
-	c.pending++
-	return nil
-}
-
-func (c *chatConn) settle(sid string, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.pending--
-	if ok {
-		c.sessions[sid] = true
+// writeLoop writes queued frames until the socket ends.
+func (c *chatConn) writeLoop() {
+	for {
+		select {
+		case <-c.sock.ctx.Done():
+			return
+		case f := <-c.out:
+			if err := writeFrame(c.sock, websocket.MessageText, f.bytes(), c.h.Socket.WriteTimeout); err != nil {
+				c.sock.abort(err)
+				return
+			}
+		}
 	}
 }
 
-func (c *chatConn) forget(sid string) {
-	c.mu.Lock()
-	delete(c.sessions, sid)
-	c.mu.Unlock()
-}
-
-// dispatch runs one request and queues its reply.
+// dispatch runs one request and queues its reply; errors go through the
+// socket's one error edge, rpcError.
 func (c *chatConn) dispatch(ctx context.Context, req Request) {
-	result, after, rerr := c.call(ctx, req)
-	if rerr != nil {
-		c.send(encodeReply(req.ID, nil, rerr))
+	result, after, err := c.call(ctx, req)
+	if err != nil {
+		c.send(encodeReply(req.ID, nil, rpcError(c.log, req.Method, err)))
 		return
 	}
 	c.send(encodeReply(req.ID, result, nil))
@@ -229,7 +208,9 @@ type sessionParams struct {
 	SessionID string `json:"session_id"`
 }
 
-func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCError) {
+// call runs one request; its errors are *RPCError (input) or the
+// registry's, which rpcError maps.
+func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 	reg := c.h.Registry
 	switch req.Method {
 	case "session.create":
@@ -243,13 +224,9 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := checkTitle(p.Title); e != nil {
 			return nil, nil, e
 		}
-		if e := c.reserve(); e != nil {
-			return nil, nil, e
-		}
 		in, err := reg.Create(c, p.Title, p.CloseOnDisconnect)
-		c.settle(in.ID, err == nil)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
 		return map[string]any{"session_id": in.ID, "created_at": in.CreatedAt.UTC().Format(time.RFC3339Nano)}, nil, nil
 
@@ -258,13 +235,9 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := c.sessionParams(req, &p); e != nil {
 			return nil, nil, e
 		}
-		if e := c.attach(p.SessionID); e != nil {
-			return nil, nil, e
-		}
 		res, err := reg.Resume(c, p.SessionID)
 		if err != nil {
-			c.forget(p.SessionID)
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
 		hist := res.History
 		if hist == nil {
@@ -279,9 +252,8 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		}
 		closed, err := reg.Close(p.SessionID, sessions.EndClientClose)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
-		c.forget(p.SessionID)
 		return map[string]any{"closed": closed}, nil, nil
 
 	case "session.detach":
@@ -291,9 +263,8 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		}
 		was, err := reg.Leave(c, p.SessionID)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
-		c.forget(p.SessionID)
 		return map[string]any{"detached": was}, nil, nil
 
 	case "session.list":
@@ -305,12 +276,9 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := c.sessionParams(req, &p); e != nil {
 			return nil, nil, e
 		}
-		if e := c.attach(p.SessionID); e != nil {
-			return nil, nil, e
-		}
 		status, err := reg.Interrupt(c, p.SessionID)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
 		return map[string]any{"status": status}, nil, nil
 
@@ -328,12 +296,9 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := checkCommand(p.Command); e != nil {
 			return nil, nil, e
 		}
-		if e := c.attach(p.SessionID); e != nil {
-			return nil, nil, e
-		}
 		out, err := reg.Exec(ctx, c, p.SessionID, p.Command)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
 		return map[string]any{"output": out}, nil, nil
 
@@ -351,12 +316,9 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), *RPCErro
 		if e := checkPrompt(p.Text); e != nil {
 			return nil, nil, e
 		}
-		if e := c.attach(p.SessionID); e != nil {
-			return nil, nil, e
-		}
 		turnID, start, err := reg.Prompt(c, p.SessionID, p.Text)
 		if err != nil {
-			return nil, nil, errorFor(err)
+			return nil, nil, err
 		}
 		return map[string]any{"status": "streaming", "turn_id": turnID}, start, nil
 	}
@@ -370,19 +332,6 @@ func (c *chatConn) sessionParams(req Request, p *sessionParams) *RPCError {
 	return requireSession(p.SessionID)
 }
 
-// reasonFor maps why a socket ended to the worker close reason.
-func reasonFor(cause error) workers.Reason {
-	switch {
-	case errors.Is(cause, errWriteTimeout), errors.Is(cause, errSlowConsumer):
-		return workers.ReasonWriteTimeout
-	case errors.Is(cause, errPingTimeout):
-		return workers.ReasonPingTimeout
-	case errors.Is(cause, ErrShutdown):
-		return workers.ReasonShutdown
-	}
-	return workers.ReasonDetach
-}
-
 // ErrShutdown is the cause the server gives its base context when it shuts
 // down; sockets then close with 1001 and their workers with reason shutdown.
-var ErrShutdown = errors.New("server shutting down")
+var ErrShutdown = sessions.ErrViewerShutdown

@@ -24,16 +24,18 @@ type Metrics struct {
 	wsConns            *prometheus.GaugeVec
 	ptyBytes           *prometheus.CounterVec
 
-	mu        sync.Mutex
-	byEnd     map[string]int
-	byReason  map[string]int
-	listLive  func() []sessions.Info
-	listProcs func() []*workers.Proc
+	mu         sync.Mutex
+	byEnd      map[string]int
+	byReason   map[string]int
+	listLive   func() []sessions.Info
+	countProcs func() map[workers.Kind]int
 }
 
 // NewMetrics builds the metrics; the session and worker gauges are read
-// from list functions at scrape time.
-func NewMetrics(listSessions func() []sessions.Info, listProcs func() []*workers.Proc) *Metrics {
+// from listSessions and countProcs (live children by kind) at scrape time.
+// Every end reason and worker reason of sessions' reason table has its
+// series from the start, at zero.
+func NewMetrics(listSessions func() []sessions.Info, countProcs func() map[workers.Kind]int) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		sessionCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,7 +55,15 @@ func NewMetrics(listSessions func() []sessions.Info, listProcs func() []*workers
 			Name: "dashgate_pty_bytes_total", Help: "Bytes through terminals: out of the pty (output) or into it (input).",
 		}, []string{"direction"}),
 		byEnd: map[string]int{}, byReason: map[string]int{},
-		listLive: listSessions, listProcs: listProcs,
+		listLive: listSessions, countProcs: countProcs,
+	}
+	for _, r := range sessions.EndReasons {
+		m.sessionCloses.WithLabelValues(string(r))
+	}
+	for _, r := range sessions.WorkerReasons {
+		for _, e := range []workers.Escalation{workers.EscalationNone, workers.EscalationTerm, workers.EscalationKill} {
+			m.workerCloses.WithLabelValues(string(r), string(e))
+		}
 	}
 	m.reg.MustRegister(m.sessionCloses, m.workerCloses, m.workerCloseSeconds, m.wsConns, m.ptyBytes,
 		gaugeCollector{m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -77,12 +87,9 @@ func (g gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	for st, n := range states {
 		ch <- prometheus.MustNewConstMetric(sessionsDesc, prometheus.GaugeValue, float64(n), st)
 	}
-	kinds := map[string]int{"chat": 0, "pty": 0}
-	for _, p := range g.m.listProcs() {
-		kinds[string(p.Kind())]++
-	}
-	for k, n := range kinds {
-		ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), k)
+	kinds := g.m.countProcs()
+	for _, k := range []workers.Kind{workers.KindChat, workers.KindPTY} {
+		ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(kinds[k]), string(k))
 	}
 }
 

@@ -2,11 +2,12 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/sessions"
 )
 
 // socket is the lifecycle of one WebSocket: why it ended (the first cause
@@ -84,9 +85,11 @@ func (s *socket) cause() error {
 	return s.first
 }
 
+// The causes a socket records when its peer stops reading or answering;
+// sessions.ViewerEndReason maps them to write_timeout and ping_timeout.
 var (
-	errWriteTimeout = errors.New("write timeout: the client stopped reading")
-	errPingTimeout  = errors.New("ping timeout: the client stopped answering")
+	errWriteTimeout = sessions.ErrViewerWriteTimeout
+	errPingTimeout  = sessions.ErrViewerPingTimeout
 )
 
 // writeFrame writes one frame within timeout; past it the socket is aborted
@@ -104,24 +107,9 @@ func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Dur
 	return err
 }
 
-// writeLoop writes queued frames until the socket ends.
-func writeLoop(s *socket, out <-chan []byte, timeout time.Duration) {
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case b := <-out:
-			if err := writeFrame(s, websocket.MessageText, b, timeout); err != nil {
-				s.abort(err)
-				return
-			}
-		}
-	}
-}
-
 // pingLoop pings every interval; no pong within the timeout aborts the
 // socket (reason ping_timeout). It runs whatever the bind address
-// (FAILURES.md #15).
+// (docs/FAILURES.md #15).
 func pingLoop(s *socket, cfg SocketConfig) {
 	if cfg.PingInterval <= 0 {
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -74,39 +75,39 @@ func parseSize(q string, def, limit int) (uint16, error) {
 	return uint16(n), nil
 }
 
-func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+// terminalOptions parses the query of /ws/pty; its errors are
+// errBadRequest.
+func terminalOptions(q url.Values) (sessions.TerminalOptions, error) {
 	cols, err := parseSize(q.Get("cols"), 80, MaxCols)
 	if err != nil {
-		http.Error(w, "cols "+err.Error(), http.StatusBadRequest)
-		return
+		return sessions.TerminalOptions{}, errBadRequest{"cols " + err.Error()}
 	}
 	rows, err := parseSize(q.Get("rows"), 24, MaxRows)
 	if err != nil {
-		http.Error(w, "rows "+err.Error(), http.StatusBadRequest)
-		return
+		return sessions.TerminalOptions{}, errBadRequest{"rows " + err.Error()}
 	}
 	var offset int64
 	if s := q.Get("offset"); s != "" {
 		if offset, err = strconv.ParseInt(s, 10, 64); err != nil || offset < 0 {
-			http.Error(w, "offset must be a byte count", http.StatusBadRequest)
-			return
+			return sessions.TerminalOptions{}, errBadRequest{"offset must be a byte count"}
 		}
 	}
-	opts := sessions.TerminalOptions{
+	return sessions.TerminalOptions{
 		Cols: cols, Rows: rows, Keepalive: q.Get("keepalive") == "1",
 		ResumeToken: q.Get("resume_token"), Offset: offset,
+	}, nil
+}
+
+func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts, err := terminalOptions(q)
+	if err != nil {
+		httpError(w, r, h.logger(), err)
+		return
 	}
 	att, err := h.Registry.AttachTerminal(r.Context(), q.Get("session_id"), opts)
-	switch {
-	case errors.Is(err, sessions.ErrNotFound):
-		http.Error(w, "session not found or already closed", http.StatusNotFound)
-		return
-	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	case err != nil:
-		http.Error(w, "start terminal: "+err.Error(), http.StatusInternalServerError)
+	if err != nil {
+		httpError(w, r, h.logger(), err) // before the upgrade: a status says why
 		return
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
@@ -130,14 +131,7 @@ func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wg.Wait()
 
 	cause := sock.cause()
-	reason := reasonFor(cause)
-	var exit *sessions.ExitError
-	switch {
-	case errors.As(cause, &exit):
-		reason = workers.ReasonExited
-	case errors.Is(cause, sessions.ErrTakenOver):
-		reason = workers.ReasonSuperseded
-	}
+	reason := sessions.ViewerEndReason(cause)
 	att.Detach(reason)
 	log.Debug("socket closed", "reason", string(reason), "err", cause)
 }

@@ -6,10 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"testing"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -20,7 +24,20 @@ var (
 	ErrBusy         = errors.New("a turn is already running")           // 4009
 	ErrCapacity     = errors.New("session capacity reached")            // 4029
 	ErrShuttingDown = errors.New("dashgate is shutting down")           // 4029 too: no new work
+	// ErrViewerCapacity: the viewer views Config.MaxViewed sessions already.
+	// It is wrapped in a *ViewerCapacityError that names the limit.
+	ErrViewerCapacity = errors.New("viewer views the most sessions it may") // 4029
 )
+
+// ViewerCapacityError is returned when a viewer would view more than Limit
+// sessions; it matches ErrViewerCapacity.
+type ViewerCapacityError struct{ Limit int }
+
+func (e *ViewerCapacityError) Error() string {
+	return fmt.Sprintf("this socket views the most sessions it may (%d)", e.Limit)
+}
+
+func (e *ViewerCapacityError) Is(target error) bool { return target == ErrViewerCapacity }
 
 // Worker is what a session needs of its chat worker; *workers.Worker has it.
 type Worker interface {
@@ -30,22 +47,55 @@ type Worker interface {
 	Closing() bool
 }
 
-// Spawner starts the children of a session. onClose is called once when the
-// child was closed, whoever closed it; it must not block.
+// PTY is what a terminal needs of its program on a pseudo-terminal;
+// ProcSpawner's come from workers.Manager. The terminal owns it: it calls
+// Close, then Release, once.
+type PTY interface {
+	PID() int
+	// Read blocks for the program's output and returns what is ready, at
+	// most len(p) bytes. It fails (EIO or os.ErrClosed) once every holder
+	// of the terminal is gone and the output is drained, or after Release.
+	Read(p []byte) (int, error)
+	// Write sends input, waiting at most until ctx ends.
+	Write(ctx context.Context, p []byte) error
+	// Resize sets the window size in cells.
+	Resize(cols, rows uint16) error
+	// Close ends the program's whole tree with escalation and blocks until
+	// it is reaped; later calls wait for the first and return its result.
+	Close(workers.Reason) workers.CloseResult
+	// Release closes the pty master: a Read in progress returns.
+	Release() error
+}
+
+// SpawnRequest says what child to start for a session.
+type SpawnRequest struct {
+	SessionID string
+	// Cols and Rows are a terminal's first size in cells (0: 80x24).
+	Cols, Rows uint16
+	// CancelGrace is how long a worker may take to answer a cancelled call
+	// before it is recycled (Config.InterruptGrace).
+	CancelGrace time.Duration
+	// OnClose is called once when the child was closed, whoever closed it;
+	// it must not block.
+	OnClose func(workers.CloseResult)
+}
+
+// Spawner starts the children of a session. Errors: workers.ErrCapacity,
+// or why the program could not start.
 type Spawner interface {
-	SpawnWorker(sid string, onClose func(workers.CloseResult)) (Worker, error)
-	SpawnPTY(sid string, cols, rows uint16, onClose func(workers.CloseResult)) (*workers.Proc, error)
+	SpawnWorker(SpawnRequest) (Worker, error)
+	SpawnPTY(SpawnRequest) (PTY, error)
 }
 
 // Config configures a Registry. Zero durations and sizes take the defaults
 // noted.
 type Config struct {
 	Spawner         Spawner
-	Clock           Clock        // real time when nil
 	Log             *slog.Logger // discarded when nil
 	DetachedTTL     time.Duration
 	SweepInterval   time.Duration // 30s
-	MaxSessions     int           // 1000
+	MaxSessions     int           // 1000 live sessions
+	MaxViewed       int           // 100: sessions one viewer (chat socket) may view at once
 	WorkerTimeout   time.Duration // 60s
 	InterruptGrace  time.Duration // 1s: how long an interrupted worker may take to stop
 	PTYKeepalive    time.Duration // how long a parked terminal waits; 0 disables parking
@@ -62,9 +112,6 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Clock == nil {
-		c.Clock = RealClock{}
-	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -76,6 +123,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 1000
+	}
+	if c.MaxViewed <= 0 {
+		c.MaxViewed = 100
 	}
 	if c.WorkerTimeout <= 0 {
 		c.WorkerTimeout = 60 * time.Second
@@ -171,11 +221,23 @@ func (r *Registry) goTracked(f func()) {
 }
 
 // Wait joins every teardown, turn and terminal goroutine the registry
-// started.
+// started, Shutdown's included.
 func (r *Registry) Wait() { r.tracked.wait() }
 
+// setState moves s to next. An illegal move is a bug: it is logged at
+// ERROR and, in a test binary, panics so the test fails loudly. r.mu must
+// be held.
+func (r *Registry) setState(s *Session, next State) {
+	if err := s.setState(next); err != nil {
+		r.log.Error("session state", "sid", s.id, "err", err)
+		if testing.Testing() {
+			panic(err)
+		}
+	}
+}
+
 // Run sweeps detached sessions past their TTL every SweepInterval until ctx
-// is done; it repairs any timer that was lost (FAILURES.md #5). It blocks.
+// is done; it repairs any timer that was lost (docs/FAILURES.md #5). It blocks.
 func (r *Registry) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
@@ -192,7 +254,7 @@ func (r *Registry) Run(ctx context.Context) {
 // Sweep ends every detached session whose TTL has passed and returns how
 // many it ended. It blocks until they are torn down.
 func (r *Registry) Sweep() int {
-	now := r.cfg.Clock.Now()
+	now := time.Now()
 	r.mu.Lock()
 	var due []*Session
 	for _, s := range r.sessions {
@@ -224,53 +286,70 @@ func (r *Registry) endAll(ss []*Session, reason EndReason) int {
 	return n
 }
 
-// emitLocked sends an event to every viewer of s. r.mu must be held.
+// emitLocked queues an event for every viewer of s; the viewers' writers
+// encode it, once, outside the lock. payload must not change afterwards.
+// r.mu must be held.
 func (r *Registry) emitLocked(s *Session, typ string, payload any) {
 	s.seq++
-	ev := Event{Type: typ, SessionID: s.id, Seq: s.seq, Payload: payload}
+	ev := NewEvent(typ, s.id, s.seq, payload)
 	for v := range s.viewers {
 		v.Deliver(ev)
 	}
 }
 
-// viewLocked makes v a viewer of s and s attached. It refuses a viewer whose
-// socket is gone. r.mu must be held.
-func (r *Registry) viewLocked(s *Session, v Viewer) bool {
+// viewLocked makes v a viewer of s and s attached. It fails with
+// ErrNotFound for a viewer whose socket is gone, and with a
+// *ViewerCapacityError when v views MaxViewed other sessions. r.mu must be
+// held.
+func (r *Registry) viewLocked(s *Session, v Viewer) error {
 	if v == nil {
-		return true
+		return nil
 	}
 	if viewerGone(v) {
-		return false
+		return ErrNotFound
 	}
 	if _, ok := s.viewers[v]; !ok {
-		s.viewers[v] = struct{}{}
+		if err := r.viewerFullLocked(v); err != nil {
+			return err
+		}
 		set := r.viewing[v]
 		if set == nil {
 			set = map[*Session]struct{}{}
 			r.viewing[v] = set
 		}
 		set[s] = struct{}{}
+		s.viewers[v] = struct{}{}
 	}
 	if s.state != StateAttached {
-		s.setState(StateAttached)
+		r.setState(s, StateAttached)
 		if s.ttlTimer != nil {
 			s.ttlTimer.Stop()
 			s.ttlTimer = nil
 		}
 	}
-	s.lastActive = r.cfg.Clock.Now()
-	return true
+	s.lastActive = time.Now()
+	return nil
+}
+
+// viewerFullLocked fails with a *ViewerCapacityError when v may view no
+// more sessions. r.mu must be held.
+func (r *Registry) viewerFullLocked(v Viewer) error {
+	if v != nil && len(r.viewing[v]) >= r.cfg.MaxViewed {
+		return &ViewerCapacityError{Limit: r.cfg.MaxViewed}
+	}
+	return nil
 }
 
 // Create makes a session viewed by v. It evicts the least recently active
 // detached session when MaxSessions are live, or fails with ErrCapacity when
-// none is detached.
+// none is detached. Other errors: ErrShuttingDown, ErrNotFound (v is gone),
+// ErrViewerCapacity (v views MaxViewed sessions).
 func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
 	return r.create(v, title, closeOnDisconnect, false)
 }
 
 func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
-	now := r.cfg.Clock.Now()
+	now := time.Now()
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -279,6 +358,10 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 	if v != nil && viewerGone(v) {
 		r.mu.Unlock()
 		return Info{}, ErrNotFound
+	}
+	if err := r.viewerFullLocked(v); err != nil {
+		r.mu.Unlock()
+		return Info{}, err
 	}
 	var evict *Session
 	if r.liveCountLocked() >= r.cfg.MaxSessions {
@@ -296,10 +379,10 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 	s := &Session{
 		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
 		createdAt: now, lastActive: now, state: StateCreated,
-		viewers: map[Viewer]struct{}{}, spawnMu: newChanMutex(),
+		viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
 	}
 	r.sessions[s.id] = s
-	r.viewLocked(s, v)
+	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	in := s.info()
 	r.mu.Unlock()
 	if evict != nil {
@@ -324,13 +407,17 @@ type ResumeResult struct {
 	History []Message
 }
 
-// Resume attaches s to v and returns its history.
+// Resume attaches s to v and returns its history. Errors: ErrNotFound,
+// ErrViewerCapacity.
 func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() || !r.viewLocked(s, v) {
+	if s == nil || !s.live() {
 		return ResumeResult{}, ErrNotFound
+	}
+	if err := r.viewLocked(s, v); err != nil {
+		return ResumeResult{}, err
 	}
 	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
 }
@@ -393,7 +480,8 @@ func (r *Registry) ReapDetached() int {
 
 // Shutdown refuses new sessions and ends every session with
 // end_reason=shutdown, concurrently, until ctx ends. The viewers get
-// session.closed first.
+// session.closed first. When ctx ends first, the teardowns go on; Wait
+// joins them.
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
@@ -403,7 +491,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
-	go func() { r.endAll(all, EndShutdown); close(done) }()
+	r.goTracked(func() { r.endAll(all, EndShutdown); close(done) })
 	select {
 	case <-done:
 		return nil
@@ -478,10 +566,10 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	if s.state == StateDetached {
 		return nil
 	}
-	s.setState(StateDetached)
-	now := r.cfg.Clock.Now()
+	r.setState(s, StateDetached)
+	now := time.Now()
 	s.detachedAt, s.lastActive = now, now
-	s.ttlTimer = r.cfg.Clock.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
+	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 	r.interruptTurnLocked(s)
 	w := s.worker
 	s.worker = nil
@@ -494,7 +582,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 // expire is the detach timer of s.
 func (r *Registry) expire(s *Session) {
 	r.mu.Lock()
-	due := s.state == StateDetached && r.cfg.Clock.Now().Sub(s.detachedAt) >= r.cfg.DetachedTTL
+	due := s.state == StateDetached && time.Since(s.detachedAt) >= r.cfg.DetachedTTL
 	r.mu.Unlock()
 	if due {
 		r.goTracked(func() { r.end(s, EndDetachedTTL) })
@@ -519,7 +607,7 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 	if !s.live() {
 		return false
 	}
-	s.setState(StateClosing)
+	r.setState(s, StateClosing)
 	s.endReason = reason
 	if s.ttlTimer != nil {
 		s.ttlTimer.Stop()
@@ -539,17 +627,14 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 // finish tears down a claimed session outside the lock, worker and terminal
 // in parallel, then logs its one record.
 func (r *Registry) finish(s *Session) {
-	start := r.cfg.Clock.Now()
+	start := time.Now()
 	r.mu.Lock()
 	w, t := s.worker, s.term
 	s.worker, s.term = nil, nil
 	reason := s.endReason
 	r.mu.Unlock()
 
-	wreason := workers.ReasonSessionClosed
-	if reason == EndShutdown {
-		wreason = workers.ReasonShutdown
-	}
+	wreason := childReason(reason)
 	var wg sync.WaitGroup
 	workerPID, ptyPID := 0, 0
 	if w != nil {
@@ -565,7 +650,7 @@ func (r *Registry) finish(s *Session) {
 	wg.Wait()
 
 	r.mu.Lock()
-	s.setState(StateClosed)
+	r.setState(s, StateClosed)
 	delete(r.sessions, s.id)
 	r.ended[s.id] = true
 	r.endedQ = append(r.endedQ, s.id)
@@ -576,7 +661,7 @@ func (r *Registry) finish(s *Session) {
 	turns := s.turns
 	r.mu.Unlock()
 
-	now := r.cfg.Clock.Now()
+	now := time.Now()
 	r.log.Info("session closed",
 		"sid", s.id,
 		"end_reason", string(reason),
@@ -592,13 +677,17 @@ func (r *Registry) finish(s *Session) {
 }
 
 // use finds a live session for a call from v and makes v a viewer of it (a
-// socket using a session views it, so its liveness is tracked).
+// socket using a session views it, so its liveness is tracked). Errors:
+// ErrNotFound, ErrViewerCapacity.
 func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() || !r.viewLocked(s, v) {
+	if s == nil || !s.live() {
 		return nil, ErrNotFound
+	}
+	if err := r.viewLocked(s, v); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -607,10 +696,10 @@ func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 // none. Spawns are serialised per session, so concurrent calls never start
 // two; a worker whose session ended while it was spawned is closed at once.
 func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
-	if !s.spawnMu.lock(ctx.Done()) {
-		return nil, ctx.Err()
+	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
+		return nil, err
 	}
-	defer s.spawnMu.unlock()
+	defer s.spawnMu.Release(1)
 	r.mu.Lock()
 	if !s.live() {
 		r.mu.Unlock()
@@ -623,7 +712,10 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	s.worker = nil
 	r.mu.Unlock()
 
-	w, err := r.cfg.Spawner.SpawnWorker(s.id, func(res workers.CloseResult) { r.workerGone(s, res) })
+	w, err := r.cfg.Spawner.SpawnWorker(SpawnRequest{
+		SessionID: s.id, CancelGrace: r.cfg.InterruptGrace,
+		OnClose: func(res workers.CloseResult) { r.workerGone(s, res) },
+	})
 	if errors.Is(err, workers.ErrCapacity) {
 		return nil, err
 	}
@@ -635,11 +727,7 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	if s.state != StateAttached && s.state != StateCreated {
 		detached := s.state == StateDetached
 		r.mu.Unlock()
-		reason := workers.ReasonSessionClosed
-		if detached {
-			reason = workers.ReasonDetach
-		}
-		w.Close(reason)
+		w.Close(spawnRaceReason(detached))
 		return nil, ErrNotFound
 	}
 	s.worker = w
@@ -690,7 +778,7 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	// A slash command and its output are part of the conversation: a
 	// resumed session shows them.
 	r.mu.Lock()
-	now := r.cfg.Clock.Now()
+	now := time.Now()
 	r.appendHistoryLocked(s, Message{Role: "user", Text: command, At: now})
 	r.appendHistoryLocked(s, Message{Role: "assistant", Text: res.Output, At: now})
 	r.mu.Unlock()
@@ -699,7 +787,7 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 
 func (r *Registry) touch(s *Session) {
 	r.mu.Lock()
-	s.lastActive = r.cfg.Clock.Now()
+	s.lastActive = time.Now()
 	r.mu.Unlock()
 }
 
@@ -731,7 +819,7 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	t := &turn{id: newID(), cancel: cancel, finished: make(chan struct{})}
 	s.turn = t
 	s.turns++
-	r.appendHistoryLocked(s, Message{Role: "user", Text: text, At: r.cfg.Clock.Now(), TurnID: t.id})
+	r.appendHistoryLocked(s, Message{Role: "user", Text: text, At: time.Now(), TurnID: t.id})
 	r.mu.Unlock()
 	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
 	return t.id, start, nil
@@ -788,7 +876,7 @@ func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interr
 	if output == "" {
 		output = t.text
 	}
-	r.appendHistoryLocked(s, Message{Role: "assistant", Text: output, At: r.cfg.Clock.Now(), TurnID: t.id, Interrupted: interrupted})
+	r.appendHistoryLocked(s, Message{Role: "assistant", Text: output, At: time.Now(), TurnID: t.id, Interrupted: interrupted})
 	r.emitLocked(s, "message.complete", map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted})
 }
 
@@ -829,4 +917,39 @@ func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
 		r.mu.Unlock()
 	}
 	return "interrupted", nil
+}
+
+// ReapWorker ends the child with pid of a live session, as an administrator
+// asked: a chat worker is closed with reason admin_reap (its session stays,
+// and its viewers get worker.exited); a terminal is ended with reason
+// admin_reap, which ends a terminal-only session with end_reason
+// admin_reap. It blocks until the child is reaped. ErrNotFound: no
+// session's child has that pid.
+func (r *Registry) ReapWorker(pid int) error {
+	r.mu.Lock()
+	var w Worker
+	var t *Terminal
+	for _, s := range r.sessions {
+		if !s.live() {
+			continue
+		}
+		if s.worker != nil && s.worker.PID() == pid {
+			w = s.worker
+			break
+		}
+		if s.term != nil && s.term.PID() == pid {
+			t = s.term
+			break
+		}
+	}
+	r.mu.Unlock()
+	switch {
+	case w != nil:
+		w.Close(workers.ReasonAdminReap)
+	case t != nil:
+		t.end(workers.ReasonAdminReap, false)
+	default:
+		return ErrNotFound
+	}
+	return nil
 }

@@ -3,7 +3,10 @@ package sessions
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // State is where a session is in its life. States only move forward, except
@@ -39,19 +42,6 @@ func canMove(from, to State) bool {
 	return false
 }
 
-// EndReason says why a session ended (PROTOCOL.md §6).
-type EndReason string
-
-const (
-	EndClientClose       EndReason = "client_close"
-	EndCloseOnDisconnect EndReason = "close_on_disconnect"
-	EndDetachedTTL       EndReason = "detached_ttl"
-	EndLRUEvict          EndReason = "lru_evict"
-	EndAdminReap         EndReason = "admin_reap"
-	EndShutdown          EndReason = "shutdown"
-	EndPTYExit           EndReason = "pty_exit"
-)
-
 // Message is one entry of a session's history.
 type Message struct {
 	Role        string    `json:"role"` // "user" or "assistant"
@@ -62,12 +52,37 @@ type Message struct {
 }
 
 // Event is one event for the viewers of a session (PROTOCOL.md §2).
-// Seq counts events per session from 1 with no gaps.
+// Seq counts events per session from 1 with no gaps. Payload is never
+// changed after the event is delivered; every viewer gets a copy of the
+// same event, and Encode shares one encoding among them.
 type Event struct {
 	Type      string
 	SessionID string
 	Seq       uint64
 	Payload   any
+
+	enc *encoding // shared by the copies delivered to each viewer; nil for an event made elsewhere
+}
+
+type encoding struct {
+	once sync.Once
+	b    []byte
+}
+
+// NewEvent returns an event whose encoding its viewers share.
+func NewEvent(typ, sid string, seq uint64, payload any) Event {
+	return Event{Type: typ, SessionID: sid, Seq: seq, Payload: payload, enc: &encoding{}}
+}
+
+// Encode returns encode(e), computed once for all the copies of e (the
+// first viewer's writer encodes, the others reuse its bytes, which must not
+// be modified). It is called by writers, never under the registry's lock.
+func (e Event) Encode(encode func(Event) []byte) []byte {
+	if e.enc == nil {
+		return encode(e)
+	}
+	e.enc.once.Do(func() { e.enc.b = encode(e) })
+	return e.enc.b
 }
 
 // Viewer is a socket viewing sessions. Deliver queues an event and must not
@@ -111,7 +126,7 @@ type Session struct {
 	viewers    map[Viewer]struct{} // a chat socket counts once however often it resumes
 	lastActive time.Time
 	detachedAt time.Time
-	ttlTimer   Timer
+	ttlTimer   *time.Timer
 
 	history   []Message
 	histBytes int
@@ -121,12 +136,13 @@ type Session struct {
 
 	worker  Worker
 	term    *Terminal
-	spawnMu chanMutex // serialises worker spawns (FAILURES.md #12)
+	spawnMu *semaphore.Weighted // weight 1: serialises spawns of its children (docs/FAILURES.md #12)
 
 	endReason EndReason
 }
 
-// setState moves the session to next, or refuses an illegal move.
+// setState moves the session to next, or refuses an illegal move. Callers
+// go through Registry.setState, which makes a refusal loud.
 func (s *Session) setState(next State) error {
 	if !canMove(s.state, next) {
 		return fmt.Errorf("%w: %s -> %s", ErrIllegalTransition, s.state, next)
@@ -161,25 +177,8 @@ func (s *Session) info() Info {
 	if s.worker != nil {
 		in.WorkerPID = s.worker.PID()
 	}
-	if s.term != nil && s.term.proc != nil {
-		in.PTYPID = s.term.proc.PID()
+	if s.term != nil {
+		in.PTYPID = s.term.PID()
 	}
 	return in
 }
-
-// chanMutex is a mutex whose Lock can give up when a context ends.
-type chanMutex chan struct{}
-
-func newChanMutex() chanMutex { return make(chanMutex, 1) }
-
-// lock takes the mutex or gives up when done is closed.
-func (m chanMutex) lock(done <-chan struct{}) bool {
-	select {
-	case m <- struct{}{}:
-		return true
-	case <-done:
-		return false
-	}
-}
-
-func (m chanMutex) unlock() { <-m }

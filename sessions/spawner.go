@@ -1,7 +1,11 @@
 package sessions
 
 import (
+	"context"
+	"os"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -15,10 +19,11 @@ type ProcSpawner struct {
 	Env       []string // environment given to both (see FilterEnv)
 }
 
-// SpawnWorker starts a chat worker for sid.
-func (p ProcSpawner) SpawnWorker(sid string, onClose func(workers.CloseResult)) (Worker, error) {
+// SpawnWorker starts a chat worker.
+func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	w, err := p.Manager.StartWorker(workers.Spec{
-		SessionID: sid, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: p.Env, OnClose: onClose,
+		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: p.Env,
+		CancelGrace: req.CancelGrace, OnClose: req.OnClose,
 	})
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -26,15 +31,71 @@ func (p ProcSpawner) SpawnWorker(sid string, onClose func(workers.CloseResult)) 
 	return w, nil
 }
 
-// SpawnPTY starts the terminal program for sid at cols x rows, with
+// SpawnPTY starts the terminal program at req's size, with
 // TERM=xterm-256color.
-func (p ProcSpawner) SpawnPTY(sid string, cols, rows uint16, onClose func(workers.CloseResult)) (*workers.Proc, error) {
+func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	env := append(FilterEnv(p.Env, nil, "TERM"), "TERM=xterm-256color")
-	return p.Manager.Start(workers.Spec{
-		Kind: workers.KindPTY, SessionID: sid, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
-		Env: env, Dir: p.PTYDir, Cols: cols, Rows: rows, OnClose: onClose,
+	proc, err := p.Manager.Start(workers.Spec{
+		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
+		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &procPTY{Proc: proc, master: proc.PTY()}, nil
 }
+
+// procPTY is a KindPTY child and its pty master.
+type procPTY struct {
+	*workers.Proc
+	master *os.File
+}
+
+// Read waits for output, then takes what else the pty holds already without
+// waiting, so one wakeup of the sender carries up to len(p) (a pty hands
+// out about 4 KiB a read). A keystroke's echo is never delayed: when
+// nothing more is there, it returns at once.
+func (p *procPTY) Read(b []byte) (int, error) {
+	n, err := p.master.Read(b)
+	if err != nil || n == len(b) {
+		return n, err
+	}
+	rc, rerr := p.master.SyscallConn()
+	if rerr != nil {
+		return n, nil
+	}
+	for n < len(b) {
+		got := 0
+		rc.Read(func(fd uintptr) bool {
+			got, _ = unix.Read(int(fd), b[n:])
+			return true // one non-blocking try; EAGAIN ends the loop
+		})
+		if got <= 0 {
+			break
+		}
+		n += got
+	}
+	return n, nil
+}
+
+// Write sends input, waiting at most until ctx ends.
+func (p *procPTY) Write(ctx context.Context, b []byte) error {
+	dl, _ := ctx.Deadline() // zero: no deadline
+	p.master.SetWriteDeadline(dl)
+	_, err := p.master.Write(b)
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// Release closes the pty master.
+func (p *procPTY) Release() error { return p.master.Close() }
+
+var _ PTY = (*procPTY)(nil)
 
 // DefaultEnvAllowlist names the variables that reach workers and terminals;
 // "LC_*" stands for every locale variable. Nothing else of dashgate's

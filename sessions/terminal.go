@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"time"
 
@@ -39,10 +38,9 @@ type TerminalOptions struct {
 // one attachment. It outlives sockets: a parked terminal waits for a
 // reattach. Lock order: the registry's mutex, then t.mu.
 type Terminal struct {
-	r    *Registry
-	s    *Session
-	proc *workers.Proc
-	pty  *os.File
+	r   *Registry
+	s   *Session
+	pty PTY
 
 	mu        sync.Mutex
 	ring      *Ring
@@ -50,12 +48,13 @@ type Terminal struct {
 	att       *Attachment
 	keepalive bool
 	token     string
-	parkTimer Timer
+	parkTimer *time.Timer
 	eof       bool // the reader saw the end of the pty
 	ended     bool // end started
 	exited    bool // the program ended by itself
 	exitCode  int
 
+	ready      chan struct{} // closed once pty is set
 	readerDone chan struct{}
 	endOnce    sync.Once
 	endDone    chan struct{}
@@ -64,7 +63,7 @@ type Terminal struct {
 }
 
 // PID is the program's pid.
-func (t *Terminal) PID() int { return t.proc.PID() }
+func (t *Terminal) PID() int { return t.pty.PID() }
 
 func (t *Terminal) signalLocked() {
 	close(t.notify)
@@ -81,7 +80,7 @@ func (t *Terminal) parked() bool {
 
 // read copies the pty into the ring. While a client is attached it stops
 // reading once PTYPending bytes wait unsent, so a slow client blocks the
-// program rather than growing the heap (FAILURES.md #18).
+// program rather than growing the heap (docs/FAILURES.md #18).
 func (t *Terminal) read() {
 	defer close(t.readerDone)
 	buf := make([]byte, MaxFrame)
@@ -96,9 +95,6 @@ func (t *Terminal) read() {
 		}
 		t.mu.Unlock()
 		n, err := t.pty.Read(buf)
-		if err == nil && n < len(buf) {
-			n += t.readMore(buf[n:])
-		}
 		t.mu.Lock()
 		if n > 0 {
 			t.ring.Write(buf[:n])
@@ -117,34 +113,10 @@ func (t *Terminal) read() {
 	}
 }
 
-// readMore takes what the pty holds already, without waiting, so one wakeup
-// of the sender carries up to a frame (a pty hands out about 4 KiB a read).
-// A keystroke's echo is never delayed: when nothing more is there, it
-// returns at once.
-func (t *Terminal) readMore(buf []byte) int {
-	rc, err := t.pty.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for n < len(buf) {
-		got := 0
-		rc.Read(func(fd uintptr) bool {
-			got, _ = unix.Read(int(fd), buf[n:])
-			return true // one non-blocking try; EAGAIN ends the loop
-		})
-		if got <= 0 {
-			break
-		}
-		n += got
-	}
-	return n
-}
-
 // end closes the terminal once: its program's whole tree with escalation,
 // the reader, the pty. natural means the program exited by itself. It then
-// unhooks the terminal from its session, which may close a terminal-only
-// session. Later calls wait for the first.
+// unhooks the terminal from its session, which ends a terminal-only session
+// (end reason per terminalEndReason). Later calls wait for the first.
 func (t *Terminal) end(reason workers.Reason, natural bool) {
 	t.endOnce.Do(func() {
 		t.mu.Lock()
@@ -155,20 +127,24 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		t.signalLocked()
 		t.mu.Unlock()
 
-		res := t.proc.Close(reason)
+		res := t.pty.Close(reason)
 		select { // the reader ends with EIO once the tree is gone (pty(7))
 		case <-t.readerDone:
 		case <-time.After(time.Second):
-			t.pty.Close()
+			t.pty.Release()
 			<-t.readerDone
 		}
-		t.pty.Close()
+		t.pty.Release()
 
 		t.mu.Lock()
 		t.exited = natural || res.Reason == workers.ReasonExited
 		t.exitCode = res.ExitCode
 		if res.Signal != "" {
-			t.exitCode = 128 + signalNumber(res.Signal)
+			t.exitCode = 128 + int(unix.SignalNum(res.Signal))
+		}
+		endReason := terminalEndReason(res.Reason)
+		if t.exited {
+			endReason = EndPTYExit
 		}
 		t.signalLocked() // the attachment sees the end through Next
 		t.mu.Unlock()
@@ -179,11 +155,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		if s.term == t {
 			s.term = nil
 			if s.terminalOnly && s.live() {
-				reason := EndCloseOnDisconnect
-				if t.exited {
-					reason = EndPTYExit
-				}
-				if r.claimLocked(s, reason) {
+				if r.claimLocked(s, endReason) {
 					after = func() { r.finish(s) }
 				}
 			}
@@ -195,15 +167,6 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		close(t.endDone)
 	})
 	<-t.endDone
-}
-
-func signalNumber(name string) int {
-	for i, n := range []string{"SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM"} {
-		if n == name {
-			return i + 1
-		}
-	}
-	return 0
 }
 
 // Attachment is one socket attached to a terminal. It is also a Viewer of
@@ -260,10 +223,10 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	if s == nil {
 		return nil, ErrNotFound
 	}
-	if !s.spawnMu.lock(ctx.Done()) {
-		return nil, ctx.Err()
+	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
+		return nil, err
 	}
-	defer s.spawnMu.unlock()
+	defer s.spawnMu.Release(1)
 
 	r.mu.Lock()
 	if !s.live() {
@@ -321,7 +284,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	t.att = a
 	t.signalLocked()
 	t.mu.Unlock()
-	r.viewLocked(s, a)
+	r.viewLocked(s, a) // cannot fail: a is new and not gone
 	return a, nil
 }
 
@@ -331,21 +294,24 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, erro
 		ring:       NewRing(r.cfg.PTYBuffer),
 		notify:     make(chan struct{}),
 		token:      newID(),
+		ready:      make(chan struct{}),
 		readerDone: make(chan struct{}),
 		endDone:    make(chan struct{}),
 		onOutput:   r.cfg.OnPTYOutput,
 	}
-	proc, err := r.cfg.Spawner.SpawnPTY(s.id, o.Cols, o.Rows, func(res workers.CloseResult) {
-		if res.Reason == workers.ReasonExited || res.Reason == workers.ReasonAdminReap {
-			// the program ended by itself (or an admin ended it): end the
-			// terminal, off the closing goroutine
-			r.goTracked(func() { t.end(res.Reason, res.Reason == workers.ReasonExited) })
-		}
-	})
+	pty, err := r.cfg.Spawner.SpawnPTY(SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
+		OnClose: func(res workers.CloseResult) {
+			if res.Reason == workers.ReasonExited {
+				// the program ended by itself: end the terminal, off the
+				// closing goroutine
+				r.goTracked(func() { <-t.ready; t.end(res.Reason, true) })
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}
-	t.proc, t.pty = proc, proc.PTY()
+	t.pty = pty
+	close(t.ready)
 	r.goTracked(t.read)
 	return t, nil
 }
@@ -409,18 +375,10 @@ func (t *Terminal) endDoneClosed() bool {
 }
 
 // Write sends input to the program, waiting at most until ctx ends.
-func (a *Attachment) Write(ctx context.Context, p []byte) error {
-	if dl, ok := ctx.Deadline(); ok {
-		a.t.pty.SetWriteDeadline(dl)
-	} else {
-		a.t.pty.SetWriteDeadline(time.Time{})
-	}
-	_, err := a.t.pty.Write(p)
-	return err
-}
+func (a *Attachment) Write(ctx context.Context, p []byte) error { return a.t.pty.Write(ctx, p) }
 
 // Resize sets the terminal's size.
-func (a *Attachment) Resize(cols, rows uint16) error { return a.t.proc.Resize(cols, rows) }
+func (a *Attachment) Resize(cols, rows uint16) error { return a.t.pty.Resize(cols, rows) }
 
 // PID is the program's pid.
 func (a *Attachment) PID() int { return a.t.PID() }
@@ -440,7 +398,7 @@ func (a *Attachment) Detach(reason workers.Reason) {
 			t.att = nil
 			park = t.keepalive && !t.ended && r.cfg.PTYKeepalive > 0 && reason != workers.ReasonShutdown
 			if park {
-				t.parkTimer = r.cfg.Clock.AfterFunc(r.cfg.PTYKeepalive, func() {
+				t.parkTimer = time.AfterFunc(r.cfg.PTYKeepalive, func() {
 					r.goTracked(func() { t.end(workers.ReasonKeepaliveExpired, false) })
 				})
 			}

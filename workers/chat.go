@@ -135,10 +135,14 @@ func (w *Worker) Call(ctx context.Context, method string, params any, onDelta fu
 		w.Close(ReasonTimeout)
 		return nil, &Error{Failure: FailTimeout, Message: "no reply in time; worker recycled", StderrTail: w.StderrTail()}
 	}
-	// Cancelled: ask the worker to stop this request and give it CancelGrace
-	// to answer; a worker that does not is recycled.
+	// Cancelled: ask the worker to stop this request and give it the
+	// cancel grace to answer; a worker that does not is recycled.
 	w.send(map[string]any{"id": -id, "method": "cancel", "params": map[string]any{"id": id}})
-	t := time.NewTimer(CancelGrace)
+	grace := w.spec.CancelGrace
+	if grace <= 0 {
+		grace = DefaultCancelGrace
+	}
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case r := <-c.done:
@@ -161,8 +165,9 @@ func (w *Worker) withTail(err error) error {
 	return err
 }
 
-// CancelGrace is how long a worker may take to answer a cancelled request.
-const CancelGrace = time.Second
+// DefaultCancelGrace is how long a worker may take to answer a cancelled
+// request when its Spec sets no CancelGrace.
+const DefaultCancelGrace = time.Second
 
 // send writes one line to the worker without waiting for any reply.
 func (w *Worker) send(v any) error {

@@ -102,6 +102,10 @@ type Spec struct {
 	Dir       string
 	Cols      uint16 // pty only; 0 means 80
 	Rows      uint16 // pty only; 0 means 24
+	// CancelGrace (chat only) is how long the worker may take to answer a
+	// cancelled call before it is closed with ReasonInterrupted;
+	// 0 means DefaultCancelGrace.
+	CancelGrace time.Duration
 	// OnClose, when set, is called once with the result after the child was
 	// closed, whoever closed it. It runs on the closing goroutine and must
 	// not call Close.

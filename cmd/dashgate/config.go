@@ -29,6 +29,8 @@ type config struct {
 	WorkerTimeout   time.Duration
 	DetachedTTL     time.Duration
 	MaxSessions     int
+	MaxPerSocket    int
+	InterruptGrace  time.Duration
 	MaxWorkers      int
 	PTYKeepalive    time.Duration
 	PTYBuffer       int
@@ -78,6 +80,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.WorkerTimeout, "worker-timeout", 60*time.Second, "a worker request older than this recycles the worker")
 	fs.DurationVar(&c.DetachedTTL, "detached-ttl", 10*time.Minute, "how long a detached session can be resumed")
 	fs.IntVar(&c.MaxSessions, "max-sessions", 1000, "live sessions; beyond it the least recently active detached one is evicted")
+	fs.IntVar(&c.MaxPerSocket, "max-sessions-per-socket", 100, "sessions one chat socket may view at once; beyond it create and resume get error 4029")
+	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", time.Second, "how long a worker may take to stop an interrupted turn before it is recycled")
 	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
 	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
 	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
@@ -122,11 +126,11 @@ func (c config) validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat))
 	}
-	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 {
-		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout and --ws-write-timeout must be positive"))
+	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 || c.InterruptGrace <= 0 {
+		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout, --ws-write-timeout and --interrupt-grace must be positive"))
 	}
-	if c.MaxSessions < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
-		errs = append(errs, errors.New("--max-sessions and --max-workers must be at least 1, --pty-buffer at least 65536"))
+	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
+		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))
 	}
 	if strings.TrimSpace(c.PTYCmd) == "" {
 		errs = append(errs, errors.New("--pty-cmd is empty"))

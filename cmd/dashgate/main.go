@@ -143,12 +143,19 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
 			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)),
 		},
-		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, WorkerTimeout: cfg.WorkerTimeout,
+		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
+		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
-	metrics = handlers.NewMetrics(reg.List, mgr.Procs)
+	metrics = handlers.NewMetrics(reg.List, func() map[workers.Kind]int {
+		n := map[workers.Kind]int{}
+		for _, p := range mgr.Procs() {
+			n[p.Kind()]++
+		}
+		return n
+	})
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg, Procs: mgr, Metrics: metrics, Log: log, Version: version}

@@ -1,0 +1,75 @@
+package handlers
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// The error edges: one function per transport turns the errors of the
+// registry and the worker manager into that transport's codes, and logs an
+// internal error (one it has no code for) once, at ERROR, since only then is
+// something lost that nobody else reports. Handlers return errors to these
+// and never log them themselves.
+
+// rpcError maps err to its JSON-RPC error object (PROTOCOL.md §2): an
+// *RPCError as is, the sessions and workers sentinels to 4001, 4009, 4029
+// and 5004, anything else to -32603 "internal error", logged on log with
+// the method.
+func rpcError(log *slog.Logger, method string, err error) *RPCError {
+	var rpc *RPCError
+	var we *workers.Error
+	var vc *sessions.ViewerCapacityError
+	switch {
+	case errors.As(err, &rpc):
+		return rpc
+	case errors.Is(err, sessions.ErrNotFound):
+		return &RPCError{Code: CodeNotFound, Message: "session not found or already closed"}
+	case errors.Is(err, sessions.ErrBusy):
+		return &RPCError{Code: CodeBusy, Message: "a turn is already running in this session"}
+	case errors.As(err, &vc):
+		return &RPCError{Code: CodeCapacity, Message: vc.Error()}
+	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
+		return &RPCError{Code: CodeCapacity, Message: err.Error()}
+	case errors.Is(err, workers.ErrCapacity):
+		return &RPCError{Code: CodeCapacity, Message: "worker capacity reached"}
+	case errors.As(err, &we):
+		tail := we.StderrTail
+		if tail == nil {
+			tail = []string{}
+		}
+		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
+			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
+	}
+	log.Error("internal error", "method", method, "code", CodeInternal, "err", err)
+	return &RPCError{Code: CodeInternal, Message: "internal error"}
+}
+
+// httpError answers a plain HTTP request (the /ws/pty handshake, /admin)
+// that failed with err: 400 for an errBadRequest, 404 for
+// sessions.ErrNotFound, 503 for the
+// capacity and shutdown sentinels, 500 "internal error" for anything else,
+// logged on log with the method and path.
+func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var bad errBadRequest
+	switch {
+	case errors.As(err, &bad):
+		http.Error(w, bad.msg, http.StatusBadRequest)
+	case errors.Is(err, sessions.ErrNotFound):
+		http.Error(w, sessions.ErrNotFound.Error(), http.StatusNotFound)
+	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	default:
+		log.Error("internal error", "method", r.Method, "path", r.URL.Path, "status", http.StatusInternalServerError, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	}
+}
+
+// errBadRequest is an input error of an HTTP request; httpError answers it
+// with 400 and its message.
+type errBadRequest struct{ msg string }
+
+func (e errBadRequest) Error() string { return e.msg }
