@@ -6,84 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"sort"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
-
-// fakeClock is a manual clock: timers fire only in Advance.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-// Advance moves the clock and runs the timers that came due, in order, on
-// the calling goroutine.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*fakeTimer
-	keep := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.at.After(c.now):
-			t.stopped = true
-			due = append(due, t)
-		default:
-			keep = append(keep, t)
-		}
-	}
-	c.timers = keep
-	c.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
-}
-
-// dropTimers forgets every pending timer, as if they were lost.
-func (c *fakeClock) dropTimers() {
-	c.mu.Lock()
-	c.timers = nil
-	c.mu.Unlock()
-}
 
 // fakeWorker answers calls from a script; it is "alive" until closed.
 type fakeWorker struct {
@@ -159,9 +90,12 @@ type fakeSpawner struct {
 	spawned atomic.Int64
 	gate    chan struct{} // when set, spawns wait on it
 	entered chan struct{} // when set, each spawn signals it before waiting
+
+	ptyFlood int // output each fake terminal writes, bytes
+	ptys     []*fakePTY
 }
 
-func (s *fakeSpawner) SpawnWorker(sid string, onClose func(workers.CloseResult)) (Worker, error) {
+func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	if s.entered != nil {
 		s.entered <- struct{}{}
 	}
@@ -171,14 +105,114 @@ func (s *fakeSpawner) SpawnWorker(sid string, onClose func(workers.CloseResult))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	w := &fakeWorker{pid: 100000 + s.next, onClose: onClose, hang: s.hang, closed: make(chan struct{})}
+	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, closed: make(chan struct{})}
 	s.all = append(s.all, w)
 	s.spawned.Add(1)
 	return w, nil
 }
 
-func (s *fakeSpawner) SpawnPTY(sid string, cols, rows uint16, onClose func(workers.CloseResult)) (*workers.Proc, error) {
-	return nil, errors.New("no pty in the fake spawner")
+// SpawnPTY starts a fakePTY that floods s.ptyFlood bytes of output.
+func (s *fakeSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	p := &fakePTY{pid: 200000 + s.next, onClose: req.OnClose, left: s.ptyFlood,
+		closed: make(chan struct{}), released: make(chan struct{})}
+	s.ptys = append(s.ptys, p)
+	return p, nil
+}
+
+func (s *fakeSpawner) terminals() []*fakePTY {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*fakePTY(nil), s.ptys...)
+}
+
+// fakePTY is a terminal program that writes left bytes of output as fast
+// as it is read, then waits for its end. It counts what Read handed out.
+type fakePTY struct {
+	pid     int
+	onClose func(workers.CloseResult)
+
+	mu       sync.Mutex
+	left     int   // output still to write
+	read     int64 // bytes handed out by Read
+	closedBy workers.Reason
+	exitCode int
+
+	closed   chan struct{}
+	released chan struct{}
+	once     sync.Once
+	relOnce  sync.Once
+	res      workers.CloseResult
+}
+
+func (p *fakePTY) PID() int { return p.pid }
+
+func (p *fakePTY) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	if n := min(len(b), p.left); n > 0 {
+		p.left -= n
+		p.read += int64(n)
+		p.mu.Unlock()
+		for i := range b[:n] {
+			b[i] = 'y'
+		}
+		return n, nil
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.closed:
+		return 0, syscall.EIO // every holder of the terminal is gone
+	case <-p.released:
+		return 0, os.ErrClosed
+	}
+}
+
+// bytesRead is what Read handed out so far.
+func (p *fakePTY) bytesRead() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.read
+}
+
+func (p *fakePTY) Write(ctx context.Context, b []byte) error { return nil }
+
+func (p *fakePTY) Resize(cols, rows uint16) error { return nil }
+
+func (p *fakePTY) Close(r workers.Reason) workers.CloseResult {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closedBy = r
+		p.res = workers.CloseResult{PID: p.pid, Kind: workers.KindPTY, Reason: r, ExitCode: p.exitCode, Escalation: workers.EscalationNone}
+		p.mu.Unlock()
+		close(p.closed)
+		if p.onClose != nil {
+			p.onClose(p.res)
+		}
+	})
+	<-p.closed
+	return p.res
+}
+
+// exit makes the program end by itself with code.
+func (p *fakePTY) exit(code int) {
+	p.mu.Lock()
+	p.exitCode = code
+	p.mu.Unlock()
+	p.Close(workers.ReasonExited)
+}
+
+// reason is what the program was closed with ("" while it runs).
+func (p *fakePTY) reason() workers.Reason {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closedBy
+}
+
+func (p *fakePTY) Release() error {
+	p.relOnce.Do(func() { close(p.released) })
+	return nil
 }
 
 func (s *fakeSpawner) workers() []*fakeWorker {

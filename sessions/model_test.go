@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dashgate/dashgate/workers"
@@ -39,6 +40,9 @@ func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, 
 		}
 	}
 	for v, set := range r.viewing {
+		if len(set) > r.cfg.MaxViewed {
+			t.Fatalf("step %d (%s): a viewer views %d sessions, over the cap %d", step, op, len(set), r.cfg.MaxViewed)
+		}
 		for s := range set {
 			if _, ok := s.viewers[v]; !ok {
 				t.Fatalf("step %d (%s): viewing index names a session that does not count the viewer", step, op)
@@ -73,8 +77,15 @@ func TestRandomizedModel(t *testing.T) {
 		steps = 2000
 	}
 	t.Logf("seed %d (set DASHGATE_MODEL_SEED to replay)", seed)
+	synctest.Test(t, func(t *testing.T) { runModel(t, seed, steps) })
+}
+
+// runModel runs steps seeded random operations on a registry over fake
+// workers, checking the invariants after each. It runs in a synctest
+// bubble: "advance" moves the bubble's clock.
+func runModel(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	h := newHarness(t, func(c *Config) { c.MaxSessions = 20; c.DetachedTTL = 30 * time.Second })
+	h := newHarness(t, func(c *Config) { c.MaxSessions = 20; c.DetachedTTL = 30 * time.Second; c.MaxViewed = 8 })
 	viewers := make([]*recViewer, 5)
 	for i := range viewers {
 		viewers[i] = &recViewer{}
@@ -119,7 +130,7 @@ func TestRandomizedModel(t *testing.T) {
 			h.r.Interrupt(v, pickSid())
 		case 7:
 			op = "advance"
-			h.clock.Advance(time.Duration(rng.IntN(40)) * time.Second)
+			h.advance(time.Duration(rng.IntN(40)) * time.Second)
 		case 8:
 			op = "admin reap"
 			h.r.Close(pickSid(), EndAdminReap)
@@ -131,7 +142,7 @@ func TestRandomizedModel(t *testing.T) {
 		case 10:
 			op = "sweep"
 			if rng.IntN(3) == 0 {
-				h.clock.dropTimers()
+				h.loseTimers()
 			}
 			h.r.Sweep()
 		}
@@ -159,13 +170,13 @@ func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager)
 	t.Helper()
 	log, lb := newTestLogger()
 	mgr := workers.NewManager(workers.Config{Grace: grace, Log: log, Instance: "test"})
-	h := &harness{t: t, logs: lb, clock: newFakeClock()}
+	h := &harness{t: t, logs: lb}
 	h.r = New(Config{
 		Spawner: ProcSpawner{
 			Manager: mgr, WorkerCmd: []string{os.Args[0]}, PTYCmd: []string{"/bin/sh"},
 			Env: []string{"DASHGATE_TEST_WORKER=1", "PATH=" + os.Getenv("PATH")},
 		},
-		Clock: h.clock, Log: log, DetachedTTL: time.Minute, PTYKeepalive: time.Minute,
+		Log: log, DetachedTTL: time.Minute, PTYKeepalive: time.Minute,
 	})
 	t.Cleanup(func() {
 		h.r.Shutdown(context.Background())

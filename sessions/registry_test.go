@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -25,18 +26,19 @@ func TestMain(m *testing.M) {
 }
 
 type harness struct {
-	t     *testing.T
-	r     *Registry
-	clock *fakeClock
-	sp    *fakeSpawner
-	logs  *logBuf
+	t    *testing.T
+	r    *Registry
+	sp   *fakeSpawner
+	logs *logBuf
 }
 
+// newHarness makes a registry over fake children. Tests that move time
+// (advance) run it inside synctest.Test.
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
 	log, lb := newTestLogger()
-	h := &harness{t: t, clock: newFakeClock(), sp: &fakeSpawner{}, logs: lb}
-	cfg := Config{Spawner: h.sp, Clock: h.clock, Log: log, DetachedTTL: time.Minute, MaxSessions: 1000}
+	h := &harness{t: t, sp: &fakeSpawner{}, logs: lb}
+	cfg := Config{Spawner: h.sp, Log: log, DetachedTTL: time.Minute, MaxSessions: 1000}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -46,6 +48,24 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 		h.r.Wait()
 	})
 	return h
+}
+
+// advance moves the bubble's clock by d and lets every timer that came due
+// run until it is done or blocked. Only inside synctest.Test.
+func (h *harness) advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// loseTimers stops every session's TTL timer, as if it were lost.
+func (h *harness) loseTimers() {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	for _, s := range h.r.sessions {
+		if s.ttlTimer != nil {
+			s.ttlTimer.Stop()
+		}
+	}
 }
 
 func (h *harness) closedRecords(sid string) []map[string]any {
@@ -133,14 +153,14 @@ func TestEndReasons(t *testing.T) {
 		{"detached_ttl by timer", EndDetachedTTL, func(h *harness, v *recViewer) string {
 			in, _ := h.r.Create(v, "a", false)
 			h.r.DetachViewer(v, workers.ReasonDetach)
-			h.clock.Advance(time.Minute)
+			h.advance(time.Minute)
 			return in.ID
 		}, false},
 		{"detached_ttl by sweep after a lost timer", EndDetachedTTL, func(h *harness, v *recViewer) string {
 			in, _ := h.r.Create(v, "a", false)
 			h.r.DetachViewer(v, workers.ReasonDetach)
-			h.clock.dropTimers()
-			h.clock.Advance(2 * time.Minute)
+			h.loseTimers()
+			h.advance(2 * time.Minute)
 			if n := h.r.Sweep(); n != 1 {
 				h.t.Fatalf("Sweep ended %d sessions, want 1", n)
 			}
@@ -149,7 +169,7 @@ func TestEndReasons(t *testing.T) {
 		{"lru_evict", EndLRUEvict, func(h *harness, v *recViewer) string {
 			old, _ := h.r.Create(v, "old", false)
 			h.r.DetachViewer(v, workers.ReasonDetach)
-			h.clock.Advance(time.Second)
+			h.advance(time.Second)
 			other := &recViewer{}
 			h.r.Create(other, "newer", false) // max is 2: fits
 			h.r.DetachViewer(other, workers.ReasonDetach)
@@ -177,19 +197,21 @@ func TestEndReasons(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(c *Config) { c.MaxSessions = 2 })
-			v := &recViewer{}
-			sid := tt.run(h, v)
-			h.wantOneClose(sid, tt.reason)
-			if _, ok := h.r.Get(sid); ok {
-				t.Fatal("session still listed")
-			}
-			if tt.viewer {
-				evs := v.ofType("session.closed")
-				if len(evs) != 1 || evs[0].SessionID != sid || evs[0].Payload.(map[string]any)["end_reason"] != tt.reason {
-					t.Fatalf("session.closed events = %+v", evs)
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(c *Config) { c.MaxSessions = 2 })
+				v := &recViewer{}
+				sid := tt.run(h, v)
+				h.wantOneClose(sid, tt.reason)
+				if _, ok := h.r.Get(sid); ok {
+					t.Fatal("session still listed")
 				}
-			}
+				if tt.viewer {
+					evs := v.ofType("session.closed")
+					if len(evs) != 1 || evs[0].SessionID != sid || evs[0].Payload.(map[string]any)["end_reason"] != tt.reason {
+						t.Fatalf("session.closed events = %+v", evs)
+					}
+				}
+			})
 		})
 	}
 }
@@ -224,19 +246,21 @@ func TestLRUCapacityWithoutDetached(t *testing.T) {
 
 func TestResumeCancelsTTL(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil)
-	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
-	h.r.DetachViewer(v, workers.ReasonDetach)
-	h.clock.Advance(30 * time.Second)
-	if _, err := h.r.Resume(&recViewer{}, in.ID); err != nil {
-		t.Fatal(err)
-	}
-	h.clock.Advance(time.Hour)
-	h.r.Sweep()
-	if got, ok := h.r.Get(in.ID); !ok || got.State != StateAttached {
-		t.Fatalf("resumed session ended or not attached: %+v %v", got, ok)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		v := &recViewer{}
+		in, _ := h.r.Create(v, "", false)
+		h.r.DetachViewer(v, workers.ReasonDetach)
+		h.advance(30 * time.Second)
+		if _, err := h.r.Resume(&recViewer{}, in.ID); err != nil {
+			t.Fatal(err)
+		}
+		h.advance(time.Hour)
+		h.r.Sweep()
+		if got, ok := h.r.Get(in.ID); !ok || got.State != StateAttached {
+			t.Fatalf("resumed session ended or not attached: %+v %v", got, ok)
+		}
+	})
 }
 
 func TestDetachClosesWorkerMidTurn(t *testing.T) {
