@@ -6,13 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
@@ -36,7 +34,7 @@ func newStack(t *testing.T) *stack {
 		onSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		onWorkerClose:  func(r workers.CloseResult) { metrics.WorkerClosed(r) },
 	})
-	metrics = handlers.NewMetrics(e.reg.List, e.mgr.Procs)
+	metrics = handlers.NewMetrics(e.reg.List, e.mgr.CountByKind)
 	e.hdr = http.Header{"Authorization": {"Bearer " + token}}
 	log := e.logger()
 	adm := &handlers.Admin{Sessions: e.reg, Procs: e.mgr, Metrics: metrics, Log: log, Version: "test"}
@@ -153,48 +151,6 @@ func TestAdminReapWorkerKeepsSession(t *testing.T) {
 	if rec := s.workerRecords(pid); len(rec) != 1 || rec[0]["reason"] != "admin_reap" {
 		t.Fatalf("worker record = %v", rec)
 	}
-}
-
-func TestAdminReapUnownedOrphan(t *testing.T) {
-	t.Parallel()
-	if err := workers.EnableSubreaper(); err != nil {
-		t.Skip("cannot be a subreaper:", err)
-	}
-	s := newStack(t)
-	sid := s.chat().create()
-	// A terminal whose shell starts a setsid grandchild, then the shell is
-	// killed outside dashgate: the grandchild is an orphan of the test
-	// process (a subreaper), owned by no worker.
-	p := s.pty(url.Values{"session_id": {sid}})
-	p.send("setsid sleep 320 & echo started\n")
-	p.expect(`started`, 5*time.Second)
-	var orphan int
-	waitFor(t, 5*time.Second, "orphan listed", func() bool {
-		for _, k := range pidsRunning([]string{"sleep 320"}) {
-			orphan = k
-		}
-		return orphan != 0
-	})
-	shell, _ := s.ptyTree(t)
-	syscall.Kill(shell, syscall.SIGKILL)
-	// the pty's close kills marker-carrying descendants: stop that by
-	// listing first; the orphan is unowned once the shell is gone
-	waitFor(t, 5*time.Second, "orphan unowned or ended", func() bool {
-		for _, u := range s.mgr.Unowned() {
-			if u.PID == orphan {
-				return true
-			}
-		}
-		return gone(orphan)
-	})
-	if gone(orphan) {
-		t.Skip("the terminal's close already ended the orphan (tree kill by marker)")
-	}
-	resp := s.post("/admin/workers/"+strconv.Itoa(orphan)+"/reap", nil)
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("reap orphan: %d", resp.StatusCode)
-	}
-	waitFor(t, 5*time.Second, "orphan gone", func() bool { return gone(orphan) })
 }
 
 func TestAdminRefusals(t *testing.T) {

@@ -118,7 +118,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sock := newSocket(r.Context(), conn)
 	c := &chatConn{
 		h: h, conn: conn, sock: sock,
-		log:      h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
+		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:  make(chan outFrame, h.SendQueue),
 		done: make(chan struct{}),
 	}

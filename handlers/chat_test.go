@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
 )
 
 func TestChatHappyPath(t *testing.T) {
@@ -269,17 +270,29 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 	}
 }
 
+// TestSessionsPerSocketCap: a socket at its cap gets 4029 naming the real
+// limit; a session closed by the socket or reaped elsewhere (the admin
+// page) frees its slot.
 func TestSessionsPerSocketCap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.MaxSessions = 2 }})
+	e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.MaxViewed = 2 }})
 	cc := e.chat()
 	first := cc.create()
-	cc.create()
-	if m := cc.callRaw("session.create", map[string]any{}); errCode(m) != 4029 {
-		t.Fatalf("third session on one socket: %v, want 4029", m)
+	second := cc.create()
+	m := cc.callRaw("session.create", map[string]any{})
+	if errCode(m) != 4029 || !strings.Contains(fmt.Sprint(m), "(2)") {
+		t.Fatalf("third session on one socket: %v, want 4029 naming the limit 2", m)
 	}
 	// closing one frees its slot
 	cc.call("session.close", map[string]any{"session_id": first})
+	third := cc.create()
+	// so does a reap elsewhere, which the socket never hears of but in an event
+	for _, sid := range []string{second, third} {
+		if closed, err := e.reg.Close(sid, sessions.EndAdminReap); !closed || err != nil {
+			t.Fatalf("admin reap: %v %v", closed, err)
+		}
+	}
+	cc.create()
 	cc.create()
 }
 

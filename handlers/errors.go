@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -43,6 +44,9 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		}
 		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
 			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
+	case errors.Is(err, context.Canceled):
+		// The socket went while the call waited: nobody reads the reply.
+		return &RPCError{Code: CodeInternal, Message: "request cancelled"}
 	}
 	log.Error("internal error", "method", method, "code", CodeInternal, "err", err)
 	return &RPCError{Code: CodeInternal, Message: "internal error"}

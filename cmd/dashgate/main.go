@@ -149,13 +149,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
-	metrics = handlers.NewMetrics(reg.List, func() map[workers.Kind]int {
-		n := map[workers.Kind]int{}
-		for _, p := range mgr.Procs() {
-			n[p.Kind()]++
-		}
-		return n
-	})
+	metrics = handlers.NewMetrics(reg.List, mgr.CountByKind)
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg, Procs: mgr, Metrics: metrics, Log: log, Version: version}
