@@ -181,7 +181,7 @@ func TestChatOversizedAndBinaryFrames(t *testing.T) {
 }
 
 // TestSocketCloseClosesWorker: the browser goes, the worker goes at once,
-// even mid-command, with one INFO record; resuming on a new socket spawns a
+// even mid-turn, with one INFO record; resuming on a new socket spawns a
 // new worker.
 func TestSocketCloseClosesWorker(t *testing.T) {
 	t.Parallel()
@@ -190,8 +190,8 @@ func TestSocketCloseClosesWorker(t *testing.T) {
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	pid := e.mgr.Procs()[0].PID()
-	cc.sendRaw(`{"jsonrpc":"2.0","id":"s","method":"slash.exec","params":{"session_id":"` + sid + `","command":"/sleep 30"}}`)
-	waitFor(t, 2*time.Second, "/sleep running", func() bool { return len(e.mgr.Procs()) == 1 })
+	cc.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat("word ", 500)})
+	cc.waitEvent("message.delta", sid) // the worker is mid-turn
 	cc.c.Close(websocket.StatusNormalClosure, "bye")
 
 	waitFor(t, 2*time.Second, "worker reaped", func() bool { return gone(pid) && e.mgr.Count() == 0 })
@@ -209,7 +209,7 @@ func TestSocketCloseClosesWorker(t *testing.T) {
 	cc2 := e.chat()
 	res := cc2.call("session.resume", map[string]any{"session_id": sid})
 	hist := res["history"].([]any)
-	if res["state"] != "attached" || len(hist) != 2 || hist[1].(map[string]any)["text"] != "hi" {
+	if res["state"] != "attached" || len(hist) != 4 || hist[1].(map[string]any)["text"] != "hi" || hist[3].(map[string]any)["interrupted"] != true {
 		t.Fatalf("resume = %v", res)
 	}
 	cc2.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo again"})

@@ -344,9 +344,8 @@ func TestTwoViewersDetachOnlyWhenLastLeaves(t *testing.T) {
 	if w.Closing() {
 		t.Fatal("worker closed while a viewer remains")
 	}
-	h.r.Exec(t.Context(), b, in.ID, "/y")
-	if len(b.ofType("message.complete")) != 0 {
-		t.Fatal("unexpected events")
+	if out, err := h.r.Exec(t.Context(), b, in.ID, "/y"); err != nil || out != "/y" || h.sp.spawned.Load() != 1 {
+		t.Fatalf("the remaining viewer's call: %q %v, %d spawns", out, err, h.sp.spawned.Load())
 	}
 	h.r.DetachViewer(b, workers.ReasonDetach)
 	h.r.Wait()
