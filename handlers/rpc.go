@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/dashgate/dashgate/sessions"
-	"github.com/dashgate/dashgate/workers"
 )
 
 // JSON-RPC 2.0 and dashgate error codes (PROTOCOL.md §2).
@@ -149,32 +148,6 @@ func checkPrompt(t string) *RPCError {
 		return invalidParams("invalid params: text is over 64 KiB")
 	}
 	return nil
-}
-
-// errorFor maps a registry or worker error to its JSON-RPC error.
-func errorFor(err error) *RPCError {
-	var rpc *RPCError
-	var we *workers.Error
-	switch {
-	case errors.As(err, &rpc):
-		return rpc
-	case errors.Is(err, sessions.ErrNotFound):
-		return &RPCError{Code: CodeNotFound, Message: "session not found or already closed"}
-	case errors.Is(err, sessions.ErrBusy):
-		return &RPCError{Code: CodeBusy, Message: "a turn is already running in this session"}
-	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
-		return &RPCError{Code: CodeCapacity, Message: err.Error()}
-	case errors.Is(err, workers.ErrCapacity):
-		return &RPCError{Code: CodeCapacity, Message: "worker capacity reached"}
-	case errors.As(err, &we):
-		tail := we.StderrTail
-		if tail == nil {
-			tail = []string{}
-		}
-		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
-			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
-	}
-	return &RPCError{Code: CodeInternal, Message: "internal error"}
 }
 
 type rpcReply struct {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -163,5 +162,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
