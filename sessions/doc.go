@@ -2,10 +2,22 @@
 // session, its viewers, its worker and terminal, and every way it ends.
 //
 // Ownership. The [Registry] owns every [Session]; a session owns at most one
-// chat worker and one [Terminal], each started lazily. One mutex, the
-// registry's, guards all session state; nothing slow runs under it: spawning
-// and teardown happen outside it, and fan-out to viewers only queues (a
-// [Viewer]'s Deliver must not block).
+// chat worker ([Worker]) and one [Terminal] over a [PTY], each started lazily
+// through a [Spawner] (the children sit behind interfaces, so tests fake
+// them). One mutex, the registry's, guards all session state; nothing slow
+// runs under it: spawning and teardown happen outside it, and fan-out to
+// viewers only queues an [Event] (a [Viewer]'s Deliver must not block; the
+// viewer's writer encodes it, once for all viewers, with Event.Encode).
+//
+// Who views what. The registry is the only record of which viewer views
+// which session; it enforces Config.MaxViewed per viewer, and a session
+// that ends by any path leaves every viewer's count at once. Transports
+// keep no copy.
+//
+// Reasons. reasons.go is the one table of end reasons ([EndReason]),
+// worker reasons (workers.Reason) and every translation between them and
+// from the end of a socket ([ViewerEndReason]); the metrics and the tests
+// take their lists from it.
 //
 // Ending. Every end of a session, whatever the reason, goes through one
 // funnel (Registry.end): it claims the session under the lock, tears down
@@ -20,6 +32,8 @@
 // mid-turn; the session then waits --detached-ttl for a resume, watched by a
 // timer of its own and by a periodic sweep that repairs a lost timer.
 //
-// Blocking. Close, Shutdown and Exec block (bounded by the grace, the worker
-// timeout or the context); everything else returns at once.
+// Blocking. Close, ReapWorker, Shutdown and Exec block (bounded by the
+// grace, the worker timeout or the context); everything else returns at
+// once. Wait joins every goroutine the registry started, Shutdown's
+// teardowns included.
 package sessions
