@@ -1,17 +1,18 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // browser is one headless Chromium with a fresh profile, owned by one test.
@@ -22,7 +23,7 @@ type browser struct {
 	ctx    context.Context // the first tab: the browser's root context
 	cancel context.CancelFunc
 	dir    string // --user-data-dir
-	output lockedBuffer
+	output testkit.LogBuffer
 }
 
 // newBrowser starts Chromium and registers its shutdown (and, on failure,
@@ -57,7 +58,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.UserDataDir(b.dir),
 		chromedp.WindowSize(1280, 800),
 		chromedp.CombinedOutput(&b.output),
-		chromedp.Env(cleanEnv()...),
+		chromedp.Env(testkit.CleanEnv()...),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
@@ -87,21 +88,22 @@ func (b *browser) close() {
 	// Chromium's helpers may outlive its main process for a moment; they
 	// are reparented to us (a subreaper): wait for them, reaping.
 	want := "--user-data-dir=" + b.dir
-	ours := func() []procInfo {
-		var out []procInfo
-		for _, p := range listProcs() {
-			if p.State != 'Z' && strings.Contains(cmdline(p.PID), want) {
+	ours := func() []testkit.Proc {
+		all, _ := testkit.Procs()
+		var out []testkit.Proc
+		for _, p := range all {
+			if cl, err := testkit.Cmdline(p.PID); err == nil && !p.Dead() && strings.Contains(cl, want) {
 				out = append(out, p)
 			}
 		}
 		return out
 	}
-	if !waitUntil(5*time.Second, func() bool { reapZombieChildren(); return len(ours()) == 0 }) {
+	if !testkit.Until(5*time.Second, func() bool { testkit.ReapZombieChildren(); return len(ours()) == 0 }) {
 		for _, p := range ours() {
 			t.Logf("chromium process %d still running after the browser closed; killing it", p.PID)
-			killPID(p.PID)
+			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
-		waitUntil(2*time.Second, func() bool { reapZombieChildren(); return len(ours()) == 0 })
+		testkit.Until(2*time.Second, func() bool { testkit.ReapZombieChildren(); return len(ours()) == 0 })
 	}
 }
 
@@ -112,7 +114,7 @@ type tab struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closed  bool
-	console lockedBuffer
+	console testkit.LogBuffer
 }
 
 // newTab opens a tab. On failure, its screenshot and console are saved as
@@ -237,14 +239,14 @@ func mustEval[T any](tb *tab, expr string) T {
 	return v
 }
 
-// waitJS polls the boolean expression every 50 ms until it is true or
+// waitJS polls the boolean expression until it is true or
 // timeout passes. Evaluation errors (a navigation in progress, the page not
 // ready) count as false. On timeout it returns an error naming what, the
 // last evaluation error and the value of diag (a JavaScript expression
 // describing the state, may be "").
 func (tb *tab) waitJS(timeout time.Duration, what, expr, diag string) error {
 	var lastErr error
-	ok := waitUntilEvery(timeout, 50*time.Millisecond, func() bool {
+	ok := testkit.Until(timeout, func() bool {
 		v, err := eval[bool](tb, expr)
 		lastErr = err
 		return err == nil && v
@@ -270,38 +272,4 @@ func (tb *tab) mustWaitJS(timeout time.Duration, what, expr, diag string) {
 	if err := tb.waitJS(timeout, what, expr, diag); err != nil {
 		tb.t.Fatal(err)
 	}
-}
-
-// waitUntilEvery is waitUntil with its own interval.
-func waitUntilEvery(d, every time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

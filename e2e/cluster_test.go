@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // kill ends dashgate with SIGKILL, as a crash or the OOM killer would; its
@@ -18,18 +21,9 @@ import (
 func (d *dashgate) kill() {
 	d.t.Helper()
 	d.Workers()
-	for _, p := range descendants(d.cmd.Process.Pid) {
-		d.remember(p.PID)
-	}
+	d.rememberTree()
 	d.killed = true
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		d.t.Fatalf("kill dashgate: %v", err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		d.t.Fatalf("dashgate %d not reaped within 10s of SIGKILL", d.cmd.Process.Pid)
-	}
+	d.Kill()
 }
 
 // checkKilled is the cleanup of a killed dashgate: nothing it started may
@@ -38,22 +32,21 @@ func (d *dashgate) kill() {
 func (d *dashgate) checkKilled() {
 	t := d.t
 	d.mu.Lock()
-	seen := make(map[int]uint64, len(d.seen))
-	for pid, start := range d.seen {
-		seen[pid] = start
-	}
+	seen := maps.Clone(d.seen)
 	d.mu.Unlock()
 	var left []string
-	waitUntil(5*time.Second, func() bool {
+	var marked []testkit.Proc
+	testkit.Until(5*time.Second, func() bool {
 		left = left[:0]
 		for pid, start := range seen {
 			if alive(pid, start) {
-				left = append(left, fmt.Sprintf("%d (%s)", pid, cmdline(pid)))
+				left = append(left, testkit.Describe(pid))
 			}
 		}
-		for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
+		marked, _ = d.Procs()
+		for _, p := range marked {
 			if _, known := seen[p.PID]; !known {
-				left = append(left, fmt.Sprintf("%d (%s)", p.PID, cmdline(p.PID)))
+				left = append(left, testkit.Describe(p.PID))
 			}
 		}
 		return len(left) == 0
@@ -63,11 +56,11 @@ func (d *dashgate) checkKilled() {
 		t.Errorf("processes of the killed dashgate still running 5s after it died: %s", strings.Join(left, ", "))
 		for pid, start := range seen {
 			if alive(pid, start) {
-				killPID(pid)
+				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
-			killPID(p.PID)
+		for _, p := range marked {
+			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 	}
 }
@@ -116,8 +109,8 @@ func loginCluster(t *testing.T, n *nginx, name string) *clusterClient {
 }
 
 // ws is how this browser opens a WebSocket: its cookies, its page's origin.
-func (c *clusterClient) ws(n *nginx) wsDial {
-	return wsDial{header: http.Header{"Origin": {n.Origin()}}, client: c.client}
+func (c *clusterClient) ws(n *nginx) testkit.DialOptions {
+	return testkit.DialOptions{Origin: n.Origin(), Jar: c.client.Jar}
 }
 
 // Case 6: two instances behind deploy/nginx/dashgate-cluster.conf. A
@@ -132,7 +125,7 @@ func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
 		"a": startDashgate(t, "--node-id", "a", "--trusted-proxies", "127.0.0.1/32"),
 		"b": startDashgate(t, "--node-id", "b", "--trusted-proxies", "127.0.0.1/32"),
 	}
-	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{inst["a"].addr, inst["b"].addr}})
+	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{inst["a"].Addr, inst["b"].Addr}})
 	other := map[string]string{"a": "b", "b": "a"}
 
 	// Browsers log in until one is pinned to each instance (the cookie's
@@ -203,7 +196,7 @@ func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
 
 	dead.kill()
 	select {
-	case <-qchat.done:
+	case <-qchat.Done():
 	case <-time.After(5 * time.Second):
 		t.Errorf("%s's socket to the killed instance is still open 5s after the kill", q.name)
 	}

@@ -39,7 +39,7 @@ func TestLoginSetsHttpOnlyCookieAndDropsTokenFromURL(t *testing.T) {
 		}
 	}
 
-	res, err := chromedp.Call(tb.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{d.base}})
+	res, err := chromedp.Call(tb.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{d.Base}})
 	if err != nil {
 		t.Fatalf("network.getCookies: %v", err)
 	}
@@ -50,7 +50,7 @@ func TestLoginSetsHttpOnlyCookieAndDropsTokenFromURL(t *testing.T) {
 		}
 	}
 	if cookie == nil {
-		t.Errorf("no dashgate_token cookie for %s; cookies: %+v", d.base, res.Cookies)
+		t.Errorf("no dashgate_token cookie for %s; cookies: %+v", d.Base, res.Cookies)
 	} else {
 		if cookie.Value != testToken {
 			t.Errorf("dashgate_token = %q, want the token", cookie.Value)

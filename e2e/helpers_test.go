@@ -13,6 +13,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // js quotes s as a JavaScript string literal.
@@ -160,7 +162,7 @@ func waitTerminalOutput(t *testing.T, tb *tab, cmd string, want *regexp.Regexp, 
 	t.Helper()
 	var got string
 	var last []string
-	ok := waitUntilEvery(timeout, 50*time.Millisecond, func() bool {
+	ok := testkit.Until(timeout, func() bool {
 		lines, err := terminalLines(tb)
 		if err != nil {
 			return false

@@ -1,7 +1,7 @@
 package e2e_test
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // chromiumPath is the browser the suite drives. Tests skip without it unless
@@ -36,16 +38,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: prctl(PR_SET_CHILD_SUBREAPER):", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "dashgate-e2e-bin-")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	bin, err := testkit.Build(ctx)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	if err := build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	dashgateBin = bin
 	goleak.VerifyTestMain(m,
 		// Nothing to ignore: every test stops its dashgate, its browser and its
 		// HTTP clients before it returns.
@@ -56,34 +56,41 @@ func TestMain(m *testing.M) {
 					code = 1
 				}
 			}
-			os.RemoveAll(dir)
+			testkit.RemoveBuild()
 			os.Exit(code)
 		}),
 	)
 }
 
-// build compiles ./cmd/dashgate into dir, with the race detector when this
-// test binary has it, so that a data race in dashgate fails its exit-code
-// check (a race-enabled binary exits 66 after reporting one).
-func build(dir string) error {
-	root, err := repoRoot()
-	if err != nil {
-		return err
+// reapOrphans waits up to d for the processes reparented to the test process
+// (it is a subreaper) to exit, reaping them, and returns a description of
+// those still running after d, which it then kills: they can only be
+// leftovers of a browser or a dashgate this process started. Children an
+// exec.Cmd waits for (testkit.Own) are left alone.
+func reapOrphans(d time.Duration) []string {
+	self := os.Getpid()
+	live := func() []testkit.Proc {
+		testkit.ReapZombieChildren()
+		children, _ := testkit.Descendants(self)
+		var out []testkit.Proc
+		for _, p := range children {
+			if p.PPID == self && !p.Dead() && !testkit.Owned(p.PID) {
+				out = append(out, p)
+			}
+		}
+		return out
 	}
-	dashgateBin = filepath.Join(dir, "dashgate")
-	args := []string{"build", "-o", dashgateBin}
-	if raceEnabled {
-		args = append(args, "-race")
+	var left []testkit.Proc
+	testkit.Until(d, func() bool { left = live(); return len(left) == 0 })
+	var desc []string
+	for _, p := range left {
+		desc = append(desc, testkit.Describe(p.PID))
+		unix.Kill(p.PID, unix.SIGKILL)
 	}
-	args = append(args, "./cmd/dashgate")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	if len(left) > 0 {
+		testkit.Until(2*time.Second, func() bool { return len(live()) == 0 })
 	}
-	return nil
+	return desc
 }
 
 // repoRoot is the directory of the module's go.mod (`go env GOMOD`), or ".."

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // nginxPath is the reverse proxy the deploy tests run. Like Chromium, its
@@ -167,19 +169,19 @@ http {
 	defer out.Close()
 	n.cmd = exec.Command(nginxPath, "-c", confPath, "-p", dir+"/")
 	n.cmd.Stdout, n.cmd.Stderr = out, out
-	n.cmd.Env = cleanEnv()
+	n.cmd.Env = testkit.CleanEnv()
 	if err := n.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start nginx: %w", err)
 	}
-	own(n.cmd.Process.Pid)
+	testkit.Own(n.cmd.Process.Pid)
 	go func() {
 		n.waitErr = n.cmd.Wait()
-		disown(n.cmd.Process.Pid)
+		testkit.Disown(n.cmd.Process.Pid)
 		close(n.exited)
 	}()
 
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	answered := waitUntil(10*time.Second, func() bool {
+	answered := testkit.Until(10*time.Second, func() bool {
 		select {
 		case <-n.exited:
 			return true

@@ -40,7 +40,7 @@ func TestOtherOriginCannotOpenTerminal(t *testing.T) {
 
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, attackerPage, js("ws://"+d.addr+"/ws/pty"))
+		fmt.Fprintf(w, attackerPage, js("ws://"+d.Addr+"/ws/pty"))
 	}))
 	defer other.Close()
 	_, port, _ := net.SplitHostPort(other.Listener.Addr().String())
@@ -87,9 +87,9 @@ func TestOtherOriginCannotOpenTerminal(t *testing.T) {
 				return r.Msg() == "request" && r.Str("path") == "/ws/pty" && r.Str("query") == "" && code == wantStatus
 			}); !ok {
 				var got []string
-				for _, r := range d.records()[mark:] {
+				for _, r := range d.Log.Records("")[mark:] {
 					if r.Str("path") == "/ws/pty" {
-						got = append(got, r.raw)
+						got = append(got, r.String())
 					}
 				}
 				t.Errorf("no /ws/pty request from %s answered %d; records since the page opened:\n%s", origin, wantStatus, strings.Join(got, "\n"))

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -17,6 +18,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // The tests of issue 8: dashgate behind a real nginx running the deploy
@@ -32,7 +35,7 @@ func startBehindNginx(t *testing.T, readTimeout string, extra ...string) (*dashg
 	t.Helper()
 	requireNginx(t)
 	d := startDashgate(t, append([]string{"--base-path", "/dashgate", "--trusted-proxies", "127.0.0.1/32"}, extra...)...)
-	n := startNginx(t, nginxSite{file: "dashgate.conf", upstreams: []string{d.addr}, readTimeout: readTimeout})
+	n := startNginx(t, nginxSite{file: "dashgate.conf", upstreams: []string{d.Addr}, readTimeout: readTimeout})
 	return d, n
 }
 
@@ -204,7 +207,7 @@ func TestSubPathURLsBehindNginx(t *testing.T) {
 	// The scripts build ws(s)://<location.host><data-base-path>ws/chat and
 	// ws/pty (static/js/net.js); those URLs open through nginx with what a
 	// browser sends: the cookie and the page's origin.
-	browserLike := wsDial{header: http.Header{"Cookie": {"dashgate_token=" + testToken}, "Origin": {n.Origin()}}}
+	browserLike := testkit.DialOptions{Header: http.Header{"Cookie": {"dashgate_token=" + testToken}}, Origin: n.Origin()}
 	openChat(t, "chat", n.WS(subPath+"ws/chat"), browserLike).Close()
 	openPTY(t, "pty", n.WS(subPath+"ws/pty"), browserLike).Close()
 }
@@ -331,9 +334,9 @@ func TestIdleSocketsOutliveProxyReadTimeout(t *testing.T) {
 		timer := time.NewTimer(idle)
 		defer timer.Stop()
 		select {
-		case <-chat.done:
+		case <-chat.Done():
 			t.Fatalf("the idle chat socket was cut after %v: %v\n%s", time.Since(start).Round(time.Millisecond), chat.Err(), n.logs())
-		case <-pty.done:
+		case <-pty.Done():
 			t.Fatalf("the idle terminal socket was cut after %v: %v\n%s", time.Since(start).Round(time.Millisecond), pty.Err(), n.logs())
 		case <-timer.C:
 		}
@@ -348,18 +351,18 @@ func TestIdleSocketsOutliveProxyReadTimeout(t *testing.T) {
 		start := time.Now()
 		deadline := time.NewTimer(idle)
 		defer deadline.Stop()
-		for _, c := range []*wsConn{chat.wsConn, pty.wsConn} {
+		for name, c := range map[string]*testkit.Conn{"chat": chat.Conn, "pty": pty.Conn} {
 			select {
-			case <-c.done:
-				t.Logf("%s cut after %v idle: %v", c.name, c.ended.Sub(start).Round(time.Millisecond), c.Err())
+			case <-c.Done():
+				t.Logf("%s cut after %v idle: %v", name, c.EndedAt().Sub(start).Round(time.Millisecond), c.Err())
 			case <-deadline.C:
-				t.Fatalf("without pings the idle %s socket is still open after %v: proxy_read_timeout 3s did not apply, so this test cannot tell pings from none", c.name, idle)
+				t.Fatalf("without pings the idle %s socket is still open after %v: proxy_read_timeout 3s did not apply, so this test cannot tell pings from none", name, idle)
 			}
 			if code := websocket.CloseStatus(c.Err()); code != -1 {
-				t.Errorf("%s ended with close code %d: the proxy's timeout cuts the connection without a close frame", c.name, code)
+				t.Errorf("%s ended with close code %d: the proxy's timeout cuts the connection without a close frame", name, code)
 			}
 		}
-		if !waitUntil(5*time.Second, func() bool { return strings.Contains(n.logs(), "upstream timed out") }) {
+		if !testkit.Until(5*time.Second, func() bool { return strings.Contains(n.logs(), "upstream timed out") }) {
 			t.Errorf("nginx logged no \"upstream timed out\": not its read timeout that cut the sockets\n%s", n.logs())
 		}
 	})
@@ -384,7 +387,7 @@ func TestDroppedProxyConnectionEndsWorkerAndTerminal(t *testing.T) {
 				t.Fatal(err)
 			}
 			var cw, tw apiWorker
-			if !waitUntil(10*time.Second, func() bool {
+			if !testkit.Until(10*time.Second, func() bool {
 				var ok1, ok2 bool
 				cw, ok1 = d.Worker(sid, "chat")
 				tw, ok2 = d.Worker(sid, "pty")
@@ -399,7 +402,7 @@ func TestDroppedProxyConnectionEndsWorkerAndTerminal(t *testing.T) {
 			}
 			procs := []proc{{"chat worker", cw.PID, d.startTime(cw.PID)}, {"terminal", tw.PID, d.startTime(tw.PID)}}
 			for _, c := range tw.Children {
-				procs = append(procs, proc{fmt.Sprintf("terminal's child %s", cmdline(c)), c, d.startTime(c)})
+				procs = append(procs, proc{fmt.Sprintf("terminal's child %s", testkit.Describe(c)), c, d.startTime(c)})
 			}
 			for _, p := range procs {
 				if !alive(p.pid, p.start) {
@@ -409,11 +412,11 @@ func TestDroppedProxyConnectionEndsWorkerAndTerminal(t *testing.T) {
 
 			promise := time.Second + workerGrace
 			dropped := time.Now()
-			chat.Drop(tc.rst)
-			pty.Drop(tc.rst)
+			chat.drop(tc.rst)
+			pty.drop(tc.rst)
 			deadline := dropped.Add(promise)
 			for _, p := range procs {
-				if !waitUntil(time.Until(deadline), func() bool { return !alive(p.pid, p.start) }) {
+				if !testkit.Until(time.Until(deadline), func() bool { return !alive(p.pid, p.start) }) {
 					t.Errorf("%s %d still running %v after the client's connection to nginx was dropped (promise: within %v)",
 						p.what, p.pid, time.Since(dropped).Round(time.Millisecond), promise)
 				}
@@ -549,7 +552,9 @@ func TestCrossOriginWebSocketThroughNginx(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			mark := d.logMark()
 			hdr := http.Header{"Cookie": {"dashgate_token=" + testToken}, "Origin": {evil}}
-			c, res, err := dialWS(t, "evil "+path, n.WS(subPath+path), wsDial{header: hdr})
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			c, res, err := testkit.Dial(ctx, n.WS(subPath+path), testkit.DialOptions{Header: hdr})
 			if err == nil {
 				c.Close()
 				t.Fatalf("%s from Origin %s opened through nginx", path, evil)
@@ -565,9 +570,9 @@ func TestCrossOriginWebSocketThroughNginx(t *testing.T) {
 
 			hdr = http.Header{"Cookie": {"dashgate_token=" + testToken}, "Origin": {n.Origin()}}
 			if path == "ws/chat" {
-				openChat(t, "same-origin chat", n.WS(subPath+path), wsDial{header: hdr}).Close()
+				openChat(t, "same-origin chat", n.WS(subPath+path), testkit.DialOptions{Header: hdr}).Close()
 			} else {
-				openPTY(t, "same-origin pty", n.WS(subPath+path), wsDial{header: hdr}).Close()
+				openPTY(t, "same-origin pty", n.WS(subPath+path), testkit.DialOptions{Header: hdr}).Close()
 			}
 		})
 	}

@@ -1,15 +1,9 @@
 package e2e_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // testToken is the dashboard (and admin) token of every dashgate the suite starts.
@@ -27,22 +23,17 @@ const testToken = "e2e-token-3f9c1a"
 // plus the grace".
 const workerGrace = 500 * time.Millisecond
 
-// dashgate is one running `dashgate serve`, owned by one test.
+// dashgate is one running `dashgate serve` (a testkit.Instance), owned by
+// one test, with the pids of its children seen while it ran.
 type dashgate struct {
-	t        *testing.T
-	addr     string // 127.0.0.1:port
-	base     string // http://127.0.0.1:port/
-	instance string // its DASHGATE_INSTANCE
-	logPath  string // its stderr: JSON log records
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once cmd.Wait returned
-	waitErr  error
-	client   *http.Client
+	*testkit.Instance
+	t *testing.T
 
 	mu   sync.Mutex
 	seen map[int]uint64 // children and descendants seen while it ran: pid -> start time
 
-	killed bool // set by kill: the cleanup checks only that its children died with it
+	killed   bool // set by kill: the cleanup checks only that its children died with it
+	stopOnce sync.Once
 }
 
 // startDashgate starts dashgate on 127.0.0.1:0 with a temp state dir and
@@ -51,156 +42,43 @@ type dashgate struct {
 // behind. extra flags come last (and win).
 func startDashgate(t *testing.T, extra ...string) *dashgate {
 	t.Helper()
-	clearArtifacts(t)
-	dir := t.TempDir()
-	d := &dashgate{
-		t:       t,
-		logPath: filepath.Join(dir, "dashgate.log"),
-		exited:  make(chan struct{}),
-		client:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}},
-		seen:    map[int]uint64{},
-	}
-	addrFile := filepath.Join(dir, "addr")
-	args := []string{"serve",
-		"--addr", "127.0.0.1:0",
-		"--addr-file", addrFile,
-		"--state-dir", filepath.Join(dir, "state"),
-		"--token", testToken,
+	return launch(t, testkit.Options{Sub: "serve", Args: append([]string{
 		"--worker-grace", workerGrace.String(),
-		"--log-format", "json",
 		"--log-level", "debug",
 		// A known shell without rc files: prompts and output do not depend
 		// on the machine's dotfiles.
 		"--pty-cmd", "/bin/bash --noprofile --norc",
-	}
-	args = append(args, extra...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close() // the child has its own copy
-	outf, err := os.Create(filepath.Join(dir, "stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer outf.Close()
-	d.cmd = exec.Command(dashgateBin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = outf, logf
-	d.cmd.Dir = dir
-	d.cmd.Env = cleanEnv()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start dashgate: %v", err)
-	}
-	own(d.cmd.Process.Pid)
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		disown(d.cmd.Process.Pid)
-		close(d.exited)
-	}()
-	t.Cleanup(d.stop)
+	}, extra...)})
+}
 
-	ok := waitUntil(15*time.Second, func() bool {
-		select {
-		case <-d.exited:
-			return true
-		default:
-		}
-		b, err := os.ReadFile(addrFile)
-		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
-			return false
-		}
-		d.addr = strings.TrimSpace(string(b))
-		return true
-	})
-	select {
-	case <-d.exited:
-		t.Fatalf("dashgate exited at startup (%v); log:\n%s", d.waitErr, d.logText())
-	default:
+// launch starts the suite's binary as o says (Bin and Token are filled in,
+// Dir when empty) and registers the checking stop as its cleanup.
+func launch(t *testing.T, o testkit.Options) *dashgate {
+	t.Helper()
+	clearArtifacts(t)
+	o.Bin, o.Token = dashgateBin, testToken
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
 	}
-	if !ok {
-		t.Fatalf("dashgate wrote no --addr-file within 15s; log:\n%s", d.logText())
-	}
-	rec, ok := d.waitLog(5*time.Second, func(r logRecord) bool { return r.Msg() == "dashgate listening" })
-	if !ok {
-		t.Fatalf("no \"dashgate listening\" record; log:\n%s", d.logText())
-	}
-	// URL and the admin API calls are relative to --base-path.
-	basePath := rec.Str("base_path")
-	if !strings.HasPrefix(basePath, "/") || !strings.HasSuffix(basePath, "/") {
-		t.Fatalf("\"dashgate listening\" has base_path %q, want /.../: %v", basePath, rec)
-	}
-	d.base = "http://" + d.addr + basePath
-	d.instance = rec.Str("instance")
-	if d.instance == "" {
-		t.Fatalf("\"dashgate listening\" has no instance: %v", rec)
-	}
+	d := &dashgate{t: t, seen: map[int]uint64{}}
+	// Registered first, so it runs after stop: whatever stop found to be
+	// wrong, nothing of this dashgate survives the test.
+	d.Instance = testkit.StartT(t, o)
+	t.Cleanup(d.stop)
 	return d
 }
 
-// cleanEnv is the test's environment without DASHGATE_* variables (each
-// would set a flag) and without proxies.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "DASHGATE_") || strings.HasSuffix(strings.ToLower(name), "_proxy") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
+type (
+	apiWorker  = testkit.APIWorker
+	apiSession = testkit.APISession
+)
 
-// URL returns the absolute URL of path (relative to the base path).
-func (d *dashgate) URL(path string) string { return d.base + strings.TrimPrefix(path, "/") }
-
-// LoginURL is a page URL carrying the token, as printed for people.
-func (d *dashgate) LoginURL(path string) string {
-	u := d.URL(path)
-	if strings.Contains(u, "?") {
-		return u + "&token=" + testToken
-	}
-	return u + "?token=" + testToken
-}
-
-// apiWorker and apiSession are the records of /admin/api (PROTOCOL.md §5).
-type apiWorker struct {
-	PID       int    `json:"pid"`
-	Kind      string `json:"kind"`
-	SessionID string `json:"session_id"`
-	State     string `json:"state"`
-	Children  []int  `json:"children"`
-}
-
-type apiSession struct {
-	SessionID string `json:"session_id"`
-	Title     string `json:"title"`
-	State     string `json:"state"`
-	Viewers   int    `json:"viewers"`
-	Running   bool   `json:"running"`
-	WorkerPID int    `json:"worker_pid"`
-	PTYPID    int    `json:"pty_pid"`
-}
-
+// getJSON is GetJSON bounded by 10 s (not by the test's context: the
+// cleanup calls it too).
 func (d *dashgate) getJSON(path string, v any) error {
-	req, err := http.NewRequest(http.MethodGet, d.URL(path), nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	res, err := d.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return err
-	}
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, res.Status, body)
-	}
-	return json.Unmarshal(body, v)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.GetJSON(ctx, path, v)
 }
 
 // Workers lists dashgate's workers and remembers every pid it names, for
@@ -263,8 +141,8 @@ func (d *dashgate) remember(pid int) uint64 {
 	if pid <= 0 {
 		return 0
 	}
-	p, ok := readProc(pid)
-	if !ok {
+	p, err := testkit.ReadProc(pid)
+	if err != nil {
 		return 0
 	}
 	d.mu.Lock()
@@ -287,12 +165,13 @@ func (d *dashgate) startTime(pid int) uint64 {
 // under it just before the signal, or anything carrying its instance
 // marker) is left, alive or as an unreaped zombie. It writes the log into
 // the test's artifacts when the test failed.
-func (d *dashgate) stop() {
+func (d *dashgate) stop() { d.stopOnce.Do(d.stopAndCheck) }
+
+func (d *dashgate) stopAndCheck() {
 	t := d.t
 	defer func() {
-		d.client.CloseIdleConnections()
 		if t.Failed() {
-			if b, err := os.ReadFile(d.logPath); err == nil {
+			if b, err := os.ReadFile(d.Log.Path); err == nil {
 				writeArtifact(t, "dashgate.log", b)
 			}
 		}
@@ -302,8 +181,8 @@ func (d *dashgate) stop() {
 		return
 	}
 	select {
-	case <-d.exited:
-		t.Errorf("dashgate exited before the end of the test: %v", d.waitErr)
+	case <-d.Exited():
+		t.Errorf("dashgate exited before the end of the test: %v", d.WaitErr())
 		return
 	default:
 	}
@@ -318,26 +197,20 @@ func (d *dashgate) stop() {
 			}
 		}
 	}
-	for _, p := range descendants(d.cmd.Process.Pid) {
-		d.remember(p.PID)
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(20 * time.Second):
-		t.Errorf("dashgate did not exit within 20s of SIGTERM; killing it")
-		d.cmd.Process.Kill()
-		<-d.exited
-	}
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("dashgate exited with %v after SIGTERM, want exit code 0", d.waitErr)
+	d.rememberTree()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if code, err := d.Stop(ctx); err != nil {
+		t.Error(err)
+	} else if code != 0 {
+		t.Errorf("dashgate exited with %v after SIGTERM, want exit code 0", d.WaitErr())
 	}
 	if _, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "dashgate stopped" }); !ok {
 		t.Errorf("no \"dashgate stopped\" record after SIGTERM")
 	}
-	for _, r := range d.records() {
+	for _, r := range d.Log.Records("") {
 		if r.Str("level") == "ERROR" {
-			t.Errorf("dashgate logged an ERROR (STYLE.md: only when something was lost): %s", r.raw)
+			t.Errorf("dashgate logged an ERROR (STYLE.md: only when something was lost): %s", r)
 		}
 	}
 
@@ -352,12 +225,13 @@ func (d *dashgate) stop() {
 	var leaked []string
 	for pid, start := range seen {
 		if present(pid, start) {
-			leaked = append(leaked, fmt.Sprintf("%d (%s)", pid, cmdline(pid)))
+			leaked = append(leaked, testkit.Describe(pid))
 		}
 	}
-	for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
+	marked, _ := d.Procs()
+	for _, p := range marked {
 		if _, known := seen[p.PID]; !known {
-			leaked = append(leaked, fmt.Sprintf("%d (%s)", p.PID, cmdline(p.PID)))
+			leaked = append(leaked, testkit.Describe(p.PID))
 		}
 	}
 	if len(leaked) > 0 {
@@ -368,7 +242,7 @@ func (d *dashgate) stop() {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		for _, p := range withEnv("DASHGATE_INSTANCE=" + d.instance) {
+		for _, p := range marked {
 			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 	}
@@ -377,53 +251,24 @@ func (d *dashgate) stop() {
 	}
 }
 
+// rememberTree records the processes below dashgate now.
+func (d *dashgate) rememberTree() {
+	desc, _ := testkit.Descendants(d.PID())
+	for _, p := range desc {
+		d.remember(p.PID)
+	}
+}
+
 // logRecord is one JSON line of dashgate's log.
-type logRecord struct {
-	m   map[string]any
-	raw string
-}
-
-func (r logRecord) Msg() string { return r.Str("msg") }
-
-func (r logRecord) Str(key string) string {
-	s, _ := r.m[key].(string)
-	return s
-}
-
-func (r logRecord) Int(key string) (int, bool) {
-	f, ok := r.m[key].(float64)
-	return int(f), ok
-}
-
-func (r logRecord) String() string { return r.raw }
-
-// records parses the log written so far. A last line still being written
-// is skipped.
-func (d *dashgate) records() []logRecord {
-	f, err := os.Open(d.logPath)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []logRecord
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
-			out = append(out, logRecord{m: m, raw: sc.Text()})
-		}
-	}
-	return out
-}
+type logRecord = testkit.Record
 
 func (d *dashgate) findLog(match func(logRecord) bool) (logRecord, bool) {
-	for _, r := range d.records() {
+	for _, r := range d.Log.Records("") {
 		if match(r) {
 			return r, true
 		}
 	}
-	return logRecord{}, false
+	return nil, false
 }
 
 // waitLog polls the log until a record matches or timeout passes.
@@ -432,42 +277,37 @@ func (d *dashgate) waitLog(timeout time.Duration, match func(logRecord) bool) (l
 }
 
 // logMark is the number of records logged so far, for waitLogSince.
-func (d *dashgate) logMark() int { return len(d.records()) }
+func (d *dashgate) logMark() int { return d.Log.Mark() }
 
 // waitLogSince is waitLog among the records after the first mark ones.
 func (d *dashgate) waitLogSince(mark int, timeout time.Duration, match func(logRecord) bool) (logRecord, bool) {
-	var rec logRecord
-	ok := waitUntil(timeout, func() bool {
-		all := d.records()
-		if mark > len(all) {
-			return false
-		}
-		for _, r := range all[mark:] {
-			if match(r) {
-				rec = r
-				return true
-			}
-		}
-		return false
-	})
-	return rec, ok
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rec, err := d.Log.WaitRecord(ctx, mark, match)
+	return rec, err == nil
 }
 
 // logText is the log so far, for failure messages (the last 60 lines).
-func (d *dashgate) logText() string {
-	b, _ := os.ReadFile(d.logPath)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 60 {
-		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-60)}, lines[len(lines)-60:]...)
-	}
-	return strings.Join(lines, "\n")
+func (d *dashgate) logText() string { return d.Log.Tail(60) }
+
+// present reports whether (pid, start) still has a /proc entry (alive or an
+// unreaped zombie); a reused pid is someone else.
+func present(pid int, start uint64) bool {
+	p, err := testkit.ReadProc(pid)
+	return err == nil && p.Start == start
+}
+
+// alive reports whether (pid, start) still exists and has not exited.
+func alive(pid int, start uint64) bool {
+	p, err := testkit.ReadProc(pid)
+	return err == nil && p.Start == start && !p.Dead()
 }
 
 // gone waits up to timeout for the process (pid, start) to be gone (reaped,
 // so no /proc entry: dashgate promises it waits for its children) and
 // reports whether it was.
 func gone(pid int, start uint64, timeout time.Duration) bool {
-	return waitUntil(timeout, func() bool { return !present(pid, start) })
+	return testkit.Until(timeout, func() bool { return !present(pid, start) })
 }
 
 func artifactPath(t *testing.T) string {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // unitFile is a parsed systemd unit: section -> key -> values, in order.
@@ -211,7 +213,7 @@ func TestSystemdUnit(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(sa, "verify", copyPath)
-		cmd.Env = append(cleanEnv(), "SYSTEMD_LOG_LEVEL=notice")
+		cmd.Env = append(testkit.CleanEnv(), "SYSTEMD_LOG_LEVEL=notice")
 		out, err := cmd.CombinedOutput()
 		// Only this unit's diagnostics count (verify also loads the units it
 		// orders itself after).
@@ -240,94 +242,32 @@ func runExecStart(t *testing.T, unitArgs []string, timeoutStop time.Duration) {
 	if err := os.Mkdir(stateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	addrFile := filepath.Join(dir, "addr")
 	args := append([]string(nil), unitArgs[1:]...)
 	for i, a := range args {
 		args[i] = strings.NewReplacer("${STATE_DIRECTORY}", stateDir, "$STATE_DIRECTORY", stateDir).Replace(a)
 	}
 	args = setFlag(t, args, "addr", "127.0.0.1:0")
-	args = append(args, "--addr-file", addrFile)
-
-	d := &dashgate{
-		t:       t,
-		logPath: filepath.Join(dir, "dashgate.log"),
-		exited:  make(chan struct{}),
-		client:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}},
-		seen:    map[int]uint64{},
-	}
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	outf, err := os.Create(filepath.Join(dir, "stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer outf.Close()
-	d.cmd = exec.Command(dashgateBin, args...)
-	d.cmd.Stdout, d.cmd.Stderr = outf, logf
-	d.cmd.Dir = "/"
-	d.cmd.Env = []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"STATE_DIRECTORY=" + stateDir,
-		"DASHGATE_TOKEN=" + testToken,
-		"LANG=C.UTF-8",
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", args, err)
-	}
-	own(d.cmd.Process.Pid)
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		disown(d.cmd.Process.Pid)
-		close(d.exited)
-	}()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			d.stop()
-		}
-	})
 	t.Logf("ExecStart: %s %s", dashgateBin, strings.Join(args, " "))
 
-	if !waitUntil(15*time.Second, func() bool {
-		b, err := os.ReadFile(addrFile)
-		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
-			select {
-			case <-d.exited:
-				return true
-			default:
-				return false
-			}
-		}
-		d.addr = strings.TrimSpace(string(b))
-		return true
-	}) || d.addr == "" {
-		stopped = true
-		select {
-		case <-d.exited:
-		case <-time.After(time.Second):
-			d.cmd.Process.Kill()
-			<-d.exited
-		}
-		b, _ := os.ReadFile(d.logPath)
-		t.Fatalf("the unit's command line did not start listening (%v):\n%s", d.waitErr, b)
-	}
-	// Its log is JSON (--log-format json): every line parses.
-	rec, ok := d.waitLog(5*time.Second, func(r logRecord) bool { return r.Msg() == "dashgate listening" })
-	if !ok {
-		b, _ := os.ReadFile(d.logPath)
-		t.Fatalf("no JSON \"dashgate listening\" record:\n%s", b)
-	}
-	d.instance = rec.Str("instance")
-	base := rec.Str("base_path")
-	d.base = "http://" + d.addr + base
+	// The unit's command line as is (only --addr-file added), systemd's
+	// environment, and its working directory; the start fails unless the
+	// log is JSON (--log-format json) with a "dashgate listening" record.
+	d := launch(t, testkit.Options{
+		Dir: dir, Args: args, Exact: true, WorkDir: "/",
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"STATE_DIRECTORY=" + stateDir,
+			"DASHGATE_TOKEN=" + testToken,
+			"LANG=C.UTF-8",
+		},
+	})
+	base := strings.TrimPrefix(d.Base, "http://"+d.Addr)
 	if base != "/dashgate/" {
 		t.Errorf("the unit serves under %q, want /dashgate/ (deploy/nginx/dashgate.conf)", base)
 	}
 
-	res, err := d.client.Get("http://" + d.addr + "/dashgate/healthz")
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	res, err := hc.Get("http://" + d.Addr + "/dashgate/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,14 +281,14 @@ func runExecStart(t *testing.T, unitArgs []string, timeoutStop time.Duration) {
 
 	// Children to reap at the stop: a chat worker and a terminal running a
 	// program.
-	chat := openChat(t, "chat", "ws://"+d.addr+"/dashgate/ws/chat", bearer())
+	chat := openChat(t, "chat", "ws://"+d.Addr+"/dashgate/ws/chat", bearer())
 	sid := chat.createSession("unit")
 	chat.mustEcho(sid, "hi")
-	pty := openPTY(t, "pty", "ws://"+d.addr+"/dashgate/ws/pty?session_id="+sid, bearer())
+	pty := openPTY(t, "pty", "ws://"+d.Addr+"/dashgate/ws/pty?session_id="+sid, bearer())
 	if err := pty.write(websocket.MessageBinary, []byte("sleep 300\r")); err != nil {
 		t.Fatal(err)
 	}
-	if !waitUntil(10*time.Second, func() bool {
+	if !testkit.Until(10*time.Second, func() bool {
 		w, ok := d.Worker(sid, "pty")
 		return ok && len(w.Children) > 0
 	}) {
@@ -360,11 +300,10 @@ func runExecStart(t *testing.T, unitArgs []string, timeoutStop time.Duration) {
 
 	// systemctl stop with KillMode=mixed: SIGTERM to the main process only.
 	start := time.Now()
-	stopped = true
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-d.exited:
+		case <-d.Exited():
 		case <-time.After(timeoutStop):
 			t.Errorf("dashgate still running TimeoutStopSec (%v) after SIGTERM: systemd would SIGKILL it", timeoutStop)
 		}
@@ -376,7 +315,7 @@ func runExecStart(t *testing.T, unitArgs []string, timeoutStop time.Duration) {
 	if websocket.CloseStatus(chat.Err()) != websocket.StatusGoingAway {
 		t.Errorf("chat socket ended with %v, want close 1001 at shutdown", chat.Err())
 	}
-	if b, err := os.ReadFile(d.logPath); err == nil {
+	if b, err := os.ReadFile(d.Log.Path); err == nil {
 		for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
 			if len(l) > 0 && l[0] != '{' {
 				t.Errorf("a log line is not JSON (--log-format json): %s", l)

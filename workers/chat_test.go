@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // closedWith waits for the worker's Close to finish (whoever ran it) and
 // returns its result.
 func closedWith(t *testing.T, w *Worker) CloseResult {
 	t.Helper()
-	waitFor(t, 10*time.Second, "worker closed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "worker closed", func() bool {
 		select {
 		case <-w.Closed():
 			return true
@@ -62,7 +64,7 @@ func TestWorkerProtocolViolations(t *testing.T) {
 			if res.Reason != tt.reason {
 				t.Errorf("closed with reason %q, want %q", res.Reason, tt.reason)
 			}
-			if !vanished(pid) {
+			if !testkit.Reaped(pid) {
 				t.Errorf("pid %d not reaped", pid)
 			}
 			if rec := oneCloseRecord(t, lb); rec["reason"] != string(tt.reason) {
@@ -106,7 +108,7 @@ func TestCallTimeoutRecyclesWorker(t *testing.T) {
 	if res := w.Close(ReasonShutdown); res.Reason != ReasonTimeout {
 		t.Errorf("closed with reason %q, want timeout", res.Reason)
 	}
-	if !vanished(pid) {
+	if !testkit.Reaped(pid) {
 		t.Errorf("pid %d not reaped", pid)
 	}
 	if rec := oneCloseRecord(t, lb); rec["reason"] != "timeout" {
@@ -188,7 +190,7 @@ func TestStderrTail(t *testing.T) {
 			// stderr is drained apart from stdout: wait until the last line
 			// arrived, so the failure below sees a complete tail.
 			last := "line 199 "
-			waitFor(t, 5*time.Second, "last stderr line drained", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "last stderr line drained", func() bool {
 				tail := w.StderrTail()
 				return len(tail) > 0 && strings.HasPrefix(tail[len(tail)-1], last)
 			})

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // closeRecordKeys are the keys of the "worker closed" record: PROTOCOL.md §6
@@ -38,9 +40,9 @@ func sortedKeys(rec map[string]any) []string {
 
 // oneCloseRecord asserts exactly one INFO "worker closed" record and
 // returns it.
-func oneCloseRecord(t *testing.T, lb *logBuffer) map[string]any {
+func oneCloseRecord(t *testing.T, lb *testkit.LogBuffer) map[string]any {
 	t.Helper()
-	recs := lb.records(t, "worker closed")
+	recs := lb.Records("worker closed")
 	if len(recs) != 1 {
 		t.Fatalf("%d \"worker closed\" records, want 1: %v", len(recs), recs)
 	}
@@ -77,7 +79,7 @@ func TestCloseEscalatesToKillAtGrace(t *testing.T) {
 	if res.Duration < m.Grace() {
 		t.Errorf("Duration %v shorter than the grace %v: SIGKILL came before the grace", res.Duration, m.Grace())
 	}
-	if !vanished(pid) {
+	if !testkit.Reaped(pid) {
 		t.Errorf("pid %d still exists after Close", pid)
 	}
 	if m.Lookup(pid) != nil || m.Count() != 0 {
@@ -152,7 +154,7 @@ func TestCloseEndsWholeTree(t *testing.T) {
 	res := w.Close(ReasonSessionClosed)
 
 	for n, pid := range pids {
-		if !gone(pid) {
+		if !testkit.Gone(pid) {
 			t.Errorf("%s grandchild %d still alive after Close", n, pid)
 		}
 	}
@@ -171,7 +173,7 @@ func TestCloseEndsWholeTree(t *testing.T) {
 	if u := m.Unowned(); len(u) != 0 {
 		t.Errorf("Unowned after Close: %+v", u)
 	}
-	if d := myDescendants(); len(d) != 0 {
+	if d := myDescendants(t); len(d) != 0 {
 		t.Errorf("the test process still has descendants %v", d)
 	}
 }
@@ -227,7 +229,7 @@ func TestCloseAfterDeath(t *testing.T) {
 	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "supervisor closes the dead worker", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "supervisor closes the dead worker", func() bool {
 		select {
 		case <-w.Closed():
 			return true
@@ -239,7 +241,7 @@ func TestCloseAfterDeath(t *testing.T) {
 	done := make(chan CloseResult, 1)
 	go func() { done <- w.Close(ReasonDetach) }()
 	var res CloseResult
-	waitFor(t, 5*time.Second, "Close of a dead worker returns", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "Close of a dead worker returns", func() bool {
 		select {
 		case res = <-done:
 			return true
@@ -250,7 +252,7 @@ func TestCloseAfterDeath(t *testing.T) {
 	if res.Reason != ReasonExited || res.Signal != "SIGKILL" || res.ExitCode != -1 || res.Escalation != EscalationNone {
 		t.Errorf("result %+v: want reason exited, signal SIGKILL, exit -1, escalation none", res)
 	}
-	if !vanished(pid) {
+	if !testkit.Reaped(pid) {
 		t.Errorf("pid %d not reaped", pid)
 	}
 	if _, err := callW(t, w, "ping", nil); err == nil {
@@ -324,7 +326,7 @@ func TestWorkerExitNoticed(t *testing.T) {
 				}
 			}
 			var res CloseResult
-			waitFor(t, 5*time.Second, "OnClose", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "OnClose", func() bool {
 				select {
 				case res = <-got:
 					return true
@@ -340,7 +342,7 @@ func TestWorkerExitNoticed(t *testing.T) {
 			if m.Lookup(pid) != nil {
 				t.Errorf("Manager still lists pid %d", pid)
 			}
-			if !vanished(pid) {
+			if !testkit.Reaped(pid) {
 				t.Errorf("pid %d not reaped", pid)
 			}
 			rec := oneCloseRecord(t, lb)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers/builtin"
 )
 
@@ -285,83 +285,24 @@ func helperEnviron() []string {
 	return env
 }
 
-// waitFor polls cond every 5 ms until it holds or d passed.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("%s: not within %v", what, d)
-		case <-tick.C:
-		}
-	}
-}
-
-// gone reports whether pid no longer runs: it does not exist, it is a
-// zombie (the caller checks the reaping separately), or it is exiting (a
-// SIGKILLed process that has left its memory but is not a zombie yet: it
-// never runs user code again, and its environ, hence its marker, reads
-// empty).
-func gone(pid int) bool {
-	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-		return true
-	}
-	st, ok := readStat(pid)
-	return !ok || st.zombie() || exiting(pid)
-}
-
-// exiting reports whether pid has PF_EXITING set (proc(5): the flags field
-// of /proc/<pid>/stat, include/linux/sched.h: PF_EXITING = 0x4).
-func exiting(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return false
-	}
-	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state); flags is field 9
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
-	return err == nil && flags&0x4 != 0
-}
-
-// vanished reports whether pid does not exist at all (gone and reaped).
-func vanished(pid int) bool { return errors.Is(unix.Kill(pid, 0), unix.ESRCH) }
-
 // waitVanished waits until each pid is gone and reaped.
 func waitVanished(t testing.TB, d time.Duration, pids ...int) {
 	t.Helper()
 	for _, pid := range pids {
-		waitFor(t, d, fmt.Sprintf("pid %d gone and reaped", pid), func() bool { return vanished(pid) })
+		testkit.WaitFor(t, d, fmt.Sprintf("pid %d gone and reaped", pid), func() bool { return testkit.Reaped(pid) })
 	}
 }
 
-// myZombies lists the zombie children of the test process.
-func myZombies() []int {
-	self := os.Getpid()
-	var out []int
-	for _, st := range listProcs() {
-		if st.ppid == self && st.zombie() {
-			out = append(out, st.pid)
-		}
+// myDescendants lists the pids below the test process.
+func myDescendants(t testing.TB) []int {
+	t.Helper()
+	procs, err := testkit.Descendants(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
-}
-
-// myDescendants lists the descendants of the test process.
-func myDescendants() []int {
-	procs := listProcs()
 	var out []int
-	for pid := range descendantsOf(procs, os.Getpid()) {
-		out = append(out, pid)
+	for _, p := range procs {
+		out = append(out, p.PID)
 	}
 	slices.Sort(out)
 	return out
@@ -378,43 +319,12 @@ func startReaper(t testing.TB, m *Manager) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// logBuffer is a goroutine-safe buffer behind a JSON slog handler.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records returns the decoded records whose msg is msg.
-func (b *logBuffer) records(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	data := append([]byte(nil), b.buf.Bytes()...)
-	b.mu.Unlock()
-	var out []map[string]any
-	for line := range bytes.Lines(data) {
-		var rec map[string]any
-		if err := json.Unmarshal(line, &rec); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 // newTestManager returns a Manager logging JSON into the returned buffer;
 // the test's cleanup closes every child and joins the Manager's goroutines.
-func newTestManager(t testing.TB, cfg Config) (*Manager, *logBuffer) {
+func newTestManager(t testing.TB, cfg Config) (*Manager, *testkit.LogBuffer) {
 	t.Helper()
-	lb := &logBuffer{}
-	cfg.Log = slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var lb *testkit.LogBuffer
+	cfg.Log, lb = testkit.NewLogger()
 	if cfg.Grace == 0 {
 		cfg.Grace = testGrace
 	}
@@ -466,7 +376,7 @@ func ping(t testing.TB, w *Worker) int {
 func readPidFile(t testing.TB, path string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
+	testkit.WaitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return false
@@ -481,7 +391,7 @@ func readPidFile(t testing.TB, path string) int {
 // safety net for failing tests; the reaper or tree reaps it).
 func killOnCleanup(t testing.TB, pid int) {
 	t.Cleanup(func() {
-		if !gone(pid) {
+		if !testkit.Gone(pid) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 	})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 func unownedPIDs(m *Manager) []int {
@@ -52,12 +54,12 @@ func TestUnownedOrphanReaped(t *testing.T) {
 	if res.Reason != ReasonExited {
 		t.Errorf("worker closed with %q, want exited", res.Reason)
 	}
-	if gone(orphan) {
+	if testkit.Gone(orphan) {
 		t.Fatalf("the orphan died with its worker; the test needs it alive")
 	}
 
 	var u Unowned
-	waitFor(t, 5*time.Second, "orphan listed in Unowned", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "orphan listed in Unowned", func() bool {
 		for _, x := range m.Unowned() {
 			if x.PID == orphan {
 				u = x
@@ -73,10 +75,10 @@ func TestUnownedOrphanReaped(t *testing.T) {
 	if err := m.ReapUnowned(orphan); err != nil {
 		t.Fatalf("ReapUnowned(%d): %v", orphan, err)
 	}
-	if !gone(orphan) {
+	if !testkit.Gone(orphan) {
 		t.Fatalf("orphan %d still alive after ReapUnowned", orphan)
 	}
-	if !vanished(orphan) {
+	if !testkit.Reaped(orphan) {
 		st, _ := readStat(orphan)
 		t.Errorf("orphan %d is a zombie (state %c) when ReapUnowned returned: it was not waited for", orphan, st.state)
 	}
@@ -110,7 +112,7 @@ func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
 	killOnCleanup(t, holder)
 
 	var res CloseResult
-	waitFor(t, 10*time.Second, "OnClose", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "OnClose", func() bool {
 		select {
 		case res = <-closed:
 			return true
@@ -121,7 +123,7 @@ func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
 	if res.Reason != ReasonExited || res.ExitCode != 4 {
 		t.Errorf("result %+v: want reason exited, exit code 4", res)
 	}
-	if gone(holder) {
+	if testkit.Gone(holder) {
 		t.Fatalf("the escaped holder died; the test needs it alive")
 	}
 	if !slices.Contains(unownedPIDs(m), holder) {
@@ -219,7 +221,7 @@ func TestReapUnownedRefusesOthers(t *testing.T) {
 	if w.Closing() {
 		t.Errorf("the worker is closing")
 	}
-	if gone(os.Getppid()) {
+	if testkit.Gone(os.Getppid()) {
 		t.Errorf("the test's parent is gone")
 	}
 }
@@ -274,16 +276,16 @@ func TestChurnLeavesNothing(t *testing.T) {
 	if n := m.Count(); n != 0 {
 		t.Errorf("Manager still lists %d children", n)
 	}
-	if d := myDescendants(); len(d) != 0 {
+	if d := myDescendants(t); len(d) != 0 {
 		t.Errorf("live descendants left: %v", d)
 	}
-	if z := myZombies(); len(z) != 0 {
-		t.Errorf("zombie children left: %v", z)
+	if z, err := testkit.ZombieChildren(os.Getpid()); err != nil || len(z) != 0 {
+		t.Errorf("zombie children left: %v (%v)", z, err)
 	}
 	if now := fdCount(t); now > fds+fdSlack {
 		t.Errorf("fds: %d before, %d after (slack %d)", fds, now, fdSlack)
 	}
-	if n := len(lb.records(t, "worker closed")); n != cycles {
+	if n := len(lb.Records("worker closed")); n != cycles {
 		t.Errorf("%d close records, want %d", n, cycles)
 	}
 }

@@ -10,29 +10,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 func threadExists(tid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid))
 	return err == nil
-}
-
-func processAlive(pid int) bool {
-	st, ok := readStat(pid)
-	return ok && !st.zombie()
-}
-
-func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
 }
 
 // onDyingThread runs f on a goroutine locked to a thread that exits when f
@@ -85,8 +69,8 @@ func TestPdeathsigIsPerThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	pollUntil(t, 5*time.Second, "the forking thread to exit", func() bool { return !threadExists(tid) })
-	pollUntil(t, 5*time.Second, "the child to get its Pdeathsig", func() bool { return !processAlive(cmd.Process.Pid) })
+	testkit.WaitFor(t, 5*time.Second, "the forking thread to exit", func() bool { return !threadExists(tid) })
+	testkit.WaitFor(t, 5*time.Second, "the child to get its Pdeathsig", func() bool { return testkit.Gone(cmd.Process.Pid) })
 }
 
 // TestStartSurvivesCallerThreadExit: a child started by Manager.Start from a
@@ -106,14 +90,14 @@ func TestStartSurvivesCallerThreadExit(t *testing.T) {
 	}
 	s := struct{ p *Proc }{p}
 	defer func() { s.p.Close(ReasonShutdown); m.Wait() }()
-	pollUntil(t, 5*time.Second, "the caller's thread to exit", func() bool { return !threadExists(tid) })
+	testkit.WaitFor(t, 5*time.Second, "the caller's thread to exit", func() bool { return !threadExists(tid) })
 	// Had the fork run on the caller's thread, the child would be dying now.
 	select {
 	case <-s.p.Exited():
 		t.Fatal("the child died with its caller's thread")
 	default:
 	}
-	if !processAlive(s.p.PID()) {
+	if testkit.Gone(s.p.PID()) {
 		t.Fatal("the child died with its caller's thread")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // readStat counts fields from the last ')' of /proc/<pid>/stat, so a comm
@@ -65,7 +67,7 @@ func TestReadStatOddComm(t *testing.T) {
 
 			// Killed and not yet waited for: a zombie.
 			cmd.Process.Signal(unix.SIGKILL)
-			waitFor(t, 5*time.Second, "zombie state", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "zombie state", func() bool {
 				st, ok := readStat(pid)
 				return ok && st.zombie()
 			})
@@ -166,5 +168,13 @@ func TestReadLine(t *testing.T) {
 				t.Errorf("lines %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// BenchmarkListProcs measures the /proc scan that Proc.tree repeats while a
+// tree is closing (figure in procfs.go).
+func BenchmarkListProcs(b *testing.B) {
+	for b.Loop() {
+		listProcs()
 	}
 }

@@ -149,7 +149,9 @@ func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepR
 		if killed[v.pid] {
 			escalation = EscalationKill
 		}
-		log.Info("worker closed", "sid", v.session, "worker_pid", v.pid, "kind", "orphan",
+		// No kind: a swept process is not known to be a chat worker or a
+		// terminal (Kind), only a leftover of a dead instance.
+		log.Info("worker closed", "sid", v.session, "worker_pid", v.pid, "process", "orphan",
 			"reason", string(ReasonStartupSweep), "instance", v.instance,
 			"escalation", string(escalation), "duration_ms", time.Since(started).Milliseconds())
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // startInstanceProc starts a helper that carries DASHGATE_INSTANCE=inst, as
@@ -66,8 +68,8 @@ func TestSweep(t *testing.T) {
 	livePid, liveReaped := startInstanceProc(t, live.ID, true)
 	selfPid, selfReaped := startInstanceProc(t, self.ID, true)
 
-	lb := &logBuffer{}
-	res, err := Sweep(stateDir, self.ID, testGrace, slog.New(slog.NewJSONHandler(lb, nil)))
+	log, lb := testkit.NewLogger()
+	res, err := Sweep(stateDir, self.ID, testGrace, log)
 	if err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
@@ -75,16 +77,16 @@ func TestSweep(t *testing.T) {
 		t.Errorf("SweepResult %+v, want 1 instance, 2 processes", res)
 	}
 	for name, pid := range map[string]int{"polite": politePid, "stubborn": stubbornPid} {
-		if !gone(pid) {
+		if !testkit.Gone(pid) {
 			t.Errorf("%s process %d of the dead instance still alive", name, pid)
 		}
 	}
-	waitFor(t, 5*time.Second, "swept processes reaped", func() bool { return isClosed(politeReaped) && isClosed(stubbornReaped) })
+	testkit.WaitFor(t, 5*time.Second, "swept processes reaped", func() bool { return isClosed(politeReaped) && isClosed(stubbornReaped) })
 	if _, err := os.Stat(deadLock); !os.IsNotExist(err) {
 		t.Errorf("dead instance's lock file still there: %v", err)
 	}
 	for name, pid := range map[string]int{"live instance": livePid, "own instance": selfPid} {
-		if gone(pid) {
+		if testkit.Gone(pid) {
 			t.Errorf("process %d of the %s was ended", pid, name)
 		}
 	}
@@ -97,7 +99,7 @@ func TestSweep(t *testing.T) {
 		}
 	}
 
-	recs := lb.records(t, "worker closed")
+	recs := lb.Records("worker closed")
 	if len(recs) != 2 {
 		t.Fatalf("%d sweep records, want 2: %v", len(recs), recs)
 	}
@@ -109,8 +111,9 @@ func TestSweep(t *testing.T) {
 			t.Errorf("record for unexpected pid: %v", rec)
 			continue
 		}
-		if rec["level"] != "INFO" || rec["reason"] != "startup_sweep" || rec["instance"] != dead || rec["sid"] != "sess-"+dead {
-			t.Errorf("record %v: want INFO, reason startup_sweep, instance %s, sid sess-%s", rec, dead, dead)
+		if rec["level"] != "INFO" || rec["reason"] != "startup_sweep" || rec["instance"] != dead || rec["sid"] != "sess-"+dead ||
+			rec["process"] != "orphan" || rec["kind"] != nil {
+			t.Errorf("record %v: want INFO, reason startup_sweep, instance %s, sid sess-%s, process orphan, no kind", rec, dead, dead)
 		}
 		if rec["escalation"] != esc {
 			t.Errorf("pid %v: escalation %v, want %s", pid, rec["escalation"], esc)
@@ -141,9 +144,8 @@ func TestAcquireInstanceHoldsLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := &logBuffer{}
 	// Sweeping from another instance id treats a held lock as live.
-	if res, err := Sweep(dir, "other", testGrace, slog.New(slog.NewJSONHandler(lb, nil))); err != nil || res.Instances != 0 {
+	if res, err := Sweep(dir, "other", testGrace, slog.New(slog.DiscardHandler)); err != nil || res.Instances != 0 {
 		t.Errorf("Sweep found %+v (%v), want no dead instance", res, err)
 	}
 	if _, err := os.Stat(in.path); err != nil {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // TestChildrenGetNoToken: dashgate's own token variables never reach a worker
@@ -18,11 +20,12 @@ func TestChildrenGetNoToken(t *testing.T) {
 	t.Setenv("SOME_SECRET", secret)
 	in := startInstance(t, "env", t.TempDir())
 	c := dialChat(t, in)
-	sid := c.session()
+	sid := session(t, c)
 	dialTerminal(t, in, sid, "sleep 30")
-	var pty workerRow
-	waitFor(t, 10*time.Second, "the terminal", func() bool {
-		for _, w := range in.workers() {
+	var pty testkit.APIWorker
+	testkit.WaitFor(t, 10*time.Second, "the terminal", func() bool {
+		ws, _ := in.Workers(t.Context())
+		for _, w := range ws {
 			if w.Kind == "pty" && w.SessionID == sid {
 				pty = w
 				return true
@@ -30,7 +33,7 @@ func TestChildrenGetNoToken(t *testing.T) {
 		}
 		return false
 	})
-	for _, pid := range []int{in.worker("chat", sid).PID, pty.PID} {
+	for _, pid := range []int{workerOf(t, in, "chat", sid).PID, pty.PID} {
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		if err != nil {
 			t.Fatal(err)
@@ -46,5 +49,7 @@ func TestChildrenGetNoToken(t *testing.T) {
 			}
 		}
 	}
-	in.stop()
+	if code := stop(t, in); code != 0 {
+		t.Errorf("dashgate exited %d after SIGTERM", code)
+	}
 }

@@ -1,5 +1,5 @@
 //go:build race
 
-package e2e_test
+package testkit
 
 const raceEnabled = true
