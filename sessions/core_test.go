@@ -196,7 +196,7 @@ func TestIllegalMoveIsLoud(t *testing.T) {
 		h.r.setState(s, StateClosed) // attached -> closed skips closing
 	}()
 	h.r.mu.Unlock()
-	if recs := h.logs.records("session state"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
+	if recs := h.logs.Records("session state"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
 		t.Fatalf("records: %v", recs)
 	}
 }

@@ -1,17 +1,13 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
-	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -253,59 +249,4 @@ func (v *recViewer) ofType(typ string) []Event {
 		}
 	}
 	return out
-}
-
-// logBuf captures JSON log records.
-type logBuf struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	parsed int              // bytes of buf already parsed
-	recs   []map[string]any // the records parsed so far
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) records(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buf.Bytes()
-	if end := bytes.LastIndexByte(b, '\n'); end >= l.parsed {
-		for _, line := range bytes.Split(b[l.parsed:end], []byte("\n")) {
-			var m map[string]any
-			if json.Unmarshal(line, &m) == nil {
-				l.recs = append(l.recs, m)
-			}
-		}
-		l.parsed = end + 1
-	}
-	var out []map[string]any
-	for _, m := range l.recs {
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func newTestLogger() (*slog.Logger, *logBuf) {
-	lb := &logBuf{}
-	return slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})), lb
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
 }

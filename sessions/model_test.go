@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -55,7 +55,7 @@ func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, 
 		}
 	}
 	counts := map[string]int{}
-	for _, rec := range h.logs.records("session closed") {
+	for _, rec := range h.logs.Records("session closed") {
 		counts[rec["sid"].(string)]++
 	}
 	for sid, n := range counts {
@@ -167,7 +167,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 // re-executed (see TestMain).
 func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager) {
 	t.Helper()
-	log, lb := newTestLogger()
+	log, lb := testkit.NewLogger()
 	mgr := workers.NewManager(workers.Config{Grace: grace, Log: log, Instance: "test"})
 	h := &harness{t: t, logs: lb}
 	h.r = New(Config{
@@ -186,15 +186,6 @@ func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager)
 	return h, mgr
 }
 
-func gone(pid int) bool {
-	err := syscall.Kill(pid, syscall.SIGCONT)
-	if err == syscall.ESRCH {
-		return true
-	}
-	st, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return rerr == nil && strings.Contains(string(st), ") Z ")
-}
-
 func TestRealWorkerDetachResume(t *testing.T) {
 	h, mgr := realHarness(t, time.Second)
 	v := leavingViewer()
@@ -208,7 +199,7 @@ func TestRealWorkerDetachResume(t *testing.T) {
 	// Mid-command: /sleep 30 is running when the last viewer goes.
 	errc := make(chan error, 1)
 	go func() { _, err := h.r.Exec(context.Background(), v, in.ID, "/sleep 30"); errc <- err }()
-	waitFor(t, time.Second, "sleep running", func() bool {
+	testkit.WaitFor(t, time.Second, "sleep running", func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		return len(b) > 0
 	})
@@ -222,7 +213,7 @@ func TestRealWorkerDetachResume(t *testing.T) {
 		t.Fatalf("worker %d still exists after detach: kill(0) = %v", pid, err)
 	}
 	var recs []map[string]any
-	for _, rec := range h.logs.records("worker closed") {
+	for _, rec := range h.logs.Records("worker closed") {
 		if rec["worker_pid"] == float64(pid) {
 			recs = append(recs, rec)
 		}
@@ -245,7 +236,7 @@ func TestRealWorkerDetachResume(t *testing.T) {
 	}
 	h.r.Close(in.ID, EndClientClose)
 	h.wantOneClose(in.ID, EndClientClose)
-	if !gone(got.WorkerPID) {
+	if !testkit.Gone(got.WorkerPID) {
 		t.Fatalf("worker %d survived session.close", got.WorkerPID)
 	}
 }
@@ -258,7 +249,7 @@ func TestRealWorkerCrashIsNoticed(t *testing.T) {
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/exit 3"); err == nil {
 		t.Fatal("/exit answered")
 	}
-	waitFor(t, 2*time.Second, "worker.exited", func() bool { return len(v.ofType("worker.exited")) == 1 })
+	testkit.WaitFor(t, 2*time.Second, "worker.exited", func() bool { return len(v.ofType("worker.exited")) == 1 })
 	p := v.ofType("worker.exited")[0].Payload.(map[string]any)
 	if p["reason"] != workers.ReasonExited || p["exit_code"] != 3 {
 		t.Fatalf("worker.exited payload = %v", p)

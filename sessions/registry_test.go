@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/builtin"
 )
@@ -29,14 +30,14 @@ type harness struct {
 	t    *testing.T
 	r    *Registry
 	sp   *fakeSpawner
-	logs *logBuf
+	logs *testkit.LogBuffer
 }
 
 // newHarness makes a registry over fake children. Tests that move time
 // (advance) run it inside synctest.Test.
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	log, lb := newTestLogger()
+	log, lb := testkit.NewLogger()
 	h := &harness{t: t, sp: &fakeSpawner{}, logs: lb}
 	cfg := Config{Spawner: h.sp, Log: log, DetachedTTL: time.Minute, MaxSessions: 1000}
 	if mod != nil {
@@ -70,7 +71,7 @@ func (h *harness) loseTimers() {
 
 func (h *harness) closedRecords(sid string) []map[string]any {
 	var out []map[string]any
-	for _, rec := range h.logs.records("session closed") {
+	for _, rec := range h.logs.Records("session closed") {
 		if rec["sid"] == sid {
 			out = append(out, rec)
 		}
@@ -274,9 +275,9 @@ func TestDetachClosesWorkerMidTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	start()
-	waitFor(t, time.Second, "worker spawned", func() bool { return h.sp.spawned.Load() == 1 })
+	testkit.WaitFor(t, time.Second, "worker spawned", func() bool { return h.sp.spawned.Load() == 1 })
 	w := h.sp.workers()[0]
-	waitFor(t, time.Second, "worker installed", func() bool { got, _ := h.r.Get(in.ID); return got.WorkerPID == w.pid })
+	testkit.WaitFor(t, time.Second, "worker installed", func() bool { got, _ := h.r.Get(in.ID); return got.WorkerPID == w.pid })
 
 	h.r.DetachViewer(v, workers.ReasonDetach)
 	h.r.Wait()
@@ -467,7 +468,7 @@ func TestEventSeqHasNoGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		start()
-		waitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
+		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
 	}
 	h.r.Close(in.ID, EndClientClose)
 	v.mu.Lock()
@@ -490,7 +491,7 @@ func TestHistoryBounded(t *testing.T) {
 	for i := range 20 {
 		_, start, _ := h.r.Prompt(v, in.ID, fmt.Sprint("p", i))
 		start()
-		waitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
+		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
 	}
 	res, _ := h.r.Resume(v, in.ID)
 	if len(res.History) != 10 || res.History[9].Text != "echo p19" || res.History[0].Text != "p15" {

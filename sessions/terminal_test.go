@@ -76,7 +76,7 @@ func TestTerminalKeepalive(t *testing.T) {
 				}
 				p := h.sp.terminals()[0]
 				a.Detach(workers.ReasonDetach)
-				if recs := h.logs.records("terminal parked"); len(recs) != 1 {
+				if recs := h.logs.Records("terminal parked"); len(recs) != 1 {
 					t.Fatalf("parked records: %v", recs)
 				}
 				h.advance(time.Minute - time.Millisecond)

@@ -65,8 +65,13 @@ func TestProcLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// sleep has exec'd once its comm reads "sleep"
-	WaitFor(t, 5*time.Second, "sleep exec'd", func() bool { p, err = ReadProc(pid); return err == nil && p.Comm == "sleep" })
+	// sleep has exec'd once its comm reads "sleep" and its arguments are
+	// set up (exec sets comm first, the argument pages a moment later)
+	WaitFor(t, 5*time.Second, "sleep exec'd", func() bool {
+		p, err = ReadProc(pid)
+		cl, _ := Cmdline(pid)
+		return err == nil && p.Comm == "sleep" && cl != ""
+	})
 	want := Proc{PID: pid, PPID: self, PGID: pid, SID: sid, State: p.State, Start: p.Start, Comm: "sleep"}
 	if p.flags = 0; p != want || !strings.ContainsRune("RS", rune(p.State)) || p.Start == 0 {
 		t.Errorf("ReadProc = %+v, want %+v in state R or S", p, want)

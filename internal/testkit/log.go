@@ -95,8 +95,9 @@ func waitRecord(ctx context.Context, all func() []Record, mark int, match func(R
 // LogBuffer is a concurrency-safe in-memory log: the io.Writer of a slog
 // JSON handler (NewLogger), read back as Records.
 type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	recs []Record // parsed at each Write: reading is O(records), not O(bytes)
 }
 
 // NewLogger returns a JSON logger at Debug level writing into a new
@@ -108,17 +109,17 @@ func NewLogger() (*slog.Logger, *LogBuffer) {
 
 // Write appends p; slog writes one whole record per call.
 func (b *LogBuffer) Write(p []byte) (int, error) {
+	recs, _ := ParseRecords(bytes.NewReader(p))
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.recs = append(b.recs, recs...)
 	return b.buf.Write(p)
 }
 
 func (b *LogBuffer) all() []Record {
 	b.mu.Lock()
-	data := bytes.Clone(b.buf.Bytes())
-	b.mu.Unlock()
-	recs, _ := ParseRecords(bytes.NewReader(data))
-	return recs
+	defer b.mu.Unlock()
+	return b.recs[:len(b.recs):len(b.recs)]
 }
 
 // Records returns the records logged so far whose msg is msg ("" for all),
