@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/templates"
 	"github.com/dashgate/dashgate/web"
@@ -104,18 +105,18 @@ func TestAdminReapSession(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/admin" {
 		t.Fatalf("reap: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	if !gone(pid) {
+	if !testkit.Gone(pid) {
 		t.Fatalf("worker %d alive after the reap returned", pid)
 	}
 	ev := cc.waitEvent("session.closed", sid)
 	if ev["payload"].(map[string]any)["end_reason"] != "admin_reap" {
 		t.Fatalf("session.closed = %v", ev)
 	}
-	recs := s.logs.records("session closed")
+	recs := s.logs.Records("session closed")
 	if len(recs) != 1 || recs[0]["end_reason"] != "admin_reap" {
 		t.Fatalf("session closed records = %v", recs)
 	}
-	audit := s.logs.records("admin reap")
+	audit := s.logs.Records("admin reap")
 	if len(audit) != 1 || audit[0]["target"] != "session "+sid || audit[0]["result"] != "reaped" || audit[0]["remote_addr"] == nil {
 		t.Fatalf("admin reap records = %v", audit)
 	}
@@ -135,7 +136,7 @@ func TestAdminReapWorkerKeepsSession(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("reap worker: %d", resp.StatusCode)
 	}
-	if !gone(pid) {
+	if !testkit.Gone(pid) {
 		t.Fatal("worker alive after reap")
 	}
 	ev := cc.waitEvent("worker.exited", sid)
@@ -183,7 +184,7 @@ func TestAdminRefusals(t *testing.T) {
 			t.Fatalf("%s: %d, want %d", tt.name, resp.StatusCode, tt.want)
 		}
 	}
-	if gone(pid) || len(s.reg.List()) != 1 {
+	if testkit.Gone(pid) || len(s.reg.List()) != 1 {
 		t.Fatal("a refused request reaped something")
 	}
 	if syscall.Kill(outsider.Process.Pid, 0) != nil {

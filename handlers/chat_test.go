@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 )
 
@@ -39,9 +40,9 @@ func TestChatHappyPath(t *testing.T) {
 	}
 	// deltas came before the completion, with seq from 1 and no gaps
 	var deltas strings.Builder
-	for i, ev := range cc.events[1:] { // [0] is gateway.ready, seq 0
+	for i, ev := range cc.events()[1:] { // [0] is gateway.ready, seq 0
 		if ev["seq"] != float64(i+1) {
-			t.Fatalf("event %d seq %v: %v", i, ev["seq"], cc.events)
+			t.Fatalf("event %d seq %v: %v", i, ev["seq"], cc.events())
 		}
 		if ev["type"] == "message.delta" {
 			deltas.WriteString(ev["payload"].(map[string]any)["text"].(string))
@@ -60,7 +61,7 @@ func TestChatHappyPath(t *testing.T) {
 	if r := cc.call("session.close", map[string]any{"session_id": sid}); r["closed"] != false {
 		t.Fatalf("second close = %v", r)
 	}
-	recs := e.logs.records("session closed")
+	recs := e.logs.Records("session closed")
 	if len(recs) != 1 || recs[0]["end_reason"] != "client_close" || recs[0]["sid"] != sid {
 		t.Fatalf("session closed records = %v", recs)
 	}
@@ -161,18 +162,13 @@ func TestChatOversizedAndBinaryFrames(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cc := e.chat()
-			cc.c.Write(context.Background(), tt.typ, tt.data)
-			var err error
-			for err == nil {
-				select {
-				case _, ok := <-cc.frames:
-					if !ok {
-						err = <-cc.closed
-					}
-				case <-time.After(5 * time.Second):
-					t.Fatal("socket not closed")
-				}
+			cc.Write(context.Background(), tt.typ, tt.data)
+			select {
+			case <-cc.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("socket not closed")
 			}
+			err := cc.Err()
 			if websocket.CloseStatus(err) != tt.code {
 				t.Fatalf("closed with %v, want %d", err, tt.code)
 			}
@@ -192,10 +188,10 @@ func TestSocketCloseClosesWorker(t *testing.T) {
 	pid := e.mgr.Procs()[0].PID()
 	cc.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat("word ", 500)})
 	cc.waitEvent("message.delta", sid) // the worker is mid-turn
-	cc.c.Close(websocket.StatusNormalClosure, "bye")
+	cc.Close()
 
-	waitFor(t, 2*time.Second, "worker reaped", func() bool { return gone(pid) && e.mgr.Count() == 0 })
-	waitFor(t, time.Second, "worker record", func() bool { return len(e.workerRecords(pid)) == 1 })
+	testkit.WaitFor(t, 2*time.Second, "worker reaped", func() bool { return testkit.Gone(pid) && e.mgr.Count() == 0 })
+	testkit.WaitFor(t, time.Second, "worker record", func() bool { return len(e.workerRecords(pid)) == 1 })
 	rec := e.workerRecords(pid)[0]
 	if rec["reason"] != "detach" || rec["sid"] != sid || rec["level"] != "INFO" || rec["kind"] != "chat" {
 		t.Fatalf("worker closed record = %v", rec)
@@ -223,9 +219,9 @@ func TestCloseOnDisconnect(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	cc := e.chat()
 	sid := cc.call("session.create", map[string]any{"close_on_disconnect": true})["session_id"].(string)
-	cc.c.Close(websocket.StatusNormalClosure, "")
-	waitFor(t, 2*time.Second, "session closed", func() bool { return len(e.logs.records("session closed")) == 1 })
-	if r := e.logs.records("session closed")[0]; r["end_reason"] != "close_on_disconnect" || r["sid"] != sid {
+	cc.Close()
+	testkit.WaitFor(t, 2*time.Second, "session closed", func() bool { return len(e.logs.Records("session closed")) == 1 })
+	if r := e.logs.Records("session closed")[0]; r["end_reason"] != "close_on_disconnect" || r["sid"] != sid {
 		t.Fatalf("record = %v", r)
 	}
 }
@@ -254,14 +250,14 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.resume","params":{"session_id":%q}}`, i, sid)
 		slow.Write(ctx, websocket.MessageText, []byte(req))
 	}
-	waitFor(t, 5*time.Second, "the slow viewer on every session", func() bool { in, _ := e.reg.Get(sids[19]); return in.Viewers == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the slow viewer on every session", func() bool { in, _ := e.reg.Get(sids[19]); return in.Viewers == 2 })
 	// Every session streams a long reply: the slow viewer's queue overflows
 	// and it is cut, while the fast one gets every event.
 	word := strings.Repeat("x", 1000)
 	for _, sid := range sids {
 		fast.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat(word+" ", 60)})
 	}
-	waitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sids[0]); return in.Viewers == 1 })
+	testkit.WaitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sids[0]); return in.Viewers == 1 })
 	for _, sid := range sids {
 		done := fast.waitEvent("message.complete", sid)
 		if done["payload"].(map[string]any)["interrupted"] != false {
@@ -310,7 +306,7 @@ func TestSessionDetach(t *testing.T) {
 	if r := cc.call("session.detach", map[string]any{"session_id": left}); r["detached"] != true {
 		t.Fatalf("session.detach = %v", r)
 	}
-	waitFor(t, 2*time.Second, "the left session's worker gone", func() bool { return gone(leftPID) && e.mgr.Count() == 1 })
+	testkit.WaitFor(t, 2*time.Second, "the left session's worker gone", func() bool { return testkit.Gone(leftPID) && e.mgr.Count() == 1 })
 	if in, _ := e.reg.Get(left); in.State != "detached" || in.Viewers != 0 {
 		t.Fatalf("left session: %+v", in)
 	}

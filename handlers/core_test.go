@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
@@ -46,7 +47,7 @@ func TestAdminReapUnownedOrphan(t *testing.T) {
 		var ws syscall.WaitStatus
 		syscall.Wait4(orphan, &ws, 0, nil)
 	})
-	waitFor(t, 5*time.Second, "orphan listed as unowned", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "orphan listed as unowned", func() bool {
 		for _, u := range s.mgr.Unowned() {
 			if u.PID == orphan {
 				return true
@@ -58,10 +59,10 @@ func TestAdminReapUnownedOrphan(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("reap orphan: %d", resp.StatusCode)
 	}
-	if !gone(orphan) || syscall.Kill(orphan, 0) != syscall.ESRCH {
+	if !testkit.Gone(orphan) || syscall.Kill(orphan, 0) != syscall.ESRCH {
 		t.Fatal("orphan alive (or not reaped) after the reap answered")
 	}
-	audit := s.logs.records("admin reap")
+	audit := s.logs.Records("admin reap")
 	if len(audit) != 1 || audit[0]["target"] != "unowned "+strconv.Itoa(orphan) || audit[0]["result"] != "reaped" {
 		t.Fatalf("admin reap records = %v", audit)
 	}
@@ -79,14 +80,14 @@ func TestAdminReapTerminalOnlyShell(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("reap shell: %d", resp.StatusCode)
 	}
-	if !gone(shell) {
+	if !testkit.Gone(shell) {
 		t.Fatal("shell alive after the reap answered")
 	}
 	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("socket closed with %v, want 1000", err)
 	}
-	waitFor(t, 5*time.Second, "session closed record", func() bool { return len(s.logs.records("session closed")) == 1 })
-	if rec := s.logs.records("session closed")[0]; rec["end_reason"] != "admin_reap" {
+	testkit.WaitFor(t, 5*time.Second, "session closed record", func() bool { return len(s.logs.Records("session closed")) == 1 })
+	if rec := s.logs.Records("session closed")[0]; rec["end_reason"] != "admin_reap" {
 		t.Fatalf("session closed = %v, want end_reason admin_reap", rec)
 	}
 	if rec := s.workerRecords(shell); len(rec) != 1 || rec[0]["reason"] != "admin_reap" {
@@ -113,7 +114,7 @@ func TestClosePathsRace(t *testing.T) {
 		race := []func(){
 			func() { closer.callRaw("session.close", map[string]any{"session_id": sid}) },
 			func() { e.reg.Close(sid, sessions.EndAdminReap) },
-			func() { owner.c.CloseNow() }, // detach, then TTL
+			func() { owner.Drop(false) }, // detach, then TTL
 			func() { e.reg.Sweep() },
 		}
 		for _, f := range race {
@@ -122,10 +123,10 @@ func TestClosePathsRace(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		waitFor(t, 10*time.Second, "session ended", func() bool { _, live := e.reg.Get(sid); return !live })
+		testkit.WaitFor(t, 10*time.Second, "session ended", func() bool { _, live := e.reg.Get(sid); return !live })
 		e.reg.Wait()
 		var closes []map[string]any
-		for _, r := range e.logs.records("session closed") {
+		for _, r := range e.logs.Records("session closed") {
 			if r["sid"] == sid {
 				closes = append(closes, r)
 			}
@@ -133,7 +134,7 @@ func TestClosePathsRace(t *testing.T) {
 		if len(closes) != 1 {
 			t.Fatalf("round %d: %d session closed records: %v", i, len(closes), closes)
 		}
-		waitFor(t, 10*time.Second, "worker gone", func() bool { return gone(pid) })
+		testkit.WaitFor(t, 10*time.Second, "worker gone", func() bool { return testkit.Gone(pid) })
 		if recs := e.workerRecords(pid); len(recs) != 1 {
 			t.Fatalf("round %d: %d worker closed records for %d: %v", i, len(recs), pid, recs)
 		}
@@ -205,7 +206,7 @@ func TestInternalErrorsLoggedOnce(t *testing.T) {
 			if errCode(m) != tt.code || strings.Contains(fmt.Sprint(m), "secret") {
 				t.Fatalf("reply %v, want code %d and no detail", m, tt.code)
 			}
-			recs := e.logs.records("internal error")
+			recs := e.logs.Records("internal error")
 			if len(recs) != tt.logs {
 				t.Fatalf("internal error records: %v", recs)
 			}
@@ -228,7 +229,7 @@ func TestTerminalSpawnFailureIs500AndLogged(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("dial: %v %v", resp, err)
 	}
-	recs := e.logs.records("internal error")
+	recs := e.logs.Records("internal error")
 	if len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["path"] != "/ws/pty" || !strings.Contains(fmt.Sprint(recs[0]["err"]), "/nonexistent/shell") {
 		t.Fatalf("internal error records: %v", recs)
 	}

@@ -1,17 +1,14 @@
 package handlers_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/builtin"
@@ -32,30 +30,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(workers.SpawnThreadFunction))
 }
 
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuf) records(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range bytes.Split(l.buf.Bytes(), []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type env struct {
 	hdr  http.Header // sent on every dial
 	log  *slog.Logger
@@ -63,7 +37,7 @@ type env struct {
 	srv  *httptest.Server
 	reg  *sessions.Registry
 	mgr  *workers.Manager
-	logs *logBuf
+	logs *testkit.LogBuffer
 	url  string
 }
 
@@ -83,8 +57,7 @@ type envOpts struct {
 // built-in worker (this test binary re-executed) and bash on a real pty.
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	lb := &logBuf{}
-	log := slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, lb := testkit.NewLogger()
 	if o.grace == 0 {
 		o.grace = 300 * time.Millisecond
 	}
@@ -126,87 +99,48 @@ func newEnv(t *testing.T, o envOpts) *env {
 	return e
 }
 
-// chatClient is a test client of /ws/chat.
+// chatClient is a test's /ws/chat client: a testkit.Chat whose calls fail
+// the test, with replies and events as decoded maps.
 type chatClient struct {
-	t      *testing.T
-	c      *websocket.Conn
-	nextID int
-	frames chan map[string]any
-	closed chan error
-	mu     sync.Mutex
-	events []map[string]any
+	*testkit.Chat
+	t *testing.T
 }
 
 func (e *env) chat() *chatClient {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), 5*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.url+"/ws/chat", &websocket.DialOptions{HTTPHeader: e.hdr})
+	c, _, err := testkit.DialChat(ctx, e.url+"/ws/chat", testkit.DialOptions{Header: e.hdr, ReadLimit: 8 << 20})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c.SetReadLimit(8 << 20)
-	cc := &chatClient{t: e.t, c: c, frames: make(chan map[string]any, 4096), closed: make(chan error, 1)}
-	go func() {
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				cc.closed <- err
-				close(cc.frames)
-				return
-			}
-			var m map[string]any
-			json.Unmarshal(b, &m)
-			cc.frames <- m
-		}
-	}()
-	ready := cc.next()
-	if p, _ := ready["params"].(map[string]any); p["type"] != "gateway.ready" {
-		e.t.Fatalf("first frame = %v", ready)
-	}
-	e.t.Cleanup(func() { c.CloseNow() })
-	return cc
+	e.t.Cleanup(func() { c.Drop(false) })
+	return &chatClient{Chat: c, t: e.t}
 }
 
+func (cc *chatClient) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+// next takes the next frame that is neither an event nor the reply to a
+// call (a reply to sendRaw), decoded.
 func (cc *chatClient) next() map[string]any {
 	cc.t.Helper()
-	select {
-	case m, ok := <-cc.frames:
-		if !ok {
-			cc.t.Fatalf("socket closed: %v", <-cc.closed)
-		}
-		if m["method"] == "event" {
-			cc.mu.Lock()
-			cc.events = append(cc.events, m["params"].(map[string]any))
-			cc.mu.Unlock()
-		}
-		return m
-	case <-time.After(10 * time.Second):
-		cc.t.Fatal("no frame within 10s")
+	ctx, cancel := cc.ctx()
+	defer cancel()
+	f, err := cc.Next(ctx)
+	if err != nil {
+		cc.t.Fatalf("no frame: %v", err)
 	}
-	return nil
+	var m map[string]any
+	json.Unmarshal(f.Data, &m)
+	return m
 }
 
 func (cc *chatClient) sendRaw(s string) {
 	cc.t.Helper()
-	if err := cc.c.Write(cc.t.Context(), websocket.MessageText, []byte(s)); err != nil {
+	if err := cc.Write(cc.t.Context(), websocket.MessageText, []byte(s)); err != nil {
 		cc.t.Fatal(err)
-	}
-}
-
-// reply waits for the reply with id, recording events on the way.
-func (cc *chatClient) reply(id any) map[string]any {
-	cc.t.Helper()
-	want, _ := json.Marshal(id)
-	for {
-		m := cc.next()
-		if _, ok := m["id"]; !ok {
-			continue
-		}
-		got, _ := json.Marshal(m["id"])
-		if bytes.Equal(got, want) {
-			return m
-		}
 	}
 }
 
@@ -220,12 +154,22 @@ func (cc *chatClient) call(method string, params any) map[string]any {
 	return m["result"].(map[string]any)
 }
 
+// callRaw sends a request and returns its reply as {"result": ...} or
+// {"error": {"code", "message", "data"}}.
 func (cc *chatClient) callRaw(method string, params any) map[string]any {
 	cc.t.Helper()
-	cc.nextID++
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": cc.nextID, "method": method, "params": params})
-	cc.sendRaw(string(b))
-	return cc.reply(cc.nextID)
+	ctx, cancel := cc.ctx()
+	defer cancel()
+	var res map[string]any
+	err := cc.Call(ctx, method, params, &res)
+	var rpc *testkit.RPCError
+	switch {
+	case errors.As(err, &rpc):
+		return map[string]any{"error": map[string]any{"code": float64(rpc.Code), "message": rpc.Message, "data": rpc.Data}}
+	case err != nil:
+		cc.t.Fatal(err)
+	}
+	return map[string]any{"result": res}
 }
 
 // errCode returns the error code of a reply (0 when it succeeded).
@@ -242,59 +186,32 @@ func (cc *chatClient) create() string {
 	return cc.call("session.create", map[string]any{})["session_id"].(string)
 }
 
-// waitEvent reads until an event of typ for sid arrives.
+// events returns every event so far, decoded.
+func (cc *chatClient) events() []map[string]any {
+	var out []map[string]any
+	for _, ev := range cc.Events() {
+		out = append(out, ev)
+	}
+	return out
+}
+
+// waitEvent returns the first event of typ for sid, received or to come.
 func (cc *chatClient) waitEvent(typ, sid string) map[string]any {
 	cc.t.Helper()
-	cc.mu.Lock()
-	for _, ev := range cc.events {
-		if ev["type"] == typ && ev["session_id"] == sid {
-			cc.mu.Unlock()
-			return ev
-		}
-	}
-	cc.mu.Unlock()
-	for {
-		m := cc.next()
-		if m["method"] == "event" {
-			p := m["params"].(map[string]any)
-			if p["type"] == typ && p["session_id"] == sid {
-				return p
-			}
-		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
-// gone reports whether pid no longer exists (or is a zombie).
-func gone(pid int) bool {
-	if syscall.Kill(pid, 0) == syscall.ESRCH {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ctx, cancel := cc.ctx()
+	defer cancel()
+	ev, err := cc.WaitEvent(ctx, typ, sid)
 	if err != nil {
-		return true
+		cc.t.Fatalf("event %s of %s: %v", typ, sid, err)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+	return ev
 }
 
 func (e *env) logger() *slog.Logger { return e.log }
 
 func (e *env) workerRecords(pid int) []map[string]any {
 	var out []map[string]any
-	for _, r := range e.logs.records("worker closed") {
+	for _, r := range e.logs.Records("worker closed") {
 		if r["worker_pid"] == float64(pid) {
 			out = append(out, r)
 		}

@@ -18,67 +18,55 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 )
 
-// ptyClient is a test client of /ws/pty.
+// ptyClient is a test's /ws/pty client: a testkit.PTY whose frames a
+// collector takes as they come, keeping every output byte and text frame.
 type ptyClient struct {
-	t       *testing.T
-	c       *websocket.Conn
-	mu      sync.Mutex
-	out     bytes.Buffer // every binary byte received
-	texts   []map[string]any
-	closed  chan struct{}
-	err     error
-	reading chan bool // false pauses the reader
-	stop    chan struct{}
+	*testkit.PTY
+	t      *testing.T
+	mu     sync.Mutex
+	out    bytes.Buffer     // every binary byte received
+	texts  []map[string]any // the text frames, hello first
+	closed chan struct{}    // closed when the socket ended
+	err    error            // why
 }
 
 func (e *env) pty(query url.Values) *ptyClient {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, e.url+"/ws/pty?"+query.Encode(), &websocket.DialOptions{HTTPHeader: e.hdr})
+	k, _, err := testkit.DialPTY(ctx, e.url+"/ws/pty?"+query.Encode(), testkit.DialOptions{Header: e.hdr, ReadLimit: 1 << 20})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c.SetReadLimit(1 << 20)
-	p := &ptyClient{t: e.t, c: c, closed: make(chan struct{}), reading: make(chan bool, 1), stop: make(chan struct{})}
-	go p.read()
-	e.t.Cleanup(func() { close(p.stop); c.CloseNow(); <-p.closed })
-	p.waitText("hello")
+	hello, _ := json.Marshal(k.Hello)
+	p := &ptyClient{PTY: k, t: e.t, closed: make(chan struct{})}
+	var m map[string]any
+	json.Unmarshal(hello, &m)
+	p.texts = append(p.texts, m)
+	go p.collect()
+	e.t.Cleanup(func() { k.Drop(false); <-p.closed })
 	return p
 }
 
-func (p *ptyClient) read() {
+func (p *ptyClient) collect() {
 	defer close(p.closed)
-	paused := false
 	for {
-		select {
-		case r := <-p.reading:
-			paused = !r
-		default:
-		}
-		for paused {
-			select {
-			case r := <-p.reading:
-				paused = !r
-			case <-p.stop:
-				return
-			}
-		}
-		typ, b, err := p.c.Read(context.Background())
+		f, err := p.Next(context.Background())
 		p.mu.Lock()
 		if err != nil {
 			p.err = err
 			p.mu.Unlock()
 			return
 		}
-		if typ == websocket.MessageBinary {
-			p.out.Write(b)
+		if f.Type == websocket.MessageBinary {
+			p.out.Write(f.Data)
 		} else {
 			var m map[string]any
-			json.Unmarshal(b, &m)
+			json.Unmarshal(f.Data, &m)
 			p.texts = append(p.texts, m)
 		}
 		p.mu.Unlock()
@@ -100,7 +88,7 @@ func (p *ptyClient) received() int64 {
 func (p *ptyClient) waitText(typ string) map[string]any {
 	p.t.Helper()
 	var found map[string]any
-	waitFor(p.t, 10*time.Second, "text frame "+typ, func() bool {
+	testkit.WaitFor(p.t, 10*time.Second, "text frame "+typ, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, m := range p.texts {
@@ -128,14 +116,14 @@ func (p *ptyClient) countText(typ string) int {
 
 func (p *ptyClient) send(s string) {
 	p.t.Helper()
-	if err := p.c.Write(p.t.Context(), websocket.MessageBinary, []byte(s)); err != nil {
+	if err := p.Send(p.t.Context(), []byte(s)); err != nil {
 		p.t.Fatal(err)
 	}
 }
 
 func (p *ptyClient) control(s string) {
 	p.t.Helper()
-	if err := p.c.Write(p.t.Context(), websocket.MessageText, []byte(s)); err != nil {
+	if err := p.Write(p.t.Context(), websocket.MessageText, []byte(s)); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -144,19 +132,19 @@ func (p *ptyClient) control(s string) {
 func (p *ptyClient) expect(re string, d time.Duration) {
 	p.t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !rx.MatchString(p.output()) {
-		if time.Now().After(deadline) {
-			out := p.output()
-			if len(out) > 2000 {
-				out = out[len(out)-2000:]
-			}
-			p.t.Fatalf("output does not match %q after %v; tail: %q", re, d, out)
+	if !testkit.Until(d, func() bool { return rx.MatchString(p.output()) }) {
+		out := p.output()
+		if len(out) > 2000 {
+			out = out[len(out)-2000:]
 		}
-		<-tick.C
+		p.t.Fatalf("output does not match %q after %v; tail: %q", re, d, out)
 	}
+}
+
+// drop ends the socket without a close frame, as a closed tab does.
+func (p *ptyClient) drop() {
+	p.Drop(false)
+	<-p.closed
 }
 
 func (p *ptyClient) closeErr() error {
@@ -202,13 +190,13 @@ func TestTerminalExitFrame(t *testing.T) {
 	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("closed with %v, want 1000", err)
 	}
-	waitFor(t, 5*time.Second, "session closed record", func() bool { return len(e.logs.records("session closed")) == 1 })
-	rec := e.logs.records("session closed")[0]
+	testkit.WaitFor(t, 5*time.Second, "session closed record", func() bool { return len(e.logs.Records("session closed")) == 1 })
+	rec := e.logs.Records("session closed")[0]
 	if rec["end_reason"] != "pty_exit" || rec["sid"] != sid {
 		t.Fatalf("session closed record = %v", rec)
 	}
 	e.reg.Wait()
-	if n := len(e.logs.records("worker closed")); n != 1 {
+	if n := len(e.logs.Records("worker closed")); n != 1 {
 		t.Fatalf("%d worker closed records, want 1", n)
 	}
 	if n := p.countText("exit"); n != 1 {
@@ -250,20 +238,20 @@ func TestTerminalCloseEndsWholeTree(t *testing.T) {
 			shell, _ := e.ptyTree(t)
 			sleeps := regexp.MustCompile(`sleep 31\d`).FindAllString(tt.cmd, -1)
 			var kids []int
-			waitFor(t, 5*time.Second, "children started", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "children started", func() bool {
 				kids = pidsRunning(sleeps)
 				return len(kids) >= tt.children
 			})
-			p.c.Close(websocket.StatusNormalClosure, "")
-			waitFor(t, 5*time.Second, "tree gone", func() bool {
+			p.Close()
+			testkit.WaitFor(t, 5*time.Second, "tree gone", func() bool {
 				for _, pid := range append(kids, shell) {
-					if !gone(pid) {
+					if !testkit.Gone(pid) {
 						return false
 					}
 				}
 				return true
 			})
-			waitFor(t, 2*time.Second, "record", func() bool { return len(e.workerRecords(shell)) == 1 })
+			testkit.WaitFor(t, 2*time.Second, "record", func() bool { return len(e.workerRecords(shell)) == 1 })
 			rec := e.workerRecords(shell)[0]
 			if rec["reason"] != "detach" || rec["kind"] != "pty" {
 				t.Fatalf("record = %v", rec)
@@ -288,7 +276,7 @@ func pidsRunning(cmds []string) []int {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 		for _, c := range cmds {
-			if line == c && !gone(pid) {
+			if line == c && !testkit.Gone(pid) {
 				out = append(out, pid)
 			}
 		}
@@ -307,8 +295,7 @@ func TestTerminalKeepaliveReplayExactlyOnce(t *testing.T) {
 	token := hello["resume_token"].(string)
 	p.send("for i in $(seq 1 2000); do echo \"n$i\"; case $i in *00) sleep 0.05;; esac; done; echo E$((1+1))ND\n")
 	p.expect(`n300\r\n`, 10*time.Second)
-	p.c.CloseNow() // dropped, no close frame
-	<-p.closed
+	p.drop()
 	var got bytes.Buffer
 	got.WriteString(p.output())
 
@@ -350,15 +337,13 @@ func TestTerminalResetWhenOutputRolledOut(t *testing.T) {
 	p.send("echo start\n")
 	p.expect(`[\r\n]start\r\n`, 5*time.Second)
 	have := p.received()
-	p.c.CloseNow()
-	<-p.closed
+	p.drop()
 	// While parked, 200 KB of output roll the first bytes out of the ring.
-	waitFor(t, 5*time.Second, "parked", func() bool { in, _ := e.reg.Get(sid); return in.Viewers == 1 })
+	testkit.WaitFor(t, 5*time.Second, "parked", func() bool { in, _ := e.reg.Get(sid); return in.Viewers == 1 })
 	p2 := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}, "resume_token": {token}, "offset": {strconv.FormatInt(have, 10)}})
 	p2.send("head -c 200000 /dev/zero | tr '\\0' x; echo; echo $((40+2))-end\n")
 	p2.expect(`42-end\r\n`, 10*time.Second)
-	p2.c.CloseNow()
-	<-p2.closed
+	p2.drop()
 	p3 := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}, "resume_token": {token}, "offset": {strconv.FormatInt(have, 10)}})
 	p3.waitText("reset")
 	if off := int64(p3.waitText("hello")["offset"].(float64)); off <= have {
@@ -389,7 +374,7 @@ func TestTerminalGarbageControlFrames(t *testing.T) {
 	for _, f := range frames {
 		p.control(f)
 	}
-	waitFor(t, 5*time.Second, "error frames", func() bool { return p.countText("error") == len(frames) })
+	testkit.WaitFor(t, 5*time.Second, "error frames", func() bool { return p.countText("error") == len(frames) })
 	p.send("echo still-$((40+2))\n")
 	p.expect(`still-42`, 5*time.Second)
 }
@@ -416,7 +401,7 @@ func TestTerminalBackpressure(t *testing.T) {
 	p := e.pty(nil)
 	p.send("yes\n")
 	p.expect(`y\r\ny\r\n`, 5*time.Second)
-	p.reading <- false
+	p.Pause()
 	var ms runtime.MemStats
 	deadline := time.Now().Add(10 * time.Second)
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -428,7 +413,7 @@ func TestTerminalBackpressure(t *testing.T) {
 		}
 	}
 	tick.Stop()
-	p.reading <- true
+	p.Resume()
 	p.send("\x03")
 	p.send("echo after-$((1+1))\n")
 	p.expect(`after-2`, 10*time.Second)
@@ -440,14 +425,14 @@ func TestTerminalWriteTimeout(t *testing.T) {
 	p := e.pty(nil)
 	p.send("yes\n")
 	p.expect(`y\r\n`, 5*time.Second)
-	p.reading <- false
+	p.Pause()
 	defer func() {
 		if t.Failed() {
-			t.Logf("logs: %v", e.logs.records("worker closed"))
+			t.Logf("logs: %v", e.logs.Records("worker closed"))
 		}
 	}()
-	waitFor(t, 30*time.Second, "write_timeout record", func() bool {
-		for _, r := range e.logs.records("worker closed") {
+	testkit.WaitFor(t, 30*time.Second, "write_timeout record", func() bool {
+		for _, r := range e.logs.Records("worker closed") {
 			if r["reason"] == "write_timeout" && r["kind"] == "pty" {
 				return true
 			}
@@ -466,11 +451,11 @@ func TestPingTimeoutEndsSockets(t *testing.T) {
 	}
 	defer c.CloseNow()
 	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"session.create","params":{}}`))
-	waitFor(t, 5*time.Second, "session", func() bool { return len(e.reg.List()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "session", func() bool { return len(e.reg.List()) == 1 })
 	sid := e.reg.List()[0].ID
 	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":2,"method":"slash.exec","params":{"session_id":"`+sid+`","command":"/echo"}}`))
-	waitFor(t, 10*time.Second, "ping_timeout record", func() bool {
-		for _, r := range e.logs.records("worker closed") {
+	testkit.WaitFor(t, 10*time.Second, "ping_timeout record", func() bool {
+		for _, r := range e.logs.Records("worker closed") {
 			if r["reason"] == "ping_timeout" {
 				return true
 			}
@@ -485,17 +470,17 @@ func TestTerminalKeepaliveExpires(t *testing.T) {
 	sid := e.chat().create()
 	p := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}})
 	shell, _ := e.ptyTree(t)
-	p.c.CloseNow()
-	waitFor(t, 10*time.Second, "keepalive_expired record", func() bool {
+	p.drop()
+	testkit.WaitFor(t, 10*time.Second, "keepalive_expired record", func() bool {
 		recs := e.workerRecords(shell)
 		return len(recs) == 1 && recs[0]["reason"] == "keepalive_expired"
 	})
-	if !gone(shell) {
+	if !testkit.Gone(shell) {
 		t.Fatal("shell alive after its keepalive expired")
 	}
 	// The record is logged once the tree is reaped; the terminal leaves its
 	// session after its reader drained, a moment later.
-	waitFor(t, 10*time.Second, "terminal unhooked from its session", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "terminal unhooked from its session", func() bool {
 		in, ok := e.reg.Get(sid)
 		return ok && in.PTYPID == 0
 	})
@@ -505,9 +490,9 @@ func TestTerminalInputFrameLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
 	p := e.pty(nil)
-	p.c.Write(t.Context(), websocket.MessageBinary, bytes.Repeat([]byte("a"), handlers.MaxInputFrame+1))
+	p.Write(t.Context(), websocket.MessageBinary, bytes.Repeat([]byte("a"), handlers.MaxInputFrame+1))
 	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
 		t.Fatalf("closed with %v, want 1009", err)
 	}
-	waitFor(t, 5*time.Second, "terminal ended", func() bool { return e.mgr.Count() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "terminal ended", func() bool { return e.mgr.Count() == 0 })
 }

@@ -44,7 +44,8 @@ type Conn struct {
 
 	mu     sync.Mutex
 	queue  []Frame
-	err    error     // why the reader ended
+	resume chan struct{} // non-nil while paused; closed by Resume
+	err    error         // why the reader ended
 	ended  time.Time // when it ended
 	notify chan struct{}
 	done   chan struct{} // closed when the reader returned
@@ -114,6 +115,12 @@ func (c *Conn) start() { go c.read() }
 func (c *Conn) read() {
 	defer close(c.done)
 	for {
+		c.mu.Lock()
+		resume := c.resume
+		c.mu.Unlock()
+		if resume != nil {
+			<-resume
+		}
 		typ, b, err := c.ws.Read(context.Background())
 		if err != nil {
 			c.mu.Lock()
@@ -190,6 +197,28 @@ func (c *Conn) EndedAt() time.Time {
 	return c.ended
 }
 
+// Pause stops reading the socket after the frame being read, as a stalled
+// browser does: the server's frames back up in the TCP buffers and its
+// writes block, and pings go unanswered. Resume, Close or Drop ends the
+// pause.
+func (c *Conn) Pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resume == nil {
+		c.resume = make(chan struct{})
+	}
+}
+
+// Resume reads the socket again after Pause.
+func (c *Conn) Resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resume != nil {
+		close(c.resume)
+		c.resume = nil
+	}
+}
+
 // Done is closed once the reader ended (the socket is closed).
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
@@ -198,6 +227,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // (SO_LINGER 0, a TCP RST) instead of sending a FIN. It returns once the
 // reader ended, or an error after 5 s.
 func (c *Conn) Drop(rst bool) error {
+	c.Resume()
 	if tc, ok := c.raw.(*net.TCPConn); ok && rst {
 		if err := tc.SetLinger(0); err != nil {
 			return fmt.Errorf("SO_LINGER: %w", err)
@@ -220,6 +250,7 @@ func (c *Conn) Drop(rst bool) error {
 // the server's) and returns once the reader ended. Closing an ended socket
 // is a no-op.
 func (c *Conn) Close() error {
+	c.Resume()
 	select {
 	case <-c.done:
 		c.ws.CloseNow()
