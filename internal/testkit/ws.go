@@ -46,7 +46,7 @@ type Conn struct {
 	queue  []Frame
 	resume chan struct{} // non-nil while paused; closed by Resume
 	err    error         // why the reader ended
-	ended  time.Time // when it ended
+	ended  time.Time     // when it ended
 	notify chan struct{}
 	done   chan struct{} // closed when the reader returned
 }
