@@ -1,183 +1,124 @@
-// Command dashgate-bench measures a dashgate gateway against its targets
-// (issue 9) and checks that load leaves nothing behind: no worker, no
-// zombie, no file descriptor, no goroutine.
+// Command dashgate-bench measures a real dashgate against the targets of
+// issue 9 and checks that load leaves nothing behind (see BENCHMARKS.md).
 //
-// By default it runs the dashgate binary given by --dashgate (or builds one
-// from the module it runs in) on 127.0.0.1:0, a fresh instance per group of
-// figures, and stops each with SIGTERM, expecting exit status 0, no process
-// of the instance left behind and no ERROR log record. With --url and
-// --token it measures a running dashgate instead (--pid, when it runs on this
-// machine, lets it read that process's /proc).
+// It runs --dashgate (default: ./cmd/dashgate of this module, built) through
+// internal/testkit, a fresh instance per group of figures (per run for
+// memory and idle), each stopped with SIGTERM: it must exit 0 and leave no
+// process carrying its DASHGATE_INSTANCE. With --compare OLD the two builds
+// alternate run by run. It prints a Markdown table and exits 1 on an error
+// or a leak, never because a figure missed its target; 2 on bad flags.
 //
-// It prints a table (median and spread over --runs runs, the target, ok or
-// miss) and writes the same as JSON with --json. It exits 1 on an error or
-// a leak, never because a figure missed its target; 2 on bad flags.
-//
-//	go run ./cmd/dashgate-bench               # the full run (about 13 minutes)
-//	go run ./cmd/dashgate-bench --short       # CI counts, under a minute
-//	go run ./cmd/dashgate-bench --only churn,soak --json out.json
+//	go run ./cmd/dashgate-bench --short --only keys,exec --runs 3
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
+	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/perf/benchmath"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // config holds the flags.
 type config struct {
-	Dashgate string
-	URL      string
-	Token    string
-	PID      int
-	JSON     string
-	Markdown string
-	Runs     int
-	Short    bool
-	Only     string
-	Keep     bool
-	Verbose  bool
-
-	ThroughputMiB    int
-	Keystrokes       int
-	ColdExecs        int
-	WarmExecs        int
-	ReapSamples      int
-	ChurnCycles      int
-	Concurrency      int
-	DetachedSessions int
-	AttachedSessions int
-	AdminSessions    int
-	AdminGets        int
-	IdleSockets      int
-	IdleHold         time.Duration
-	SoakCycles       int
-	SoakDropEvery    int
+	dashgate, compare string
+	only              []string
+	runs              int
+	n                 map[string]int // the counts, by name
 }
 
-// groups are the figure groups, in the order they run.
-var groups = []string{"throughput", "keys", "exec", "reap", "churn", "memory", "admin", "idle", "soak"}
+// counts are the sizes of the groups, changed with --counts name=N,...
+var counts = []struct {
+	name        string
+	full, short int
+	usage       string
+}{
+	{"throughput-mib", 256, 16, "size of the file cat through the terminal, MiB"},
+	{"keystrokes", 1000, 100, "keystrokes per run"},
+	{"connects", 200, 20, "terminal connects (and plain pty starts) per run"},
+	{"cold-execs", 20, 5, "cold slash.exec per run (a new session and worker each)"},
+	{"warm-execs", 1000, 100, "warm slash.exec per run"},
+	{"reaps", 100, 10, "socket closed → worker reaped samples per run"},
+	{"churn", 1000, 100, "churn cycles per run"},
+	{"clients", 8, 8, "clients running churn and soak cycles at once"},
+	{"detached", 5000, 300, "idle detached sessions (memory)"},
+	{"attached", 200, 10, "attached sessions with a worker (memory)"},
+	{"admin-sessions", 1000, 200, "sessions while timing GET /admin"},
+	{"admin-gets", 20, 5, "GET /admin per run"},
+	{"idle-sockets", 2000, 100, "idle chat sockets held"},
+	{"idle-secs", 60, 3, "seconds the idle sockets are held"},
+	{"soak", 10000, 200, "soak cycles (one run)"},
+	{"soak-drop-every", 10, 10, "every Nth soak cycle drops its TCP connection without a close frame"},
+}
+
+// groupNames are the --only names, in the order the groups run.
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	var c config
+	c := config{n: map[string]int{}}
+	var only, over string
 	fs := flag.NewFlagSet("dashgate-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Dashgate, "dashgate", "", "dashgate binary to run (default: go build ./cmd/dashgate of the module found by `go env GOMOD`)")
-	fs.StringVar(&c.URL, "url", "", "measure the dashgate at this URL (base path included) instead of starting one")
-	fs.StringVar(&c.Token, "token", "", "token of --url (dashboard and admin)")
-	fs.IntVar(&c.PID, "pid", 0, "pid of the --url dashgate when it runs on this machine (RSS, fds and zombies from /proc)")
-	fs.StringVar(&c.JSON, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&c.Markdown, "markdown", "", "write the results table as Markdown to this file")
-	fs.IntVar(&c.Runs, "runs", 5, "runs per figure (the median and spread are over runs)")
-	fs.BoolVar(&c.Short, "short", false, "CI mode: tiny counts, 2 runs unless --runs is given, whole run under a minute")
-	fs.StringVar(&c.Only, "only", "", "comma-separated groups to run: "+strings.Join(groups, ","))
-	fs.BoolVar(&c.Keep, "keep", false, "keep the temp dir (dashgate logs, the throughput file)")
-	fs.BoolVar(&c.Verbose, "v", false, "log progress")
-
-	fs.IntVar(&c.ThroughputMiB, "throughput-mib", 256, "size of the file cat through the terminal, MiB")
-	fs.IntVar(&c.Keystrokes, "keystrokes", 1000, "keystrokes per run")
-	fs.IntVar(&c.ColdExecs, "cold-execs", 20, "cold slash.exec samples per run (a new session and worker each)")
-	fs.IntVar(&c.WarmExecs, "warm-execs", 1000, "warm slash.exec samples per run")
-	fs.IntVar(&c.ReapSamples, "reap-samples", 100, "socket-close-to-reaped samples per run")
-	fs.IntVar(&c.ChurnCycles, "churn-cycles", 1000, "session churn cycles per run")
-	fs.IntVar(&c.Concurrency, "concurrency", 8, "clients running churn and soak cycles at once")
-	fs.IntVar(&c.DetachedSessions, "detached-sessions", 5000, "idle detached sessions for the RSS figure")
-	fs.IntVar(&c.AttachedSessions, "attached-sessions", 200, "attached sessions with a worker for the RSS figure")
-	fs.IntVar(&c.AdminSessions, "admin-sessions", 1000, "sessions while timing GET /admin")
-	fs.IntVar(&c.AdminGets, "admin-gets", 20, "GET /admin samples per run")
-	fs.IntVar(&c.IdleSockets, "idle-sockets", 2000, "idle chat sockets held")
-	fs.DurationVar(&c.IdleHold, "idle-hold", 60*time.Second, "how long the idle sockets are held")
-	fs.IntVar(&c.SoakCycles, "soak-cycles", 10000, "soak churn cycles")
-	fs.IntVar(&c.SoakDropEvery, "soak-drop-every", 10, "every Nth soak cycle drops its TCP connection without a close frame")
+	fs.StringVar(&c.dashgate, "dashgate", "", "dashgate binary to measure (default: go build ./cmd/dashgate of the module of the working directory)")
+	fs.StringVar(&c.compare, "compare", "", "an older dashgate binary measured beside --dashgate, the two alternating run by run")
+	fs.StringVar(&only, "only", "", "comma-separated groups to run: "+strings.Join(groupNames, ","))
+	fs.IntVar(&c.runs, "runs", 0, "runs per figure: the median and spread are over runs (default 5, 2 with --short)")
+	short := fs.Bool("short", false, "smoke counts: the [--short] values of --counts")
+	usage := "counts to change, name=N,...; each with its default and [--short] value:"
+	for _, d := range counts {
+		usage += fmt.Sprintf("\n  %s=%d [%d]: %s", d.name, d.full, d.short, d.usage)
+	}
+	fs.StringVar(&over, "counts", "", usage+"\n")
 	if err := fs.Parse(args); err != nil {
 		return c, err
-	}
-	if fs.NArg() > 0 {
+	} else if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if c.Short {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		short := map[string]string{
-			"runs": "2", "throughput-mib": "16", "keystrokes": "100", "cold-execs": "5", "warm-execs": "100",
-			"reap-samples": "10", "churn-cycles": "100", "detached-sessions": "300", "attached-sessions": "10",
-			"admin-sessions": "200", "admin-gets": "5", "idle-sockets": "100", "idle-hold": "3s",
-			"soak-cycles": "200",
-		}
-		for name, v := range short {
-			if !set[name] {
-				fs.Set(name, v)
-			}
+	for _, d := range counts {
+		c.n[d.name] = d.full
+		if *short {
+			c.n[d.name] = d.short
 		}
 	}
-	if c.URL != "" && c.Token == "" {
-		return c, errors.New("--url needs --token")
+	if c.runs == 0 {
+		c.runs = map[bool]int{false: 5, true: 2}[*short]
 	}
-	if c.URL != "" && c.Dashgate != "" {
-		return c, errors.New("--url and --dashgate exclude each other")
-	}
-	if c.Runs < 1 || c.Concurrency < 1 || c.SoakDropEvery < 1 {
-		return c, errors.New("--runs, --concurrency and --soak-drop-every must be at least 1")
-	}
-	for _, g := range c.only() {
-		if !contains(groups, g) {
-			return c, fmt.Errorf("--only: unknown group %q (groups: %s)", g, strings.Join(groups, ","))
+	split := func(s string) []string { return strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) }
+	for _, kv := range split(over) {
+		k, v, _ := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if _, ok := c.n[k]; !ok || err != nil || n < 1 {
+			return c, fmt.Errorf("--counts: %q is not name=N with N >= 1 and a name of --help", kv)
 		}
+		c.n[k] = n
+	}
+	c.only = split(only)
+	for _, g := range c.only {
+		if !slices.Contains(groupNames, g) {
+			return c, fmt.Errorf("--only: unknown group %q (groups: %s)", g, strings.Join(groupNames, ","))
+		}
+	}
+	if c.runs < 1 {
+		return c, errors.New("--runs must be at least 1")
 	}
 	return c, nil
-}
-
-func (c config) only() []string {
-	var out []string
-	for _, g := range strings.Split(c.Only, ",") {
-		if g = strings.TrimSpace(g); g != "" {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-func (c config) runs(group string) bool {
-	only := c.only()
-	return len(only) == 0 || contains(only, group)
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
-}
-
-// Report is the JSON output.
-type Report struct {
-	Started  time.Time `json:"started"`
-	Duration string    `json:"duration"`
-	Machine  Machine   `json:"machine"`
-	Config   any       `json:"config"`
-	Target   string    `json:"target"`
-	Figures  []*Figure `json:"figures"`
-	Errors   []string  `json:"errors"`
-	Warnings int       `json:"dashgate_warn_records"`
-	Leaks    []string  `json:"leaks"`
-	Notes    []string  `json:"notes,omitempty"`
-	// Load is /proc/loadavg when each group started: the machine is shared.
-	Load map[string]string `json:"loadavg"`
 }
 
 // Main runs the tool with args and returns its exit code.
@@ -185,186 +126,377 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
-	}
-	if err != nil {
+	} else if err != nil {
 		fmt.Fprintln(stderr, "dashgate-bench:", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	rep, err := run(ctx, cfg, stderr)
-	if rep != nil {
-		fmt.Fprintln(stdout)
-		writeTable(stdout, rep.Figures)
-		for _, e := range rep.Errors {
-			fmt.Fprintln(stdout, "error:", e)
-		}
-		for _, l := range rep.Leaks {
-			fmt.Fprintln(stdout, "leak:", l)
-		}
-		for _, n := range rep.Notes {
-			fmt.Fprintln(stdout, "note:", n)
-		}
-		if cfg.JSON != "" {
-			b, werr := json.MarshalIndent(rep, "", "  ")
-			if werr == nil {
-				werr = os.WriteFile(cfg.JSON, append(b, '\n'), 0o644)
-			}
-			if werr != nil && err == nil {
-				err = fmt.Errorf("--json: %w", werr)
-			}
-		}
-		if cfg.Markdown != "" {
-			f, werr := os.Create(cfg.Markdown)
-			if werr == nil {
-				writeMarkdown(f, rep.Figures)
-				werr = f.Close()
-			}
-			if werr != nil && err == nil {
-				err = werr
-			}
-		}
-	}
+	b, err := run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "dashgate-bench:", err)
 		return 1
 	}
-	if len(rep.Errors) > 0 || len(rep.Leaks) > 0 {
-		fmt.Fprintf(stderr, "dashgate-bench: %d errors, %d leaks\n", len(rep.Errors), len(rep.Leaks))
-		if !cfg.Keep && cfg.URL == "" {
-			fmt.Fprintln(stderr, "dashgate-bench: run with --keep to keep the dashgate logs")
+	return b.report(stdout, stderr)
+}
+
+// build is one dashgate binary measured: "new" (--dashgate) or "old"
+// (--compare).
+type build struct{ label, bin string }
+
+// bench collects figures and problems while the groups run, one at a time.
+type bench struct {
+	cfg    config
+	tmp    string
+	stderr io.Writer
+	builds []build
+	began  time.Time
+	figs   []*Figure
+	errs   []string
+	warns  int       // WARN records in dashgate logs
+	insts  []*target // every dashgate started, once stopped
+}
+
+// errorf records a problem: the run goes on, the tool will exit 1.
+func (b *bench) errorf(format string, args ...any) {
+	b.errs = append(b.errs, fmt.Sprintf(format, args...))
+	fmt.Fprintln(b.stderr, "dashgate-bench: error:", b.errs[len(b.errs)-1])
+}
+
+// run measures every selected group; an error means the run could not
+// start (no binary); problems met on the way are in b.errs.
+func run(ctx context.Context, cfg config, stderr io.Writer) (*bench, error) {
+	b := &bench{cfg: cfg, stderr: stderr, began: time.Now()}
+	// For the idle sockets; syscall.Setrlimit, unlike x/sys/unix, also
+	// makes the children (dashgate) inherit it.
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	var err error
+	if b.tmp, err = os.MkdirTemp("", "dashgate-bench-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.tmp)
+	bin := cfg.dashgate
+	if bin == "" {
+		fmt.Fprintln(stderr, "dashgate-bench: building dashgate")
+		if bin, err = testkit.Build(ctx); err != nil {
+			return nil, err
 		}
+		defer testkit.RemoveBuild()
+	}
+	for _, bd := range []build{{"new", bin}, {"old", cfg.compare}} {
+		if bd.bin == "" {
+			continue
+		} else if bd.bin, err = filepath.Abs(bd.bin); err == nil {
+			_, err = os.Stat(bd.bin)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dashgate binary: %w", err)
+		}
+		b.builds = append(b.builds, bd)
+	}
+	for _, g := range b.groups() {
+		if len(cfg.only) > 0 && !slices.Contains(cfg.only, g.name) {
+			continue
+		} else if ctx.Err() != nil {
+			b.errorf("interrupted before %s", g.name)
+			break
+		}
+		fmt.Fprintf(stderr, "dashgate-bench: %s (%s, load %s)\n", g.name, time.Since(b.began).Round(time.Second), loadavg())
+		b.runGroup(ctx, g)
+	}
+	return b, nil
+}
+
+// group is a set of figures measured on one instance per build (or a fresh
+// one per run). run yields one value per figure, in order; r is the run's
+// index (pairs against a plain pty alternate their order with it).
+type group struct {
+	name  string // its --only name
+	figs  []*Figure
+	args  []string // dashgate flags beyond the defaults
+	fresh bool     // a fresh instance per run
+	runs  int      // 0: --runs
+	setup func(ctx context.Context, t *target) error
+	run   func(ctx context.Context, t *target, r int) ([]float64, error)
+}
+
+// groups are the figure groups, in the order they run.
+func (b *bench) groups() []group {
+	n := b.cfg.n
+	gs := []group{
+		b.throughput(n["throughput-mib"]), keys(n["keystrokes"]), connect(n["connects"]),
+		slashExec(n["cold-execs"], n["warm-execs"]), reap(n["reaps"]), churn("churn", n["churn"], n["clients"], 0),
+		memory(n["detached"], false), memory(n["attached"], true), admin(n["admin-sessions"], n["admin-gets"]),
+		idle(n["idle-sockets"], time.Duration(n["idle-secs"])*time.Second),
+		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
+	}
+	for _, g := range gs {
+		b.figs = append(b.figs, g.figs...)
+	}
+	return gs
+}
+
+// target is one running dashgate of one build.
+type target struct {
+	*testkit.Instance
+	build string // "new" or "old"
+}
+
+// runGroup runs g on every build, the builds alternating run by run (the
+// order reversed every other run) so that the machine's noise hits both.
+// An error ends that build's runs of g.
+func (b *bench) runGroup(ctx context.Context, g group) {
+	live, failed := map[string]*target{}, map[string]bool{}
+	for r := range cmp.Or(g.runs, b.cfg.runs) {
+		order := slices.Clone(b.builds)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, bd := range order {
+			if failed[bd.label] || ctx.Err() != nil {
+				continue
+			}
+			vals, err := b.runOnce(ctx, g, bd, r, live)
+			if err != nil {
+				b.errorf("%s (%s) run %d: %v", g.name, bd.label, r, err)
+				failed[bd.label] = true
+			}
+			for i, v := range vals {
+				g.figs[i].runs[bd.label] = append(g.figs[i].runs[bd.label], v)
+			}
+			if t := live[bd.label]; t != nil && (g.fresh || err != nil) {
+				b.stop(g.name, t)
+				delete(live, bd.label)
+			}
+		}
+	}
+	for _, bd := range b.builds {
+		if t := live[bd.label]; t != nil {
+			b.stop(g.name, t)
+		}
+	}
+}
+
+// runOnce runs g once on the live instance of bd, which it starts (and
+// sets up) if there is none, and returns one value per figure.
+func (b *bench) runOnce(ctx context.Context, g group, bd build, r int, live map[string]*target) ([]float64, error) {
+	if live[bd.label] == nil {
+		dir, err := os.MkdirTemp(b.tmp, g.name+"-"+bd.label+"-")
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		in, err := testkit.Start(sctx, testkit.Options{
+			Bin: bd.bin, Dir: dir,
+			Args: append([]string{"--max-conns-per-ip", "0", "--pty-cmd", "/bin/sh"}, g.args...),
+			// Its own process group: a Ctrl-C reaches the tool only, which
+			// then stops dashgate with one SIGTERM; it dies with the tool.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		live[bd.label] = &target{Instance: in, build: bd.label}
+		if g.setup != nil {
+			if err := g.setup(ctx, live[bd.label]); err != nil {
+				return nil, fmt.Errorf("setup: %w", err)
+			}
+		}
+	}
+	vals, err := g.run(ctx, live[bd.label], r)
+	for i := 0; err == nil && i < len(vals); i++ {
+		if math.IsNaN(vals[i]) || math.IsInf(vals[i], 0) {
+			err = fmt.Errorf("%s: no value", strings.TrimSpace(g.figs[i].name))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+// stop sends SIGTERM and checks the instance: exit status 0, no process
+// carrying its DASHGATE_INSTANCE left (those are killed), no ERROR record.
+func (b *bench) stop(group string, t *target) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	what := fmt.Sprintf("%s (%s) dashgate %d", group, t.build, t.PID())
+	if code, err := t.Stop(ctx); err != nil || code != 0 {
+		b.errorf("%s: exit status %d after SIGTERM, want 0 (%v)", what, code, err)
+	}
+	left, err := t.Procs()
+	if err != nil {
+		b.errorf("%s: list its processes: %v", what, err)
+	}
+	for _, p := range left {
+		b.errorf("%s: process outlived it: %s", what, testkit.Describe(p.PID))
+		syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	for _, rec := range t.Log.Records("") {
+		switch rec["level"] {
+		case "ERROR":
+			b.errorf("%s: ERROR log record: %s", what, rec)
+		case "WARN":
+			b.warns++
+		}
+	}
+	b.insts = append(b.insts, t)
+}
+
+// Figure is one measured quantity: one value per run and build, summarised
+// per build by benchmath and checked against its target.
+type Figure struct {
+	name, unit string // an indented name is a sub-row: it explains the row above
+	op         string // ">=", "<=" or "" (no target)
+	target     float64
+	leak       bool                 // a count: a run above target is a leak, an error of the run
+	runs       map[string][]float64 // by build label
+}
+
+// fig is a figure; target is "" or an op and a value (">= 0.8"). A figure
+// in unit "count" is a leak count.
+func fig(name, unit, target string) *Figure {
+	f := &Figure{name: name, unit: unit, leak: unit == "count", runs: map[string][]float64{}}
+	fmt.Sscan(target, &f.op, &f.target)
+	return f
+}
+
+func (f *Figure) met(v float64) bool {
+	return f.op == "" || f.op == ">=" && v >= f.target || f.op == "<=" && v <= f.target
+}
+
+// verdict is ok or **miss** for the median of the new build's runs, ok or
+// LEAK for the worst run of a leak count.
+func (f *Figure) verdict(s *benchmath.Sample) string {
+	switch {
+	case f.op == "":
+		return ""
+	case s == nil:
+		return "n/a"
+	case f.leak && f.met(s.Values[len(s.Values)-1]), !f.leak && f.met(median(s)):
+		return "ok"
+	case f.leak:
+		return "LEAK"
+	}
+	return "**miss**"
+}
+
+func median(s *benchmath.Sample) float64 { return benchmath.AssumeNothing.Summary(s, 0.95).Center }
+
+// summary is the sample of runs (nil for none) and its cells: median,
+// min–max, the 95% confidence interval of the median (benchmath's order
+// statistics: none below 6 runs) and the number of runs.
+func summary(runs []float64) (*benchmath.Sample, []string) {
+	if len(runs) == 0 {
+		return nil, []string{"-", "-", "-", "0"}
+	}
+	s := benchmath.NewSample(runs, &benchmath.DefaultThresholds) // sorts a copy
+	sum := benchmath.AssumeNothing.Summary(s, 0.95)
+	cells := []string{num(sum.Center), num(s.Values[0]) + "–" + num(s.Values[len(runs)-1]), "-", fmt.Sprint(len(runs))}
+	if len(runs) == 1 {
+		cells[1] = "(1 run)"
+	} else if !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
+		cells[2] = num(sum.Lo) + "–" + num(sum.Hi)
+	}
+	return s, cells
+}
+
+// report prints the figures as a Markdown table, with --compare the old
+// build's columns and benchmath's Mann-Whitney U test of new against old,
+// then the errors (leaks included). It returns the exit code.
+func (b *bench) report(stdout, stderr io.Writer) int {
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	_, model, _ := strings.Cut(string(cpuinfo), "model name\t: ")
+	model, _, _ = strings.Cut(model, "\n")
+	fmt.Fprintf(stdout, "\n%s, %s, %d CPUs (%s), %s, load %s\n\n", b.began.UTC().Format("2006-01-02 15:04 MST"),
+		time.Since(b.began).Round(time.Second), runtime.NumCPU(), model, runtime.Version(), loadavg())
+	head, align := "| figure | unit | median | min–max | 95% CI | runs |", "|---|---|---:|---:|---:|---:|"
+	if len(b.builds) > 1 {
+		head, align = head+" old median | old min–max | old 95% CI | old runs | new vs old |", align+"---:|---:|---:|---:|---|"
+	}
+	fmt.Fprintf(stdout, "%s target | |\n%s---|---|\n", head, align)
+	for _, f := range b.figs {
+		if len(f.runs) == 0 {
+			continue // its group did not run
+		}
+		cells, samples := []string{f.name, f.unit}, map[string]*benchmath.Sample{}
+		for _, bd := range b.builds {
+			s, c := summary(f.runs[bd.label])
+			samples[bd.label], cells = s, append(cells, c...)
+			if f.leak && s != nil && !f.met(s.Values[len(s.Values)-1]) {
+				b.errorf("leak: %s (%s build): %s in a run, at most %g", strings.TrimSpace(f.name), bd.label, num(s.Values[len(s.Values)-1]), f.target)
+			}
+		}
+		if len(b.builds) > 1 {
+			d := "-"
+			if old, nw := samples["old"], samples["new"]; old != nil && nw != nil {
+				c := benchmath.AssumeNothing.Compare(old, nw)
+				d = c.FormatDelta(median(old), median(nw)) + " (" + c.String() + ")"
+			}
+			cells = append(cells, d)
+		}
+		target := "-"
+		if f.op != "" {
+			target = fmt.Sprint(f.op, " ", f.target)
+		}
+		cells = append(cells, target, f.verdict(samples["new"]))
+		for i := range cells {
+			cells[i] = strings.ReplaceAll(cells[i], "|", `\|`)
+		}
+		fmt.Fprintf(stdout, "| %s |\n", strings.Join(cells, " | "))
+	}
+	for _, e := range b.errs {
+		fmt.Fprintln(stdout, "error:", e)
+	}
+	fmt.Fprintf(stdout, "\n%d WARN records in the dashgate logs.\n", b.warns)
+	if len(b.errs) > 0 {
+		fmt.Fprintf(stderr, "dashgate-bench: %d errors or leaks\n", len(b.errs))
 		return 1
 	}
 	return 0
 }
 
-// run measures every selected group and returns the report; progress goes
-// to stderr. An error means the run could not go on (no binary, no
-// target); problems met on the way are in the report.
-func run(ctx context.Context, cfg config, stderr io.Writer) (*Report, error) {
-	start := time.Now()
-	raiseNoFile(stderr)
-	tmp, err := os.MkdirTemp("", "dashgate-bench-")
-	if err != nil {
-		return nil, err
+// num formats a figure with three significant digits or so.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case v == math.Trunc(v) && a < 1e9, a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
 	}
-	if cfg.Keep {
-		fmt.Fprintln(stderr, "dashgate-bench: keeping", tmp)
-	} else {
-		defer os.RemoveAll(tmp)
-	}
-	b := &bench{cfg: cfg, tmp: tmp, log: stderr, figs: map[string]*Figure{}}
-	if !cfg.Verbose {
-		b.log = io.Discard
-	}
-	shown := cfg
-	if shown.Token != "" {
-		shown.Token = "REDACTED" // never written out
-	}
-	rep := &Report{Started: start.UTC(), Machine: readMachine(), Config: shown, Load: map[string]string{}}
-
-	if cfg.URL != "" {
-		u, err := url.Parse(cfg.URL)
-		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("--url %q: not an http URL", cfg.URL)
-		}
-		b.shared = newTarget(u, cfg.Token, cfg.PID)
-		rep.Target = "url " + u.Redacted()
-		if _, err := b.shared.workers(ctx); err != nil {
-			return nil, fmt.Errorf("--url: %w", err)
-		}
-		b.note("--url: the flags this tool gives the dashgate it starts (--max-conns-per-ip 0, --ws-ping-interval 1s, --max-workers, --max-sessions, --pty-cmd /bin/sh) are not applied; the figures that need them may miss or fail (the idle sockets need --max-conns-per-ip 0)")
-	} else {
-		bin := cfg.Dashgate
-		if bin == "" {
-			fmt.Fprintln(stderr, "dashgate-bench: building dashgate")
-			if bin, err = buildDashgate(ctx, tmp); err != nil {
-				return nil, err
-			}
-		}
-		if bin, err = filepath.Abs(bin); err != nil {
-			return nil, err
-		}
-		b.bin = bin
-		rep.Target = "started " + bin
-	}
-
-	steps := map[string]func(context.Context){
-		"throughput": b.throughput, "keys": b.keystrokes, "exec": b.exec, "reap": b.reap,
-		"churn": b.churn, "memory": b.memory, "admin": b.admin, "idle": b.idle, "soak": b.soak,
-	}
-	for _, g := range groups {
-		if !cfg.runs(g) {
-			continue
-		}
-		if ctx.Err() != nil {
-			b.errorf("interrupted before %s", g)
-			break
-		}
-		load := loadavg()
-		rep.Load[g] = load
-		fmt.Fprintf(stderr, "dashgate-bench: %s (%s, load %s)\n", g, time.Since(start).Round(time.Second), load)
-		steps[g](ctx)
-	}
-
-	for _, id := range b.order {
-		f := b.figs[id]
-		f.summarise()
-		rep.Figures = append(rep.Figures, f)
-		if f.Leak && !f.OK && len(f.Runs) > 0 {
-			rep.Leaks = append(rep.Leaks, fmt.Sprintf("%s: %s %s (target %s)", f.Name, formatNum(f.Max), f.Unit, f.Target))
-		}
-	}
-	rep.Errors = b.errs
-	if rep.Errors == nil {
-		rep.Errors = []string{}
-	}
-	if rep.Leaks == nil {
-		rep.Leaks = []string{}
-	}
-	rep.Warnings = b.warns
-	rep.Notes = b.notes
-	rep.Duration = time.Since(start).Round(time.Second).String()
-	return rep, nil
+	return fmt.Sprintf("%.3f", v)
 }
 
-// buildDashgate builds ./cmd/dashgate of the module found by `go env GOMOD`
-// into dir.
-func buildDashgate(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+// percentile is the p-th percentile (0..100) of xs by linear interpolation
+// between closest ranks; NaN for no samples.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside the dashgate module: run from the repository or pass --dashgate")
-	}
-	bin := filepath.Join(dir, "dashgate")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/dashgate")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/dashgate: %w\n%s", err, out)
-	}
-	return bin, nil
+	s := slices.Sorted(slices.Values(xs))
+	rank := p / 100 * float64(len(s)-1)
+	lo, hi := int(math.Floor(rank)), int(math.Ceil(rank))
+	return s[lo] + (s[hi]-s[lo])*(rank-float64(lo))
 }
 
-// raiseNoFile raises RLIMIT_NOFILE as far as allowed. It uses
-// syscall.Setrlimit, which (unlike x/sys/unix) also makes the children
-// (dashgate) inherit the new limit instead of the one the process started
-// with.
-func raiseNoFile(stderr io.Writer) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return
+// ms converts durations to milliseconds.
+func ms(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(d) / float64(time.Millisecond)
 	}
-	want := syscall.Rlimit{Cur: max(lim.Max, 65536), Max: max(lim.Max, 65536)}
-	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) == nil {
-		return
-	}
-	want = syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		fmt.Fprintln(stderr, "dashgate-bench: raise RLIMIT_NOFILE:", err)
-	}
+	return out
+}
+
+// loadavg is the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
