@@ -394,6 +394,18 @@ func killOnCleanup(t testing.TB, pid int) {
 		if !testkit.Gone(pid) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
+		// A grandchild orphaned to the test process (a subreaper) is
+		// reaped here: its zombie would otherwise be the next test's leak
+		// (a zombie that left its worker's group and session no longer
+		// shows the worker's marker, so the worker's Close cannot claim it).
+		testkit.Until(5*time.Second, func() bool {
+			p, err := testkit.ReadProc(pid)
+			if err != nil || p.PPID != os.Getpid() {
+				return true // gone, or another process's child to reap
+			}
+			testkit.ReapChild(pid)
+			return testkit.Reaped(pid)
+		})
 	})
 }
 
