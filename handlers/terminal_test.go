@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -266,19 +264,12 @@ func TestTerminalCloseEndsWholeTree(t *testing.T) {
 // pidsRunning finds the processes whose command line is one of cmds
 // ("sleep 311"), wherever they moved (their own group, session or parent).
 func pidsRunning(cmds []string) []int {
+	procs, _ := testkit.Procs()
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		line := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
-		for _, c := range cmds {
-			if line == c && !testkit.Gone(pid) {
-				out = append(out, pid)
-			}
+	for _, p := range procs {
+		line, err := testkit.Cmdline(p.PID)
+		if err == nil && slices.Contains(cmds, line) && !testkit.Gone(p.PID) {
+			out = append(out, p.PID)
 		}
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -196,18 +197,16 @@ func TestRealWorkerDetachResume(t *testing.T) {
 	}
 	pid := mgr.Procs()[0].PID()
 
-	// Mid-command: /sleep 30 is running when the last viewer goes.
-	errc := make(chan error, 1)
-	go func() { _, err := h.r.Exec(context.Background(), v, in.ID, "/sleep 30"); errc <- err }()
-	testkit.WaitFor(t, time.Second, "sleep running", func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		return len(b) > 0
-	})
+	// Mid-turn: the worker is streaming a long reply (its first delta has
+	// arrived) when the last viewer goes.
+	_, start, err := h.r.Prompt(v, in.ID, strings.Repeat("word ", 500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start()
+	testkit.WaitFor(t, 5*time.Second, "the reply streaming", func() bool { return len(v.ofType("message.delta")) > 0 })
 	v.leave()
 	h.r.DetachViewer(v, workers.ReasonDetach)
-	if err := <-errc; err == nil {
-		t.Fatal("/sleep 30 answered after its worker was closed")
-	}
 	h.r.Wait()
 	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
 		t.Fatalf("worker %d still exists after detach: kill(0) = %v", pid, err)
@@ -224,8 +223,12 @@ func TestRealWorkerDetachResume(t *testing.T) {
 
 	// Resume on a new viewer: the next command gets a new worker.
 	v2 := &recViewer{}
-	if _, err := h.r.Resume(v2, in.ID); err != nil {
+	res, err := h.r.Resume(v2, in.ID)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if n := len(res.History); n != 4 || !res.History[3].Interrupted || res.History[3].Role != "assistant" {
+		t.Fatalf("history after the detach mid-turn: %+v", res.History)
 	}
 	if out, err := h.r.Exec(t.Context(), v2, in.ID, "/echo again"); err != nil || out != "again" {
 		t.Fatalf("Exec after resume = %q, %v", out, err)
