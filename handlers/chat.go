@@ -71,23 +71,17 @@ type chatConn struct {
 	h    *Chat
 	conn *websocket.Conn
 	log  *slog.Logger
-	out  chan outFrame
+	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
 	sock *socket
 	done chan struct{} // closed when the socket is gone, before DetachViewer
 }
 
-// outFrame is one queued text frame: a reply already encoded, or an event
-// that the writer encodes (once for all its viewers, see Event.Encode).
-type outFrame struct {
-	raw []byte
-	ev  sessions.Event
-}
-
-func (f outFrame) bytes() []byte {
-	if f.raw != nil {
-		return f.raw
+// frameBytes is the text frame of a queued item of out.
+func frameBytes(f any) []byte {
+	if ev, ok := f.(*sessions.Event); ok {
+		return ev.Encode(EncodeEvent)
 	}
-	return f.ev.Encode(EncodeEvent)
+	return f.([]byte)
 }
 
 // Done implements sessions.Viewer.
@@ -96,11 +90,11 @@ func (c *chatConn) Done() <-chan struct{} { return c.done }
 // Deliver queues an event without encoding it (it runs under the
 // registry's lock); a full queue disconnects the socket (1008) so it never
 // slows the session's other viewers.
-func (c *chatConn) Deliver(ev sessions.Event) { c.enqueue(outFrame{ev: ev}) }
+func (c *chatConn) Deliver(ev *sessions.Event) { c.enqueue(ev) }
 
-func (c *chatConn) send(b []byte) { c.enqueue(outFrame{raw: b}) }
+func (c *chatConn) send(b []byte) { c.enqueue(b) }
 
-func (c *chatConn) enqueue(f outFrame) {
+func (c *chatConn) enqueue(f any) {
 	select {
 	case c.out <- f:
 	default:
@@ -119,7 +113,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &chatConn{
 		h: h, conn: conn, sock: sock,
 		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
-		out:  make(chan outFrame, h.SendQueue),
+		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
 	}
 	if h.OnConn != nil {
@@ -182,7 +176,7 @@ func (c *chatConn) writeLoop() {
 		case <-c.sock.ctx.Done():
 			return
 		case f := <-c.out:
-			if err := writeFrame(c.sock, websocket.MessageText, f.bytes(), c.h.Socket.WriteTimeout); err != nil {
+			if err := writeFrame(c.sock, websocket.MessageText, frameBytes(f), c.h.Socket.WriteTimeout); err != nil {
 				c.sock.abort(err)
 				return
 			}

@@ -220,7 +220,7 @@ func (s *fakeSpawner) workers() []*fakeWorker {
 // recViewer records the events it is given.
 type recViewer struct {
 	mu     sync.Mutex
-	events []Event
+	events []*Event
 	done   chan struct{} // nil: never done
 }
 
@@ -233,16 +233,16 @@ func leavingViewer() *recViewer { return &recViewer{done: make(chan struct{})} }
 // DetachViewer. The viewer must come from leavingViewer.
 func (v *recViewer) leave() { close(v.done) }
 
-func (v *recViewer) Deliver(ev Event) {
+func (v *recViewer) Deliver(ev *Event) {
 	v.mu.Lock()
 	v.events = append(v.events, ev)
 	v.mu.Unlock()
 }
 
-func (v *recViewer) ofType(typ string) []Event {
+func (v *recViewer) ofType(typ string) []*Event {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	var out []Event
+	var out []*Event
 	for _, e := range v.events {
 		if e.Type == typ {
 			out = append(out, e)

@@ -53,8 +53,8 @@ type Message struct {
 
 // Event is one event for the viewers of a session (PROTOCOL.md §2).
 // Seq counts events per session from 1 with no gaps. Payload is never
-// changed after the event is delivered; every viewer gets a copy of the
-// same event, and Encode shares one encoding among them.
+// changed after the event is delivered; every viewer gets the same *Event,
+// and Encode shares one encoding among them.
 type Event struct {
 	Type      string
 	SessionID string
@@ -70,18 +70,18 @@ type encoding struct {
 }
 
 // NewEvent returns an event whose encoding its viewers share.
-func NewEvent(typ, sid string, seq uint64, payload any) Event {
-	return Event{Type: typ, SessionID: sid, Seq: seq, Payload: payload, enc: &encoding{}}
+func NewEvent(typ, sid string, seq uint64, payload any) *Event {
+	return &Event{Type: typ, SessionID: sid, Seq: seq, Payload: payload, enc: &encoding{}}
 }
 
-// Encode returns encode(e), computed once for all the copies of e (the
+// Encode returns encode(*e), computed once for every viewer of e (the
 // first viewer's writer encodes, the others reuse its bytes, which must not
 // be modified). It is called by writers, never under the registry's lock.
-func (e Event) Encode(encode func(Event) []byte) []byte {
+func (e *Event) Encode(encode func(Event) []byte) []byte {
 	if e.enc == nil {
-		return encode(e)
+		return encode(*e)
 	}
-	e.enc.once.Do(func() { e.enc.b = encode(e) })
+	e.enc.once.Do(func() { e.enc.b = encode(*e) })
 	return e.enc.b
 }
 
@@ -91,7 +91,7 @@ func (e Event) Encode(encode func(Event) []byte) []byte {
 // still in flight from that socket can then never re-attach a session to
 // it (nil means never done).
 type Viewer interface {
-	Deliver(Event)
+	Deliver(*Event)
 	Done() <-chan struct{}
 }
 

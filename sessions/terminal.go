@@ -186,7 +186,7 @@ type Attachment struct {
 }
 
 // Deliver implements Viewer: a terminal socket carries no chat events.
-func (a *Attachment) Deliver(Event) {}
+func (a *Attachment) Deliver(*Event) {}
 
 // Done implements Viewer: it is closed by Detach.
 func (a *Attachment) Done() <-chan struct{} { return a.gone }
