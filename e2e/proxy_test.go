@@ -23,7 +23,7 @@ import (
 )
 
 // The tests of issue 8: dashgate behind a real nginx running the deploy
-// files as they are (docs/FAILURES.md #15, #16, #17).
+// files as they are (docs/failure-classes.md #15, #16, #17).
 
 // subPath is where deploy/nginx/dashgate.conf serves dashgate.
 const subPath = "/dashgate/"
@@ -77,7 +77,7 @@ var (
 	dataBasePath = regexp.MustCompile(`\sdata-base-path="([^"]*)"`)
 	jsImport     = regexp.MustCompile(`(?m)(?:^\s*import\s*|\bfrom\s*|\bimport\s*\(\s*)['"]([^'"]+)['"]`)
 	// A route written as a root-absolute literal in a script ignores the
-	// base path (docs/FAILURES.md #16): every URL must be built from it.
+	// base path (docs/failure-classes.md #16): every URL must be built from it.
 	rootRoute = regexp.MustCompile("[\"'`](/(?:ws|static|admin|healthz|metrics)\\b[^\"'`]*)")
 )
 
@@ -320,7 +320,7 @@ func idleSockets(t *testing.T, n *nginx) (*chatConn, string, *ptyConn) {
 	return chat, sid, pty
 }
 
-// Case 2 (docs/FAILURES.md #15): with nginx's proxy_read_timeout at 3 s, dashgate's
+// Case 2 (docs/failure-classes.md #15): with nginx's proxy_read_timeout at 3 s, dashgate's
 // pings (--ws-ping-interval 1s) keep an idle chat socket and an idle
 // terminal open for 10 s, and both still answer; without pings nginx cuts
 // the same sockets within those 10 s, so the first half would catch
@@ -463,7 +463,7 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 	return c
 }
 
-// Case 4 (docs/FAILURES.md #17): X-Forwarded-For is believed only from a trusted
+// Case 4 (docs/failure-classes.md #17): X-Forwarded-For is believed only from a trusted
 // proxy. Sent by anyone else it is not what the log shows as remote_addr;
 // through nginx the client address nginx appended is logged, not a first
 // hop the client made up.
@@ -541,7 +541,7 @@ func TestForwardedForOnlyFromTrustedProxy(t *testing.T) {
 	})
 }
 
-// Case 5 (docs/FAILURES.md #17): through nginx, a WebSocket from another origin
+// Case 5 (docs/failure-classes.md #17): through nginx, a WebSocket from another origin
 // is refused even with a valid cookie, and one from the proxy's own origin
 // (host:port as the browser used it, which nginx forwards in
 // X-Forwarded-Host) is accepted.

@@ -109,7 +109,7 @@ func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Dur
 
 // pingLoop pings every interval; no pong within the timeout aborts the
 // socket (reason ping_timeout). It runs whatever the bind address
-// (docs/FAILURES.md #15).
+// (docs/failure-classes.md #15).
 func pingLoop(s *socket, cfg SocketConfig) {
 	if cfg.PingInterval <= 0 {
 		return

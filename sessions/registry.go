@@ -237,7 +237,7 @@ func (r *Registry) setState(s *Session, next State) {
 }
 
 // Run sweeps detached sessions past their TTL every SweepInterval until ctx
-// is done; it repairs any timer that was lost (docs/FAILURES.md #5). It blocks.
+// is done; it repairs any timer that was lost (docs/failure-classes.md #5). It blocks.
 func (r *Registry) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()

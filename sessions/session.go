@@ -136,7 +136,7 @@ type Session struct {
 
 	worker  Worker
 	term    *Terminal
-	spawnMu *semaphore.Weighted // weight 1: serialises spawns of its children (docs/FAILURES.md #12)
+	spawnMu *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
 }

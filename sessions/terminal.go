@@ -80,7 +80,7 @@ func (t *Terminal) parked() bool {
 
 // read copies the pty into the ring. While a client is attached it stops
 // reading once PTYPending bytes wait unsent, so a slow client blocks the
-// program rather than growing the heap (docs/FAILURES.md #18).
+// program rather than growing the heap (docs/failure-classes.md #18).
 func (t *Terminal) read() {
 	defer close(t.readerDone)
 	buf := make([]byte, MaxFrame)

@@ -68,7 +68,7 @@ func peerAddr(remote string) (netip.Addr, bool) {
 }
 
 // proxy applies X-Forwarded-For, -Proto, -Host and -Prefix when, and only
-// when, the peer is a trusted proxy (docs/FAILURES.md #17); from anyone else they
+// when, the peer is a trusted proxy (docs/failure-classes.md #17); from anyone else they
 // are ignored. The client address becomes r.RemoteAddr, the forwarded host
 // r.Host (so origin checks compare against what the browser used).
 func (s *Server) proxy(next http.Handler) http.Handler {

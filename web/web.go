@@ -374,7 +374,7 @@ func (s *Server) externalPath(r *http.Request) string {
 	return r.URL.Path
 }
 
-// checkOrigin guards WebSocket upgrades (docs/FAILURES.md #17): the Origin must
+// checkOrigin guards WebSocket upgrades (docs/failure-classes.md #17): the Origin must
 // be the request's own host (as forwarded by a trusted proxy) or match
 // --allowed-origins; a request without Origin is accepted only with a bearer
 // or query token, never on the cookie alone.

@@ -31,7 +31,7 @@ const WordDelay = 40 * time.Millisecond
 const maxLine = 1 << 20
 
 // Main runs the worker on the process's stdin and stdout and returns its exit
-// code. It arms the parent watchdog before anything else (docs/FAILURES.md #10):
+// code. It arms the parent watchdog before anything else (docs/failure-classes.md #10):
 // it exits when getppid() is no longer DASHGATE_PARENT_PID, and on stdin EOF.
 func Main() int {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -47,7 +47,7 @@ func Main() int {
 }
 
 // watchParent exits the process as soon as its parent changes: compares the
-// parent pid only, never start times (docs/FAILURES.md #9).
+// parent pid only, never start times (docs/failure-classes.md #9).
 func watchParent(want int) {
 	t := time.NewTicker(250 * time.Millisecond)
 	for range t.C {

@@ -420,7 +420,7 @@ func TestRunReturnsOnlyAfterItsRequests(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// The process: builtin.Main's parent watchdog (docs/FAILURES.md #9, #10).
+// The process: builtin.Main's parent watchdog (docs/failure-classes.md #9, #10).
 
 // A worker whose DASHGATE_PARENT_PID is not its parent exits before doing
 // anything else.
