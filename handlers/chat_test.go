@@ -261,6 +261,16 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		fast.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat(word+" ", 60)})
 	}
 	testkit.WaitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sids[0]); return in.Viewers == 1 })
+	// dropped as a slow consumer (its queue overflowed), not after a write
+	// timeout during which its blocked queue would stall every session
+	testkit.WaitFor(t, 5*time.Second, "the slow socket closed as a slow consumer", func() bool {
+		for _, r := range e.logs.Records("socket closed") {
+			if strings.Contains(fmt.Sprint(r["err"]), "slow consumer") && r["reason"] == "write_timeout" {
+				return true
+			}
+		}
+		return false
+	})
 	for _, sid := range sids {
 		done := fast.waitEvent("message.complete", sid)
 		if done["payload"].(map[string]any)["interrupted"] != false {
