@@ -1,0 +1,285 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// Memory is a Store that keeps everything in memory (`--store none`):
+// nothing survives the process. It holds at most MaxClosed closed
+// sessions (the oldest closed go first) and MaxEntries entries a session
+// (the oldest go first) so a long-running gateway does not grow without
+// bound.
+type Memory struct {
+	MaxClosed  int // 1000 when <= 0
+	MaxEntries int // 10000 when <= 0
+
+	mu       sync.Mutex
+	sessions map[string]*memSession
+	closed   bool
+}
+
+type memSession struct {
+	row     Session
+	entries []Entry // sorted by Seq
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty memory store.
+func NewMemory() *Memory { return &Memory{sessions: map[string]*memSession{}} }
+
+func (m *Memory) check(ctx context.Context) error {
+	if m.closed {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Apply implements Store.
+func (m *Memory) Apply(ctx context.Context, b Batch) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	for _, e := range b.Entries {
+		if m.sessions[e.SessionID] == nil && !slices.ContainsFunc(b.Sessions, func(s Session) bool { return s.ID == e.SessionID }) {
+			return ErrNotFound
+		}
+	}
+	for _, s := range b.Sessions {
+		ms := m.sessions[s.ID]
+		if ms == nil {
+			ms = &memSession{}
+			m.sessions[s.ID] = ms
+		}
+		last := ms.row.LastSeq
+		ms.row = s
+		ms.row.LastSeq = last
+	}
+	for _, e := range b.Entries {
+		ms := m.sessions[e.SessionID]
+		i, found := slices.BinarySearchFunc(ms.entries, e.Seq, func(x Entry, seq uint64) int { return cmp.Compare(x.Seq, seq) })
+		if found {
+			ms.entries[i] = e.Entry
+		} else {
+			ms.entries = slices.Insert(ms.entries, i, e.Entry)
+		}
+		ms.row.LastSeq = max(ms.row.LastSeq, e.Seq)
+		if limit := cmp.Or(max(m.MaxEntries, 0), 10000); len(ms.entries) > limit {
+			ms.entries = slices.Delete(ms.entries, 0, len(ms.entries)-limit)
+		}
+	}
+	for _, id := range b.Deletes {
+		delete(m.sessions, id)
+	}
+	m.trimLocked()
+	return nil
+}
+
+// trimLocked forgets the oldest closed sessions beyond MaxClosed.
+func (m *Memory) trimLocked() {
+	limit := m.MaxClosed
+	if limit <= 0 {
+		limit = 1000
+	}
+	var closed []*memSession
+	for _, s := range m.sessions {
+		if s.row.State == StateClosed {
+			closed = append(closed, s)
+		}
+	}
+	if len(closed) <= limit {
+		return
+	}
+	slices.SortFunc(closed, func(a, b *memSession) int { return a.row.ClosedAt.Compare(b.row.ClosedAt) })
+	for _, s := range closed[:len(closed)-limit] {
+		delete(m.sessions, s.row.ID)
+	}
+}
+
+// Restorable implements Store.
+func (m *Memory) Restorable(ctx context.Context) ([]Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []Session
+	for _, s := range m.sessions {
+		if s.row.State != StateClosed {
+			out = append(out, s.row)
+		}
+	}
+	return out, nil
+}
+
+// Get implements Store.
+func (m *Memory) Get(ctx context.Context, owner, id string) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return Session{}, err
+	}
+	s := m.sessions[id]
+	if s == nil || s.row.Owner != owner {
+		return Session{}, ErrNotFound
+	}
+	return s.row, nil
+}
+
+// Closed implements Store.
+func (m *Memory) Closed(ctx context.Context, q ListQuery) ([]Session, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, false, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var out []Session
+	for _, s := range m.sessions {
+		if s.row.State == StateClosed && s.row.Owner == q.Owner && (q.Before.IsZero() || s.row.ClosedAt.Before(q.Before)) {
+			out = append(out, s.row)
+		}
+	}
+	slices.SortFunc(out, func(a, b Session) int {
+		return cmp.Or(b.ClosedAt.Compare(a.ClosedAt), strings.Compare(b.ID, a.ID))
+	})
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}
+
+// History implements Store.
+func (m *Memory) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, false, err
+	}
+	s := m.sessions[sid]
+	if s == nil {
+		return nil, false, nil
+	}
+	end := len(s.entries)
+	if beforeSeq > 0 {
+		end, _ = slices.BinarySearchFunc(s.entries, beforeSeq, func(x Entry, seq uint64) int { return cmp.Compare(x.Seq, seq) })
+	}
+	start := max(0, end-limit)
+	return slices.Clone(s.entries[start:end]), start > 0, nil
+}
+
+// Search implements Store: every word of query, case-folded, must occur in
+// the entry's text.
+func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]Hit, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	words := strings.FieldsFunc(strings.ToLower(query), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
+	if len(words) == 0 || limit <= 0 {
+		return nil, nil
+	}
+	var hits []Hit
+	for _, s := range m.sessions {
+		if s.row.Owner != owner {
+			continue
+		}
+		for _, e := range s.entries {
+			lower := strings.ToLower(e.Text)
+			if !allIn(lower, words) {
+				continue
+			}
+			hits = append(hits, Hit{SessionID: s.row.ID, Title: s.row.Title, Seq: e.Seq, Kind: e.Kind, At: e.At,
+				Snippet: snippet(e.Text, strings.Index(lower, words[0]))})
+		}
+	}
+	slices.SortFunc(hits, func(a, b Hit) int { return cmp.Or(b.At.Compare(a.At), cmp.Compare(b.Seq, a.Seq)) })
+	if len(hits) > limit {
+		hits = hits[:limit]
+	}
+	return hits, nil
+}
+
+func allIn(text string, words []string) bool {
+	for _, w := range words {
+		if !strings.Contains(text, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// snippet returns about 80 bytes of text around byte offset at, on rune
+// boundaries, with an ellipsis where it was cut.
+func snippet(text string, at int) string {
+	const around = 40
+	start, end := max(0, at-around), min(len(text), at+around)
+	for start > 0 && !isRuneStart(text[start]) {
+		start--
+	}
+	for end < len(text) && !isRuneStart(text[end]) {
+		end++
+	}
+	out := text[start:end]
+	if start > 0 {
+		out = "…" + out
+	}
+	if end < len(text) {
+		out += "…"
+	}
+	return out
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// Delete implements Store.
+func (m *Memory) Delete(ctx context.Context, owner, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	s := m.sessions[id]
+	if s == nil || s.row.Owner != owner {
+		return false, nil
+	}
+	delete(m.sessions, id)
+	return true, nil
+}
+
+// Prune implements Store.
+func (m *Memory) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, s := range m.sessions {
+		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) {
+			delete(m.sessions, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Close implements Store.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}
