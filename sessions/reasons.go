@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -117,3 +118,37 @@ func ViewerEndReason(cause error) workers.Reason {
 	}
 	return workers.ReasonDetach
 }
+
+// endNotices is what a session's history says when it ends with a reason
+// (a notice entry; a reopened conversation shows it). A suspended session
+// (shutdown with a store that survives) gets none; nor does a
+// terminal-only one, which has no history.
+var endNotices = map[EndReason]string{
+	EndClientClose:       "session closed",
+	EndCloseOnDisconnect: "session closed when its last viewer left",
+	EndDetachedTTL:       "session closed: it stayed detached past its time to live",
+	EndLRUEvict:          "session closed to make room for newer sessions",
+	EndAdminReap:         "session ended by an administrator",
+	EndShutdown:          "session closed: dashgate shut down",
+	EndPTYExit:           "session closed: its terminal program ended",
+}
+
+// workerNotice is what a session's history says when its worker went away
+// on its own or was reaped (the worker.exited event): "worker exited, code
+// 3", "worker exited, signal SIGKILL", "worker ended by an administrator",
+// or "worker ended (<reason>)".
+func workerNotice(res workers.CloseResult) string {
+	switch {
+	case res.Reason == workers.ReasonAdminReap:
+		return "worker ended by an administrator"
+	case res.Reason != workers.ReasonExited:
+		return "worker ended (" + string(res.Reason) + ")"
+	case res.Signal != "":
+		return "worker exited, signal " + res.Signal
+	}
+	return "worker exited, code " + strconv.Itoa(res.ExitCode)
+}
+
+// terminalReapNotice is what a chat session's history says when an
+// administrator ended its terminal.
+const terminalReapNotice = "terminal ended by an administrator"

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -28,6 +29,14 @@ var (
 	// It is wrapped in a *ViewerCapacityError that names the limit.
 	ErrViewerCapacity = errors.New("viewer views the most sessions it may") // 4029
 )
+
+// StoreError is a failure of the conversation store on a path that needs
+// it (a closed session's history, the closed list, search, reopen,
+// delete): the caller answers 5005 and may retry.
+type StoreError struct{ Err error }
+
+func (e *StoreError) Error() string { return "conversation store: " + e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
 
 // ViewerCapacityError is returned when a viewer would view more than Limit
 // sessions; it matches ErrViewerCapacity.
@@ -101,8 +110,23 @@ type Config struct {
 	PTYKeepalive    time.Duration // how long a parked terminal waits; 0 disables parking
 	PTYBuffer       int           // ring buffer per terminal, bytes (1 MiB)
 	PTYPending      int           // unsent output per terminal before the pty is no longer read (256 KiB)
-	HistoryMessages int           // 200
-	HistoryBytes    int           // 1 MiB
+	HistoryMessages int           // 200: entries a session keeps in memory, and what resume returns
+	HistoryBytes    int           // 1 MiB: text a session keeps in memory
+	// Store keeps conversations (nil: a store.Memory). The caller opens and
+	// closes it; Close flushes the registry's writes to it first.
+	Store store.Store
+	// SuspendOnShutdown: Shutdown suspends chat sessions (stored, restored
+	// by the next Restore) instead of closing them. Set it when Store
+	// outlives the process.
+	SuspendOnShutdown bool
+	// HistoryRetention: closed sessions older than this are deleted from
+	// the store by Run, every PruneInterval (0 keeps them forever).
+	HistoryRetention time.Duration
+	PruneInterval    time.Duration // 1h
+	// DescribeError turns a failed command's error into the code and
+	// message its history entry keeps (the viewer's error reply); nil: 0
+	// and err.Error().
+	DescribeError func(error) (code int, message string)
 	// OnSessionClose, when set, is called once per closed session after its
 	// record was logged; it must not block (metrics).
 	OnSessionClose func(EndReason)
@@ -145,6 +169,15 @@ func (c *Config) defaults() {
 	if c.HistoryBytes <= 0 {
 		c.HistoryBytes = 1 << 20
 	}
+	if c.Store == nil {
+		c.Store = store.NewMemory()
+	}
+	if c.PruneInterval <= 0 {
+		c.PruneInterval = time.Hour
+	}
+	if c.DescribeError == nil {
+		c.DescribeError = func(err error) (int, string) { return 0, err.Error() }
+	}
 }
 
 // Registry holds every session. Its methods are safe for concurrent use.
@@ -159,7 +192,8 @@ type Registry struct {
 	endedQ   []string
 	closing  bool // Shutdown started
 
-	tracked tracker // teardowns, turns and terminal readers
+	journal *journal // writes to cfg.Store
+	tracked tracker  // teardowns, turns and terminal readers
 }
 
 // tracker counts goroutines; unlike sync.WaitGroup, starting one while
@@ -202,6 +236,7 @@ func New(cfg Config) *Registry {
 		sessions: map[string]*Session{},
 		viewing:  map[Viewer]map[*Session]struct{}{},
 		ended:    map[string]bool{},
+		journal:  newJournal(cfg.Store, cfg.Log),
 	}
 }
 
@@ -241,14 +276,37 @@ func (r *Registry) setState(s *Session, next State) {
 func (r *Registry) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
+	prune := time.NewTicker(r.cfg.PruneInterval)
+	defer prune.Stop()
+	r.Prune(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			r.Sweep()
+		case <-prune.C:
+			r.Prune(ctx)
 		}
 	}
+}
+
+// Prune deletes the closed sessions older than Config.HistoryRetention
+// from the store (none when it is 0) and returns how many; a failure is
+// logged at WARN (the next run retries).
+func (r *Registry) Prune(ctx context.Context) int {
+	if r.cfg.HistoryRetention <= 0 {
+		return 0
+	}
+	n, err := r.cfg.Store.Prune(ctx, time.Now().Add(-r.cfg.HistoryRetention))
+	if err != nil {
+		r.log.Warn("history retention", "err", err)
+		return 0
+	}
+	if n > 0 {
+		r.log.Info("history pruned", "sessions", n, "retention", r.cfg.HistoryRetention.String())
+	}
+	return n
 }
 
 // Sweep ends every detached session whose TTL has passed and returns how
@@ -326,6 +384,8 @@ func (r *Registry) viewLocked(s *Session, v Viewer) error {
 			s.ttlTimer.Stop()
 			s.ttlTimer = nil
 		}
+		s.lastActive = time.Now()
+		r.saveLocked(s)
 	}
 	s.lastActive = time.Now()
 	return nil
@@ -363,25 +423,18 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 		r.mu.Unlock()
 		return Info{}, err
 	}
-	var evict *Session
-	if r.liveCountLocked() >= r.cfg.MaxSessions {
-		for _, s := range r.sessions {
-			if s.state == StateDetached && (evict == nil || s.lastActive.Before(evict.lastActive)) {
-				evict = s
-			}
-		}
-		if evict == nil {
-			r.mu.Unlock()
-			return Info{}, ErrCapacity
-		}
-		r.claimLocked(evict, EndLRUEvict) // frees its slot now
+	evict, err := r.makeRoomLocked()
+	if err != nil {
+		r.mu.Unlock()
+		return Info{}, err
 	}
 	s := &Session{
 		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
-		createdAt: now, lastActive: now, state: StateCreated,
-		viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
+		createdAt: now, liveSince: now, lastActive: now, state: StateCreated,
+		viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
 	}
 	r.sessions[s.id] = s
+	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	in := s.info()
 	r.mu.Unlock()
@@ -389,6 +442,26 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 		r.goTracked(func() { r.finish(evict) })
 	}
 	return in, nil
+}
+
+// makeRoomLocked claims the least recently active detached session when
+// MaxSessions are live (the caller finishes it outside the lock), or fails
+// with ErrCapacity when none is detached. r.mu must be held.
+func (r *Registry) makeRoomLocked() (*Session, error) {
+	if r.liveCountLocked() < r.cfg.MaxSessions {
+		return nil, nil
+	}
+	var evict *Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached && (evict == nil || s.lastActive.Before(evict.lastActive)) {
+			evict = s
+		}
+	}
+	if evict == nil {
+		return nil, ErrCapacity
+	}
+	r.claimLocked(evict, EndLRUEvict) // frees its slot now
+	return evict, nil
 }
 
 func (r *Registry) liveCountLocked() int {
@@ -411,15 +484,55 @@ type ResumeResult struct {
 // ErrViewerCapacity.
 func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	s := r.sessions[sid]
 	if s == nil || !s.live() {
+		r.mu.Unlock()
 		return ResumeResult{}, ErrNotFound
 	}
 	if err := r.viewLocked(s, v); err != nil {
+		r.mu.Unlock()
 		return ResumeResult{}, err
 	}
+	unloaded := s.unloaded
+	r.mu.Unlock()
+	if unloaded {
+		if err := r.load(context.Background(), s); err != nil {
+			// The conversation goes on from memory; the next resume retries.
+			r.log.Warn("history load", "sid", sid, "err", err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.live() {
+		return ResumeResult{}, ErrNotFound
+	}
 	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
+}
+
+// load reads the latest stored entries of a restored or reopened session
+// into its memory, below the entries it got since. Errors: *StoreError.
+func (r *Registry) load(ctx context.Context, s *Session) error {
+	entries, _, err := r.cfg.Store.History(ctx, s.id, 0, r.cfg.HistoryMessages)
+	if err != nil {
+		return &StoreError{err}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.unloaded {
+		return nil
+	}
+	s.unloaded = false
+	if len(s.history) > 0 {
+		first := s.history[0].Seq
+		entries = slices.DeleteFunc(entries, func(e Message) bool { return e.Seq >= first })
+	}
+	s.history = append(entries, s.history...)
+	s.histBytes = 0
+	for _, e := range s.history {
+		s.histBytes += len(e.Text)
+	}
+	r.trimLocked(s)
+	return nil
 }
 
 // List returns a snapshot of the live sessions, oldest first.
@@ -569,6 +682,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	r.setState(s, StateDetached)
 	now := time.Now()
 	s.detachedAt, s.lastActive = now, now
+	r.saveLocked(s)
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 	r.interruptTurnLocked(s)
 	w := s.worker
@@ -614,7 +728,12 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 		s.ttlTimer = nil
 	}
 	r.interruptTurnLocked(s)
-	r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
+	if r.suspends(s, reason) {
+		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason, "suspended": true})
+	} else {
+		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
+		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: endNotices[reason]})
+	}
 	for v := range s.viewers {
 		if set := r.viewing[v]; set != nil {
 			delete(set, s)
@@ -624,9 +743,18 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 	return true
 }
 
+// suspends reports whether s, ending with reason, is suspended (stored to
+// be restored at the next start) rather than closed.
+func (r *Registry) suspends(s *Session, reason EndReason) bool {
+	return reason == EndShutdown && r.cfg.SuspendOnShutdown && !s.terminalOnly
+}
+
 // finish tears down a claimed session outside the lock, worker and terminal
-// in parallel, then logs its one record.
+// in parallel, then stores it and logs its one record: "session closed",
+// or "session suspended" for a chat session at shutdown when
+// Config.SuspendOnShutdown is set.
 func (r *Registry) finish(s *Session) {
+	defer close(s.finished)
 	start := time.Now()
 	r.mu.Lock()
 	w, t := s.worker, s.term
@@ -659,13 +787,33 @@ func (r *Registry) finish(s *Session) {
 		r.endedQ = r.endedQ[1:]
 	}
 	turns := s.turns
+	now := time.Now()
+	suspended := r.suspends(s, reason)
+	if !s.terminalOnly {
+		row := s.row()
+		if suspended {
+			row.State = store.StateSuspended
+		} else {
+			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(reason), now
+		}
+		r.journal.putSession(row)
+	}
 	r.mu.Unlock()
 
-	now := time.Now()
+	if suspended {
+		r.log.Info("session suspended",
+			"sid", s.id,
+			"duration_ms", now.Sub(s.liveSince).Milliseconds(),
+			"close_ms", now.Sub(start).Milliseconds(),
+			"worker_pid", workerPID,
+			"turns", turns,
+		)
+		return
+	}
 	r.log.Info("session closed",
 		"sid", s.id,
 		"end_reason", string(reason),
-		"duration_ms", now.Sub(s.createdAt).Milliseconds(),
+		"duration_ms", now.Sub(s.liveSince).Milliseconds(),
 		"close_ms", now.Sub(start).Milliseconds(),
 		"worker_pid", workerPID,
 		"pty_pid", ptyPID,
@@ -748,6 +896,7 @@ func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
 		payload["signal"] = res.Signal
 	}
 	r.emitLocked(s, "worker.exited", payload)
+	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: workerNotice(res)})
 }
 
 // Exec runs a slash command in the session's worker (spawning it when
@@ -758,6 +907,29 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if err != nil {
 		return "", err
 	}
+	at := time.Now()
+	out, err := r.exec(ctx, s, command)
+	// A slash command and its output, or its error, are part of the
+	// conversation: a resumed session shows them. A session that ended
+	// meanwhile, or a caller that went, saw nothing of it.
+	if errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
+		return "", err
+	}
+	r.mu.Lock()
+	if s.live() {
+		r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command, At: at})
+		if err != nil {
+			code, msg := r.cfg.DescribeError(err)
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code})
+		} else {
+			r.appendLocked(s, Message{Role: store.RoleAssistant, Kind: store.KindSlashOutput, Text: out})
+		}
+	}
+	r.mu.Unlock()
+	return out, err
+}
+
+func (r *Registry) exec(ctx context.Context, s *Session, command string) (string, error) {
 	w, err := r.ensureWorker(ctx, s)
 	if err != nil {
 		return "", err
@@ -775,13 +947,6 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return "", &workers.Error{Failure: workers.FailProtocol, Message: "result is not {\"output\": string}"}
 	}
-	// A slash command and its output are part of the conversation: a
-	// resumed session shows them.
-	r.mu.Lock()
-	now := time.Now()
-	r.appendHistoryLocked(s, Message{Role: "user", Text: command, At: now})
-	r.appendHistoryLocked(s, Message{Role: "assistant", Text: res.Output, At: now})
-	r.mu.Unlock()
 	return res.Output, nil
 }
 
@@ -791,14 +956,45 @@ func (r *Registry) touch(s *Session) {
 	r.mu.Unlock()
 }
 
-// appendHistoryLocked adds m, dropping the oldest messages beyond the bounds.
-func (r *Registry) appendHistoryLocked(s *Session, m Message) {
-	s.history = append(s.history, m)
+// appendLocked adds an entry to the history of s (giving it the next seq
+// unless it has one, reserved earlier) and queues it for the store. Memory
+// keeps the latest entries within the bounds. r.mu must be held.
+func (r *Registry) appendLocked(s *Session, m Message) {
+	if m.Seq == 0 {
+		s.entrySeq++
+		m.Seq = s.entrySeq
+	}
+	if m.At.IsZero() {
+		m.At = time.Now()
+	}
+	i := len(s.history)
+	for i > 0 && s.history[i-1].Seq > m.Seq { // a reply whose seq was reserved at its prompt
+		i--
+	}
+	s.history = slices.Insert(s.history, i, m)
 	s.histBytes += len(m.Text)
+	r.trimLocked(s)
+	if !s.terminalOnly {
+		r.journal.putEntry(s.id, m)
+		r.saveLocked(s)
+	}
+}
+
+// trimLocked drops the oldest entries of s beyond the memory bounds (the
+// store keeps them).
+func (r *Registry) trimLocked(s *Session) {
 	for len(s.history) > r.cfg.HistoryMessages || (s.histBytes > r.cfg.HistoryBytes && len(s.history) > 1) {
 		s.histBytes -= len(s.history[0].Text)
 		s.history[0] = Message{}
 		s.history = s.history[1:]
+	}
+}
+
+// saveLocked queues the row of s for the store (a terminal-only session
+// is not stored: it has no conversation). r.mu must be held.
+func (r *Registry) saveLocked(s *Session) {
+	if !s.terminalOnly {
+		r.journal.putSession(s.row())
 	}
 }
 
@@ -816,10 +1012,19 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 		return "", nil, ErrBusy
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.WorkerTimeout)
-	t := &turn{id: newID(), cancel: cancel, finished: make(chan struct{})}
+	now := time.Now()
+	t := &turn{id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
 	s.turn = t
 	s.turns++
-	r.appendHistoryLocked(s, Message{Role: "user", Text: text, At: time.Now(), TurnID: t.id})
+	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
+	// The reply's place follows its prompt; until it completes, the store
+	// holds it as interrupted with what streamed so far, so a crash leaves
+	// exactly that (see checkpoint).
+	s.entrySeq++
+	t.seq = s.entrySeq
+	if !s.terminalOnly {
+		r.journal.putEntry(s.id, t.reply("", true, nil))
+	}
 	r.mu.Unlock()
 	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
 	return t.id, start, nil
@@ -840,6 +1045,9 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 		}
 		t.text += d
 		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": d})
+		if t.ckpt == nil && !s.terminalOnly {
+			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
+		}
 	}
 	raw, err := w.Call(ctx, "prompt", map[string]string{"text": text, "turn_id": t.id}, onDelta)
 	if err != nil {
@@ -847,22 +1055,48 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 		return
 	}
 	var res struct {
-		Output      string `json:"output"`
-		Interrupted bool   `json:"interrupted"`
+		Output      string       `json:"output"`
+		Interrupted bool         `json:"interrupted"`
+		Usage       *store.Usage `json:"usage"`
 	}
 	json.Unmarshal(raw, &res)
+	r.mu.Lock()
+	t.usage = res.Usage
+	r.mu.Unlock()
 	r.finishTurn(s, t, res.Output, res.Interrupted, nil)
 }
 
+// checkpointEvery bounds how much streamed text a crash can lose: a
+// streaming reply is stored at most this long after a delta arrived.
+const checkpointEvery = 250 * time.Millisecond
+
+// checkpoint queues the text t streamed so far as its (interrupted) reply.
+func (r *Registry) checkpoint(s *Session, t *turn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.ckpt = nil
+	if !t.done {
+		r.journal.putEntry(s.id, t.reply(t.text, true, nil))
+	}
+}
+
+// reply is the history entry of t's answer.
+func (t *turn) reply(text string, interrupted bool, usage *store.Usage) Message {
+	return Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: text, At: t.at,
+		TurnID: t.id, Interrupted: interrupted, Usage: usage}
+}
+
 // finishTurn ends t once: history, message.complete and, on failure, an
-// error event.
+// error event and entry.
 func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !t.done {
 		r.completeTurnLocked(s, t, output, interrupted)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			r.emitLocked(s, "error", map[string]any{"message": err.Error()})
+			code, msg := r.cfg.DescribeError(err)
+			r.emitLocked(s, "error", map[string]any{"message": err.Error(), "code": code})
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id})
 		}
 	}
 }
@@ -870,14 +1104,22 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interrupted bool) {
 	t.done = true
 	close(t.finished)
+	if t.ckpt != nil {
+		t.ckpt.Stop()
+		t.ckpt = nil
+	}
 	if s.turn == t {
 		s.turn = nil
 	}
 	if output == "" {
 		output = t.text
 	}
-	r.appendHistoryLocked(s, Message{Role: "assistant", Text: output, At: time.Now(), TurnID: t.id, Interrupted: interrupted})
-	r.emitLocked(s, "message.complete", map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted})
+	r.appendLocked(s, t.reply(output, interrupted, t.usage))
+	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted}
+	if t.usage != nil {
+		payload["usage"] = t.usage
+	}
+	r.emitLocked(s, "message.complete", payload)
 }
 
 // interruptTurnLocked ends the running turn as interrupted and cancels its
@@ -929,6 +1171,7 @@ func (r *Registry) ReapWorker(pid int) error {
 	r.mu.Lock()
 	var w Worker
 	var t *Terminal
+	var owner *Session
 	for _, s := range r.sessions {
 		if !s.live() {
 			continue
@@ -938,7 +1181,7 @@ func (r *Registry) ReapWorker(pid int) error {
 			break
 		}
 		if s.term != nil && s.term.PID() == pid {
-			t = s.term
+			t, owner = s.term, s
 			break
 		}
 	}
@@ -948,6 +1191,13 @@ func (r *Registry) ReapWorker(pid int) error {
 		w.Close(workers.ReasonAdminReap)
 	case t != nil:
 		t.end(workers.ReasonAdminReap, false)
+		r.mu.Lock()
+		if owner.live() && !owner.terminalOnly {
+			// Its chat viewers, and its history, say what happened.
+			r.emitLocked(owner, "notice", map[string]any{"text": terminalReapNotice})
+			r.appendLocked(owner, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: terminalReapNotice})
+		}
+		r.mu.Unlock()
 	default:
 		return ErrNotFound
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/dashgate/dashgate/store"
 )
 
 // State is where a session is in its life. States only move forward, except
@@ -42,14 +44,9 @@ func canMove(from, to State) bool {
 	return false
 }
 
-// Message is one entry of a session's history.
-type Message struct {
-	Role        string    `json:"role"` // "user" or "assistant"
-	Text        string    `json:"text"`
-	At          time.Time `json:"at"`
-	TurnID      string    `json:"turn_id,omitempty"`
-	Interrupted bool      `json:"interrupted,omitempty"`
-}
+// Message is one entry of a session's history (PROTOCOL.md §2, with the
+// fields of docs/PROTOCOL.md §7: seq, kind, code, usage).
+type Message = store.Entry
 
 // Event is one event for the viewers of a session (PROTOCOL.md §2).
 // Seq counts events per session from 1 with no gaps. Payload is never
@@ -107,10 +104,14 @@ func viewerGone(v Viewer) bool {
 // turn is a prompt being answered.
 type turn struct {
 	id       string
+	seq      uint64 // the entry seq its reply takes (reserved when the prompt is recorded)
+	at       time.Time
 	text     string // streamed so far
 	cancel   func()
 	done     bool
 	finished chan struct{} // closed when done is set
+	ckpt     *time.Timer   // the pending checkpoint of the streamed text, nil when none
+	usage    *store.Usage  // reported by the worker with its reply
 }
 
 // Session is one conversation with its worker and terminal. Its fields are
@@ -121,6 +122,7 @@ type Session struct {
 	closeOnDisconnect bool
 	terminalOnly      bool // made by /ws/pty without a session_id
 	createdAt         time.Time
+	liveSince         time.Time // created, restored or reopened in this process
 
 	state      State
 	viewers    map[Viewer]struct{} // a chat socket counts once however often it resumes
@@ -128,9 +130,11 @@ type Session struct {
 	detachedAt time.Time
 	ttlTimer   *time.Timer
 
-	history   []Message
+	history   []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
 	histBytes int
-	seq       uint64
+	entrySeq  uint64 // the last entry seq given out
+	unloaded  bool   // restored or reopened: its stored entries are not in history yet
+	seq       uint64 // the last event seq
 	turn      *turn
 	turns     int
 
@@ -139,6 +143,12 @@ type Session struct {
 	spawnMu *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
+	finished  chan struct{} // closed when its teardown is done and its end stored
+}
+
+// row is the stored form of s.
+func (s *Session) row() store.Session {
+	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state)}
 }
 
 // setState moves the session to next, or refuses an illegal move. Callers

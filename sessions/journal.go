@@ -1,0 +1,260 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dashgate/dashgate/store"
+)
+
+// journal is the registry's write-behind queue to its store. The registry
+// queues rows under its lock (a map write, no I/O); a drain goroutine,
+// started when the queue fills and gone when it is empty, applies them in
+// batches outside the lock. Rows of one key coalesce: a streaming reply
+// checkpointed ten times is written once if the store is slow.
+//
+// When the store fails (disk full, I/O error) the rows stay queued and the
+// drain retries with backoff; the first failure of a burst logs one ERROR
+// record and the first success after it one INFO record. Beyond
+// journalBacklog queued entries, new entries are not queued (they stay in
+// the sessions' memory) and one ERROR record says so.
+type journal struct {
+	st  store.Store
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]store.Session
+	entries  map[entryKey]store.SessionEntry
+	order    []entryKey // entries in the order they were first queued
+	deletes  []string
+	running  bool // a drain goroutine runs
+	stopping bool // close: give up retrying
+	queued   uint64
+	applied  uint64        // every change queued up to this count is stored
+	progress chan struct{} // closed and replaced when applied moves or the drain stops
+
+	failing  bool // the current burst of failures was logged
+	dropping bool // the backlog was full and entries were dropped in this burst
+	dropped  int
+
+	wg sync.WaitGroup
+}
+
+type entryKey struct {
+	sid string
+	seq uint64
+}
+
+// journalBacklog bounds the queued entries while the store fails.
+const journalBacklog = 100_000
+
+// journalRetry bounds the backoff between attempts on a failing store.
+const journalRetry = 2 * time.Second
+
+func newJournal(st store.Store, log *slog.Logger) *journal {
+	return &journal{
+		st: st, log: log,
+		sessions: map[string]store.Session{},
+		entries:  map[entryKey]store.SessionEntry{},
+		progress: make(chan struct{}),
+	}
+}
+
+// putSession queues a session row; a later row of the same session
+// replaces it.
+func (j *journal) putSession(row store.Session) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.sessions[row.ID] = row
+	j.kickLocked()
+}
+
+// putEntry queues an entry; a later entry with the same seq replaces it.
+func (j *journal) putEntry(sid string, e store.Entry) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := entryKey{sid, e.Seq}
+	if _, ok := j.entries[k]; !ok {
+		if len(j.order) >= journalBacklog {
+			j.dropped++
+			if !j.dropping {
+				j.dropping = true
+				j.log.Error("store backlog full: history entries are kept in memory only", "backlog", len(j.order))
+			}
+			return
+		}
+		j.order = append(j.order, k)
+	}
+	j.entries[k] = store.SessionEntry{SessionID: sid, Entry: e}
+	j.kickLocked()
+}
+
+// kickLocked counts a queued change and starts the drain when none runs.
+func (j *journal) kickLocked() {
+	j.queued++
+	if !j.running && !j.stopping {
+		j.running = true
+		j.wg.Add(1)
+		go j.drain()
+	}
+}
+
+// takeLocked moves everything queued into a batch and returns the count
+// it covers.
+func (j *journal) takeLocked() (store.Batch, uint64) {
+	var b store.Batch
+	for _, row := range j.sessions {
+		b.Sessions = append(b.Sessions, row)
+	}
+	for _, k := range j.order {
+		b.Entries = append(b.Entries, j.entries[k])
+	}
+	b.Deletes = j.deletes
+	clear(j.sessions)
+	clear(j.entries)
+	j.order, j.deletes = nil, nil
+	return b, j.queued
+}
+
+// requeueLocked puts a failed batch back under what was queued since:
+// newer rows win.
+func (j *journal) requeueLocked(b store.Batch) {
+	for _, row := range b.Sessions {
+		if _, ok := j.sessions[row.ID]; !ok {
+			j.sessions[row.ID] = row
+		}
+	}
+	var order []entryKey
+	for _, e := range b.Entries {
+		k := entryKey{e.SessionID, e.Seq}
+		if _, ok := j.entries[k]; !ok {
+			j.entries[k] = e
+			order = append(order, k)
+		}
+	}
+	j.order = append(order, j.order...)
+	j.deletes = append(b.Deletes, j.deletes...)
+}
+
+func (j *journal) signalLocked() {
+	close(j.progress)
+	j.progress = make(chan struct{})
+}
+
+func (j *journal) drain() {
+	defer j.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		j.mu.Lock()
+		b, upto := j.takeLocked()
+		if b.Empty() || j.stopping && j.failing {
+			if !b.Empty() {
+				j.requeueLocked(b)
+			}
+			j.running = false
+			j.signalLocked()
+			j.mu.Unlock()
+			return
+		}
+		j.mu.Unlock()
+
+		err := j.st.Apply(context.Background(), b)
+
+		j.mu.Lock()
+		if err != nil {
+			j.requeueLocked(b)
+			if !j.failing {
+				j.failing = true
+				j.log.Error("store write failed: conversations are kept in memory until it recovers", "err", err, "pending", len(j.order))
+			}
+			j.signalLocked() // Flush callers see the failure
+			stop := j.stopping
+			j.mu.Unlock()
+			if stop {
+				continue // give up at once (the loop ends above)
+			}
+			j.wait(backoff)
+			backoff = min(2*backoff, journalRetry)
+			continue
+		}
+		j.applied = max(j.applied, upto)
+		if j.failing || j.dropping {
+			j.log.Info("store writes resumed", "dropped_entries", j.dropped)
+			j.failing, j.dropping, j.dropped = false, false, 0
+		}
+		backoff = 50 * time.Millisecond
+		j.signalLocked()
+		j.mu.Unlock()
+	}
+}
+
+// wait pauses the drain for d, or until close asks it to stop.
+func (j *journal) wait(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		j.mu.Lock()
+		stop, ch := j.stopping, j.progress
+		j.mu.Unlock()
+		if stop {
+			return
+		}
+		select {
+		case <-t.C:
+			return
+		case <-ch:
+		}
+	}
+}
+
+// errStoreFailing is Flush's error while the store refuses writes.
+var errStoreFailing = errors.New("the conversation store is failing")
+
+// flush waits until every change queued before the call is stored, the
+// store fails, or ctx ends.
+func (j *journal) flush(ctx context.Context) error {
+	j.mu.Lock()
+	target := j.queued
+	for {
+		if j.applied >= target {
+			j.mu.Unlock()
+			return nil
+		}
+		if j.failing || !j.running {
+			j.mu.Unlock()
+			return errStoreFailing
+		}
+		ch := j.progress
+		j.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		j.mu.Lock()
+	}
+}
+
+// close flushes until ctx ends, then stops the drain; what is still queued
+// is lost and one ERROR record says how much. It returns that error.
+func (j *journal) close(ctx context.Context) error {
+	err := j.flush(ctx)
+	if err != nil && !errors.Is(err, errStoreFailing) {
+		err = errors.Join(errStoreFailing, err)
+	}
+	j.mu.Lock()
+	j.stopping = true
+	j.signalLocked()
+	j.mu.Unlock()
+	j.wg.Wait()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if n := len(j.sessions) + len(j.order) + len(j.deletes); n > 0 {
+		j.log.Error("store: changes lost at shutdown", "sessions", len(j.sessions), "entries", len(j.order), "err", err)
+		return err
+	}
+	return nil
+}
