@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -26,6 +27,12 @@ type ChatRegistry interface {
 	Interrupt(v sessions.Viewer, sid string) (string, error)
 	Leave(v sessions.Viewer, sid string) (bool, error)
 	DetachViewer(v sessions.Viewer, reason workers.Reason)
+	Reopen(ctx context.Context, v sessions.Viewer, sid string) (sessions.ResumeResult, error)
+	Delete(ctx context.Context, sid string) error
+	Rename(ctx context.Context, sid, title string) error
+	History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]sessions.Message, bool, error)
+	ListClosed(ctx context.Context, before time.Time, limit int) ([]store.Session, bool, error)
+	Search(ctx context.Context, query string, limit int) ([]store.Hit, error)
 }
 
 // SocketConfig bounds a WebSocket's liveness and writes.
@@ -233,11 +240,96 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		hist := res.History
-		if hist == nil {
-			hist = []sessions.Message{}
+		return resumeResult(res), nil, nil
+
+	case "session.reopen":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
 		}
-		return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running}, nil, nil
+		res, err := reg.Reopen(ctx, c, p.SessionID)
+		if err != nil {
+			return nil, nil, err
+		}
+		return resumeResult(res), nil, nil
+
+	case "session.delete":
+		var p sessionParams
+		if e := c.sessionParams(req, &p); e != nil {
+			return nil, nil, e
+		}
+		if err := reg.Delete(ctx, p.SessionID); err != nil {
+			return nil, nil, err
+		}
+		return map[string]any{"deleted": true}, nil, nil
+
+	case "session.rename":
+		var p struct {
+			SessionID string `json:"session_id"`
+			Title     string `json:"title"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		if e := checkTitle(p.Title); e != nil {
+			return nil, nil, e
+		}
+		if err := reg.Rename(ctx, p.SessionID, p.Title); err != nil {
+			return nil, nil, err
+		}
+		return map[string]any{"renamed": true, "title": p.Title}, nil, nil
+
+	case "session.history":
+		var p struct {
+			SessionID string `json:"session_id"`
+			BeforeSeq uint64 `json:"before_seq"`
+			Limit     *int   `json:"limit"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		limit, e := checkLimit(p.Limit, 200, MaxHistoryPage)
+		if e != nil {
+			return nil, nil, e
+		}
+		entries, more, err := reg.History(ctx, p.SessionID, p.BeforeSeq, limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		if entries == nil {
+			entries = []sessions.Message{}
+		}
+		return map[string]any{"entries": entries, "more": more}, nil, nil
+
+	case "session.search":
+		var p struct {
+			Query string `json:"query"`
+			Limit *int   `json:"limit"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if len(p.Query) > MaxQuery {
+			return nil, nil, invalidParams("invalid params: query is over 1 KiB")
+		}
+		limit, e := checkLimit(p.Limit, 20, MaxSearchHits)
+		if e != nil {
+			return nil, nil, e
+		}
+		hits, err := reg.Search(ctx, p.Query, limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		if hits == nil {
+			hits = []store.Hit{}
+		}
+		return map[string]any{"hits": hits}, nil, nil
 
 	case "session.close":
 		var p sessionParams
@@ -262,8 +354,42 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		return map[string]any{"detached": was}, nil, nil
 
 	case "session.list":
-		list := reg.List()
-		return map[string]any{"sessions": list}, nil, nil
+		var p struct {
+			IncludeClosed bool   `json:"include_closed"`
+			Limit         *int   `json:"limit"`
+			Before        string `json:"before"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		live := reg.List()
+		list := make([]any, 0, len(live))
+		for _, in := range live {
+			list = append(list, in)
+		}
+		if !p.IncludeClosed {
+			return map[string]any{"sessions": list}, nil, nil
+		}
+		limit, e := checkLimit(p.Limit, 50, MaxListPage)
+		if e != nil {
+			return nil, nil, e
+		}
+		var before time.Time
+		if p.Before != "" {
+			t, err := time.Parse(time.RFC3339Nano, p.Before)
+			if err != nil {
+				return nil, nil, invalidParams("invalid params: before must be an RFC 3339 time (a closed_at of the previous page)")
+			}
+			before = t
+		}
+		closed, more, err := reg.ListClosed(ctx, before, limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, row := range closed {
+			list = append(list, closedInfo(row))
+		}
+		return map[string]any{"sessions": list, "more": more}, nil, nil
 
 	case "session.interrupt":
 		var p sessionParams
@@ -317,6 +443,24 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		return map[string]any{"status": "streaming", "turn_id": turnID}, start, nil
 	}
 	return nil, nil, &RPCError{Code: CodeMethodNotFound, Message: "method not found: " + req.Method}
+}
+
+// resumeResult is the result of session.resume and session.reopen.
+func resumeResult(res sessions.ResumeResult) map[string]any {
+	hist := res.History
+	if hist == nil {
+		hist = []sessions.Message{}
+	}
+	return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running, "title": res.Title}
+}
+
+// closedInfo is a closed session as session.list shows it.
+func closedInfo(row store.Session) map[string]any {
+	return map[string]any{
+		"session_id": row.ID, "title": row.Title, "state": "closed", "viewers": 0, "running": false,
+		"created_at": row.CreatedAt, "last_active": row.LastActive,
+		"end_reason": row.EndReason, "closed_at": row.ClosedAt,
+	}
 }
 
 func (c *chatConn) sessionParams(req Request, p *sessionParams) *RPCError {

@@ -24,6 +24,7 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var rpc *RPCError
 	var we *workers.Error
 	var vc *sessions.ViewerCapacityError
+	var se *sessions.StoreError
 	switch {
 	case errors.As(err, &rpc):
 		return rpc
@@ -44,12 +45,25 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		}
 		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
 			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
+	case errors.As(err, &se):
+		// Nothing is lost (the registry keeps its writes queued); the
+		// journal logs write failures, a failed read is worth a warning.
+		log.Warn("conversation store", "method", method, "err", err)
+		return &RPCError{Code: CodeStoreFailed, Message: "the conversation store is unavailable; try again"}
 	case errors.Is(err, context.Canceled):
 		// The socket went while the call waited: nobody reads the reply.
 		return &RPCError{Code: CodeInternal, Message: "request cancelled"}
 	}
 	log.Error("internal error", "method", method, "code", CodeInternal, "err", err)
 	return &RPCError{Code: CodeInternal, Message: "internal error"}
+}
+
+// DescribeError is the code and message of err's JSON-RPC error without
+// logging it: what a failed command's history entry keeps
+// (sessions.Config.DescribeError).
+func DescribeError(err error) (int, string) {
+	e := rpcError(slog.New(slog.DiscardHandler), "", err)
+	return e.Code, e.Message
 }
 
 // httpError answers a plain HTTP request (the /ws/pty handshake, /admin)

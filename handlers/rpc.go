@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -21,6 +22,7 @@ const (
 	CodeBusy           = 4009
 	CodeCapacity       = 4029
 	CodeWorkerFailed   = 5004
+	CodeStoreFailed    = 5005
 )
 
 // Input limits (issue: bad input gets a clear error, nothing is lost).
@@ -28,7 +30,24 @@ const (
 	MaxTitle   = 200      // characters
 	MaxCommand = 4 << 10  // bytes
 	MaxPrompt  = 64 << 10 // bytes
+	MaxQuery   = 1 << 10  // bytes of a search query
+
+	MaxHistoryPage = 1000 // entries a session.history page may ask for
+	MaxListPage    = 500  // closed sessions a session.list page may ask for
+	MaxSearchHits  = 100  // hits a session.search may ask for
 )
+
+// checkLimit returns the limit parameter (def when absent), refusing one
+// outside 1..max.
+func checkLimit(p *int, def, max int) (int, *RPCError) {
+	if p == nil {
+		return def, nil
+	}
+	if *p < 1 || *p > max {
+		return 0, invalidParams("invalid params: limit must be between 1 and " + strconv.Itoa(max))
+	}
+	return *p, nil
+}
 
 // RPCError is a JSON-RPC error object.
 type RPCError struct {

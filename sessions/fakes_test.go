@@ -16,7 +16,8 @@ import (
 type fakeWorker struct {
 	pid     int
 	onClose func(workers.CloseResult)
-	hang    bool // calls never answer until the worker closes
+	hang    bool        // calls never answer until the worker closes
+	stream  chan string // when set, a prompt streams its deltas until it is closed
 
 	mu      sync.Mutex
 	closing bool
@@ -48,9 +49,28 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onDelt
 	p, _ := params.(map[string]string)
 	switch method {
 	case "slash":
+		if p["command"] == "/fail" {
+			return nil, &workers.Error{Failure: workers.FailReply, Message: "unknown command /fail"}
+		}
 		b, _ := json.Marshal(map[string]string{"output": p["command"]})
 		return b, nil
 	case "prompt":
+		if w.stream != nil { // stream what the test sends until it closes the channel
+			for {
+				select {
+				case d, ok := <-w.stream:
+					if !ok {
+						b, _ := json.Marshal(map[string]any{"output": "", "usage": map[string]int{"input_tokens": 3, "output_tokens": 5}})
+						return b, nil
+					}
+					onDelta(d)
+				case <-w.closed:
+					return nil, &workers.Error{Failure: workers.FailCrashed, Message: "closed"}
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		}
 		if onDelta != nil {
 			onDelta("echo")
 		}
@@ -83,6 +103,7 @@ type fakeSpawner struct {
 	next    int
 	all     []*fakeWorker
 	hang    bool
+	stream  chan string // given to every worker (see fakeWorker.stream)
 	spawned atomic.Int64
 	gate    chan struct{} // when set, spawns wait on it
 	entered chan struct{} // when set, each spawn signals it before waiting
@@ -101,7 +122,7 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, closed: make(chan struct{})}
+	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, closed: make(chan struct{})}
 	s.all = append(s.all, w)
 	s.spawned.Add(1)
 	return w, nil

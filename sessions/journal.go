@@ -82,7 +82,7 @@ func (j *journal) putEntry(sid string, e store.Entry) {
 			j.dropped++
 			if !j.dropping {
 				j.dropping = true
-				j.log.Error("store backlog full: history entries are kept in memory only", "backlog", len(j.order))
+				j.log.Error("store backlog full", "backlog", len(j.order), "note", "new history entries are kept in memory only")
 			}
 			return
 		}
@@ -168,7 +168,7 @@ func (j *journal) drain() {
 			j.requeueLocked(b)
 			if !j.failing {
 				j.failing = true
-				j.log.Error("store write failed: conversations are kept in memory until it recovers", "err", err, "pending", len(j.order))
+				j.log.Error("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
 			}
 			j.signalLocked() // Flush callers see the failure
 			stop := j.stopping

@@ -16,36 +16,38 @@ import (
 // as an environment variable: --worker-grace is DASHGATE_WORKER_GRACE; a
 // flag on the command line wins.
 type config struct {
-	Addr            string
-	AddrFile        string
-	Token           string
-	TokenExplicit   bool
-	AdminToken      string
-	WorkerCmd       string
-	PTYCmd          string
-	PTYCwd          string
-	WorkerGrace     time.Duration
-	WorkerTimeout   time.Duration
-	DetachedTTL     time.Duration
-	MaxSessions     int
-	MaxPerSocket    int
-	InterruptGrace  time.Duration
-	MaxWorkers      int
-	PTYKeepalive    time.Duration
-	PTYBuffer       int
-	PingInterval    time.Duration
-	PingTimeout     time.Duration
-	WriteTimeout    time.Duration
-	ShutdownTimeout time.Duration
-	StateDir        string
-	BasePath        string
-	TrustedProxies  string
-	AllowedOrigins  string
-	NodeID          string
-	PassEnv         string
-	MaxConnsPerIP   int
-	LogLevel        string
-	LogFormat       string
+	Addr             string
+	AddrFile         string
+	Token            string
+	TokenExplicit    bool
+	AdminToken       string
+	WorkerCmd        string
+	PTYCmd           string
+	PTYCwd           string
+	WorkerGrace      time.Duration
+	WorkerTimeout    time.Duration
+	DetachedTTL      time.Duration
+	MaxSessions      int
+	MaxPerSocket     int
+	InterruptGrace   time.Duration
+	MaxWorkers       int
+	PTYKeepalive     time.Duration
+	PTYBuffer        int
+	PingInterval     time.Duration
+	PingTimeout      time.Duration
+	WriteTimeout     time.Duration
+	ShutdownTimeout  time.Duration
+	StateDir         string
+	Store            string
+	HistoryRetention time.Duration
+	BasePath         string
+	TrustedProxies   string
+	AllowedOrigins   string
+	NodeID           string
+	PassEnv          string
+	MaxConnsPerIP    int
+	LogLevel         string
+	LogFormat        string
 }
 
 func defaultStateDir() string {
@@ -88,7 +90,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
 	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for sessions to close")
-	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "instance locks, for the startup sweep")
+	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "instance locks (for the startup sweep) and the default store")
+	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db); none: memory only, nothing survives a restart")
+	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
@@ -130,6 +134,9 @@ func (c config) validate() error {
 	}
 	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
 		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))
+	}
+	if c.HistoryRetention < 0 {
+		errs = append(errs, errors.New("--history-retention must not be negative"))
 	}
 	if strings.TrimSpace(c.PTYCmd) == "" {
 		errs = append(errs, errors.New("--pty-cmd is empty"))

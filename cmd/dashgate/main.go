@@ -70,6 +70,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		os.Exit(1)
 	}()
 	if err := run(ctx, cfg, log, stdout); err != nil {
+		var refused *startupError
+		if errors.As(err, &refused) {
+			fmt.Fprintln(stderr, "dashgate:", err)
+			return 2
+		}
 		log.Error("dashgate stopped", "err", err)
 		return 1
 	}
@@ -111,6 +116,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		log.Info("startup sweep done", "dead_instances", res.Instances, "processes", res.Processes)
 	}
 
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
 	token := cfg.Token
 	if token == "" {
 		token = randomToken()
@@ -146,10 +157,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer,
+		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
+		DescribeError:  handlers.DescribeError,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
 	metrics = handlers.NewMetrics(reg.List, mgr.CountByKind)
+	if _, err := reg.Restore(ctx); err != nil {
+		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
+	}
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg, Procs: mgr, Metrics: metrics, Log: log, Version: version}
@@ -213,6 +229,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	mgr.CloseAll(workers.ReasonShutdown) // anything a session did not own
 	reg.Wait()
 	mgr.Wait()
+	fctx, cancelFlush := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelFlush()
+	reg.FlushStore(fctx) // logs what it could not write
 	log.Info("dashgate stopped")
 	return serveErr
 }
