@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -132,14 +133,15 @@ func checkFile(abs string) error {
 	switch {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("store %s: is a directory", abs)
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		// Create it here, where the error is the system's own one line.
 		f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return fmt.Errorf("store %s: cannot create: %w", abs, unwrapPath(err))
 		}
 		return f.Close()
 	case err != nil:
-		return fmt.Errorf("store %s: %w", abs, unwrapPath(err))
+		return fmt.Errorf("store %s: cannot open: %w", abs, unwrapPath(err))
 	}
 	f, err := os.OpenFile(abs, os.O_RDWR, 0)
 	if err != nil {
