@@ -907,17 +907,19 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if err != nil {
 		return "", err
 	}
-	at := time.Now()
-	out, err := r.exec(ctx, s, command)
 	// A slash command and its output, or its error, are part of the
-	// conversation: a resumed session shows them. A session that ended
-	// meanwhile, or a caller that went, saw nothing of it.
+	// conversation: a resumed session shows them. The command is shown
+	// when it is sent; its result, unless the session ended meanwhile or
+	// the caller went.
+	r.mu.Lock()
+	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
+	r.mu.Unlock()
+	out, err := r.exec(ctx, s, command)
 	if errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
 		return "", err
 	}
 	r.mu.Lock()
 	if s.live() {
-		r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command, At: at})
 		if err != nil {
 			code, msg := r.cfg.DescribeError(err)
 			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code})
