@@ -32,11 +32,11 @@ type dashgate struct {
 	mu   sync.Mutex
 	seen map[int]uint64 // children and descendants seen while it ran: pid -> start time
 
-	killed   bool // set by kill: the cleanup checks only that its children died with it
+	killed bool // set by kill: the cleanup checks only that its children died with it
 	// allowErrors are ERROR records (by msg) the test caused on purpose
 	// (a full disk); any other ERROR fails the clean stop.
 	allowErrors []string
-	stopOnce sync.Once
+	stopOnce    sync.Once
 }
 
 // startDashgate starts dashgate on 127.0.0.1:0 with a temp state dir and
