@@ -506,3 +506,25 @@ func TestFlushStoreReportsLoss(t *testing.T) {
 		t.Fatalf("loss records: %v", recs)
 	}
 }
+
+// TestReplyKeepsItsPlace: a reply follows its prompt in the history even
+// when a command ran while it streamed.
+func TestReplyKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.sp.stream = make(chan string)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	_, start, _ := h.r.Prompt(v, in.ID, "q")
+	start()
+	h.sp.stream <- "a"
+	if _, err := h.r.Exec(t.Context(), v, in.ID, "/meanwhile"); err != nil {
+		t.Fatal(err)
+	}
+	close(h.sp.stream)
+	h.r.Wait()
+	want := []string{"prompt:q", "reply:a", "slash:/meanwhile", "slash_output:/meanwhile"}
+	res, _ := h.r.Resume(v, in.ID)
+	wantKinds(t, "resume", res.History, want...)
+	wantKinds(t, "store", stored(t, h, in.ID), want...)
+}
