@@ -72,7 +72,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	w, err := sql.Open("sqlite", dsn(abs, false))
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %w", path, err)
+		return nil, fmt.Errorf("store %s: %w", abs, err)
 	}
 	// One writer connection: SQLite runs one write transaction at a time, so
 	// more connections would only wait on busy_timeout; with one, writers
@@ -89,7 +89,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	r, err := sql.Open("sqlite", dsn(abs, true))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("store %s: %w", path, err)
+		return nil, fmt.Errorf("store %s: %w", abs, err)
 	}
 	readers := opts.Readers
 	if readers <= 0 {

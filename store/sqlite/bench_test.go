@@ -1,0 +1,210 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dashgate/dashgate/store"
+)
+
+// The benchmark store: benchSessions sessions of benchEntries entries of
+// about 20 words, plus one long session, built once per test process.
+const (
+	benchSessions = 10_000
+	benchEntries  = 50
+	benchLong     = 1_000 // entries of the session "long"
+	rareEvery     = 5_000 // one entry in rareEvery holds rareWord
+	commonWord    = "model"
+	rareWord      = "zephyr"
+)
+
+var vocabulary = strings.Fields(`the a of to and in is it that for on with as was this be are
+model server reply prompt token session history search window file error retry user
+assistant system tool request answer question code line function test build run
+check value table index query store write read open close start stop time wait
+long short fast slow small large first last next other same new old good bad
+memory disk network socket stream buffer queue worker process signal child parent`)
+
+var bench struct {
+	once    sync.Once
+	dir     string
+	path    string
+	entries int
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bench.dir != "" {
+		os.RemoveAll(bench.dir)
+	}
+	os.Exit(code)
+}
+
+// benchStore returns the path of the populated benchmark file (closed,
+// checkpointed) and how many entries it holds.
+func benchStore(b *testing.B) (string, int) {
+	b.Helper()
+	bench.once.Do(func() {
+		bench.dir, bench.err = os.MkdirTemp("", "dashgate-store-bench")
+		if bench.err != nil {
+			return
+		}
+		bench.path = filepath.Join(bench.dir, "dashgate.db")
+		bench.entries, bench.err = populate(context.Background(), bench.path)
+	})
+	if bench.err != nil {
+		b.Fatalf("populate: %v", bench.err)
+	}
+	return bench.path, bench.entries
+}
+
+func sentence(rnd *rand.Rand, n int) string {
+	words := make([]string, 20)
+	for i := range words {
+		words[i] = vocabulary[rnd.IntN(len(vocabulary))]
+	}
+	if n%rareEvery == 0 {
+		words[rnd.IntN(len(words))] = rareWord
+	}
+	s := strings.Join(words, " ")
+	return strings.ToUpper(s[:1]) + s[1:] + "."
+}
+
+// populate writes the benchmark data in batches of 200 sessions (10,000
+// entries), one transaction each.
+func populate(ctx context.Context, path string) (int, error) {
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		return 0, err
+	}
+	rnd := rand.New(rand.NewPCG(7, 11))
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	n := 0
+	addSession := func(b *store.Batch, id string, entries int) {
+		b.Sessions = append(b.Sessions, store.Session{ID: id, Title: "session " + id, CreatedAt: base, LastActive: base,
+			State: store.StateSuspended})
+		for seq := 1; seq <= entries; seq++ {
+			n++
+			role, kind := store.RoleUser, store.KindPrompt
+			if seq%2 == 0 {
+				role, kind = store.RoleAssistant, store.KindReply
+			}
+			b.Entries = append(b.Entries, store.SessionEntry{SessionID: id, Entry: store.Entry{
+				Seq: uint64(seq), Role: role, Kind: kind, Text: sentence(rnd, n), At: base.Add(time.Duration(n) * time.Second)}})
+		}
+	}
+	var b store.Batch
+	for i := range benchSessions {
+		addSession(&b, fmt.Sprintf("s%05d", i), benchEntries)
+		if len(b.Sessions) == 200 {
+			if err := s.Apply(ctx, b); err != nil {
+				s.Close()
+				return 0, err
+			}
+			b = store.Batch{}
+		}
+	}
+	addSession(&b, "long", benchLong)
+	if err := s.Apply(ctx, b); err != nil {
+		s.Close()
+		return 0, err
+	}
+	return n, s.Close()
+}
+
+func openBench(b *testing.B, path string) *Store {
+	b.Helper()
+	s, err := Open(b.Context(), path, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// reportP50 reports the median of ds in milliseconds.
+func reportP50(b *testing.B, ds []time.Duration) {
+	slices.Sort(ds)
+	if len(ds) > 0 {
+		b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "p50-ms")
+	}
+}
+
+func BenchmarkSearch(b *testing.B) {
+	path, _ := benchStore(b)
+	s := openBench(b, path)
+	for _, tc := range []struct{ name, query string }{
+		{"common", commonWord},
+		{"common_two_words", commonWord + " the"},
+		{"rare", rareWord},
+		{"absent", "xylophone"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				hits, err := s.Search(b.Context(), "", tc.query, 20)
+				ds = append(ds, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if tc.name != "absent" && len(hits) == 0 {
+					b.Fatalf("Search(%q): no hits", tc.query)
+				}
+			}
+			reportP50(b, ds)
+		})
+	}
+}
+
+func BenchmarkHistory200(b *testing.B) {
+	path, _ := benchStore(b)
+	s := openBench(b, path)
+	for b.Loop() {
+		es, more, err := s.History(b.Context(), "long", 0, 200)
+		if err != nil || len(es) != 200 || !more {
+			b.Fatalf("History = %d entries, more %v, %v", len(es), more, err)
+		}
+	}
+}
+
+// BenchmarkOpenRestorable10k is start-up: open the file and read every
+// session to restore, with its LastSeq.
+func BenchmarkOpenRestorable10k(b *testing.B) {
+	path, _ := benchStore(b)
+	for b.Loop() {
+		s, err := Open(b.Context(), path, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rs, err := s.Restorable(b.Context())
+		if err != nil || len(rs) != benchSessions+1 {
+			b.Fatalf("Restorable = %d sessions, %v", len(rs), err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSize reports the file's size per 1,000 entries (text, index
+// and full-text index together; the text alone is about 130 bytes an entry).
+func BenchmarkSize(b *testing.B) {
+	path, n := benchStore(b)
+	for b.Loop() {
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(fi.Size())/(float64(n)/1000), "bytes/1000entries")
+}
