@@ -39,6 +39,7 @@ func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 // config holds the flags.
 type config struct {
 	dashgate, compare string
+	args              map[string][]string // extra dashgate flags, by build label
 	only              []string
 	runs              int
 	n                 map[string]int // the counts, by name
@@ -66,10 +67,13 @@ var counts = []struct {
 	{"idle-secs", 60, 3, "seconds the idle sockets are held"},
 	{"soak", 10000, 200, "soak cycles (one run)"},
 	{"soak-drop-every", 10, 10, "every Nth soak cycle drops its TCP connection without a close frame"},
+	{"stream-words", 20000, 2000, "words of the streamed reply (one delta each)"},
+	{"resumes", 200, 20, "session.resume of a 200-entry session per run"},
+	{"stored-sessions", 10000, 500, "sessions in the store at start-up (50 entries each)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -78,6 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dashgate, "dashgate", "", "dashgate binary to measure (default: go build ./cmd/dashgate of the module of the working directory)")
 	fs.StringVar(&c.compare, "compare", "", "an older dashgate binary measured beside --dashgate, the two alternating run by run")
+	var argsNew, argsOld string
+	fs.StringVar(&argsNew, "args-new", "", "extra dashgate flags of --dashgate (split on spaces; they win over a group's)")
+	fs.StringVar(&argsOld, "args-old", "", "extra dashgate flags of --compare (e.g. the same binary with --store none)")
 	fs.StringVar(&only, "only", "", "comma-separated groups to run: "+strings.Join(groupNames, ","))
 	fs.IntVar(&c.runs, "runs", 0, "runs per figure: the median and spread are over runs (default 5, 2 with --short)")
 	short := fs.Bool("short", false, "smoke counts: the [--short] values of --counts")
@@ -109,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		c.n[k] = n
 	}
+	c.args = map[string][]string{"new": strings.Fields(argsNew), "old": strings.Fields(argsOld)}
 	c.only = split(only)
 	for _, g := range c.only {
 		if !slices.Contains(groupNames, g) {
@@ -218,7 +226,11 @@ type group struct {
 	name  string // its --only name
 	figs  []*Figure
 	args  []string // dashgate flags beyond the defaults
+	env   []string // environment of dashgate beyond testkit.CleanEnv
 	fresh bool     // a fresh instance per run
+	// prepare, when set, runs before each start with the instance's
+	// directory (its state dir is <dir>/state).
+	prepare func(ctx context.Context, dir string) error
 	runs  int      // 0: --runs
 	setup func(ctx context.Context, t *target) error
 	run   func(ctx context.Context, t *target, r int) ([]float64, error)
@@ -233,6 +245,7 @@ func (b *bench) groups() []group {
 		memory(n["detached"], false), memory(n["attached"], true), admin(n["admin-sessions"], n["admin-gets"]),
 		idle(n["idle-sockets"], time.Duration(n["idle-secs"])*time.Second),
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
+		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)
@@ -289,11 +302,17 @@ func (b *bench) runOnce(ctx context.Context, g group, bd build, r int, live map[
 		if err != nil {
 			return nil, err
 		}
+		if g.prepare != nil {
+			if err := g.prepare(ctx, dir); err != nil {
+				return nil, fmt.Errorf("prepare: %w", err)
+			}
+		}
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		args := append([]string{"--max-conns-per-ip", "0", "--pty-cmd", "/bin/sh"}, g.args...)
 		in, err := testkit.Start(sctx, testkit.Options{
-			Bin: bd.bin, Dir: dir,
-			Args: append([]string{"--max-conns-per-ip", "0", "--pty-cmd", "/bin/sh"}, g.args...),
+			Bin: bd.bin, Dir: dir, Env: append(testkit.CleanEnv(), g.env...),
+			Args: append(args, b.cfg.args[bd.label]...),
 			// Its own process group: a Ctrl-C reaches the tool only, which
 			// then stops dashgate with one SIGTERM; it dies with the tool.
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},

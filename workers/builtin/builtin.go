@@ -27,6 +27,19 @@ import (
 // person sees the reply arrive in pieces.
 const WordDelay = 40 * time.Millisecond
 
+// WordDelayEnv names an environment variable that sets the pause between
+// two streamed words instead of WordDelay (a Go duration, "1us" at least;
+// the benchmark streams as fast as the gateway goes with it). dashgate
+// passes it to workers only when --pass-env names it.
+const WordDelayEnv = "ECHO_AGENT_WORD_DELAY"
+
+func wordDelay() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(WordDelayEnv)); err == nil && d > 0 {
+		return d
+	}
+	return WordDelay
+}
+
 // maxLine bounds one request line.
 const maxLine = 1 << 20
 
@@ -260,7 +273,7 @@ func (s *server) prompt(ctx context.Context, id json.RawMessage, text string) {
 	words := strings.Fields(text)
 	streamed := []string{"(echo agent)"}
 	s.write(map[string]any{"id": id, "event": "delta", "text": "(echo agent)"})
-	t := time.NewTicker(WordDelay)
+	t := time.NewTicker(wordDelay())
 	defer t.Stop()
 	for _, w := range words {
 		select {
