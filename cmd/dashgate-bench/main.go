@@ -231,9 +231,9 @@ type group struct {
 	// prepare, when set, runs before each start with the instance's
 	// directory (its state dir is <dir>/state).
 	prepare func(ctx context.Context, dir string) error
-	runs  int      // 0: --runs
-	setup func(ctx context.Context, t *target) error
-	run   func(ctx context.Context, t *target, r int) ([]float64, error)
+	runs    int // 0: --runs
+	setup   func(ctx context.Context, t *target) error
+	run     func(ctx context.Context, t *target, r int) ([]float64, error)
 }
 
 // groups are the figure groups, in the order they run.

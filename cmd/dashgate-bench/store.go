@@ -184,4 +184,3 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
-
