@@ -34,6 +34,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"bad log format", []string{"--log-format", "xml"}, "--log-format"},
 		{"zero grace", []string{"--worker-grace", "0s"}, "must be positive"},
 		{"stray argument", []string{"extra"}, "unexpected argument"},
+		{"negative retention", []string{"--history-retention", "-1h"}, "--history-retention"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
