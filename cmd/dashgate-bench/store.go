@@ -89,9 +89,16 @@ type json200 struct {
 
 // startup: dashgate starts on a store of n suspended sessions of 50
 // entries each (--max-sessions n: all are restored); timed from exec to
-// its "dashgate listening" record.
+// its "dashgate listening" record. Then session.search over them, searches
+// times per query.
 func (b *bench) startup(n int) group {
-	figs := []*Figure{fig(fmt.Sprintf("start-up with %d stored sessions (50 entries each)", n), "ms", "<= 2000")}
+	const searches = 50
+	figs := []*Figure{
+		fig(fmt.Sprintf("start-up with %d stored sessions (50 entries each)", n), "ms", "<= 2000"),
+		fig(fmt.Sprintf("session.search over them, a common word (%d/run) p50", searches), "ms", "<= 20"),
+		fig("  session.search, two words p50", "ms", ""),
+		fig("  session.search, a word in no entry p50", "ms", ""),
+	}
 	var once sync.Once
 	var seed string
 	var seedErr error
@@ -124,7 +131,27 @@ func (b *bench) startup(n int) group {
 			if rs := t.Log.Records("sessions restored"); len(rs) != 1 || rs[0]["count"] != float64(n) && rs[0]["count"] != 0.0 {
 				return nil, fmt.Errorf("sessions restored records: %v, want one with count %d", rs, n)
 			}
-			return []float64{float64(at.Sub(t.Started).Microseconds()) / 1000}, nil
+			vals := []float64{float64(at.Sub(t.Started).Microseconds()) / 1000}
+			ch, err := dialChat(ctx, t)
+			if err != nil {
+				return nil, err
+			}
+			defer ch.Close()
+			for _, q := range []string{"gateway", "conversation stream", "xylophone"} {
+				var ds []time.Duration
+				for range searches {
+					var res struct {
+						Hits []struct{} `json:"hits"`
+					}
+					t1 := time.Now()
+					if err := ch.Call(ctx, "session.search", map[string]any{"query": q}, &res); err != nil {
+						return nil, err
+					}
+					ds = append(ds, time.Since(t1))
+				}
+				vals = append(vals, percentile(ms(ds), 50))
+			}
+			return vals, nil
 		}}
 }
 
