@@ -47,6 +47,15 @@ func (d *dashgate) chat(t *testing.T) *chatConn {
 	return openChat(t, "chat", d.WSURL("ws/chat"), bearer())
 }
 
+func newSession(t *testing.T, c *chatConn, title string) string {
+	t.Helper()
+	var cr struct {
+		SessionID string `json:"session_id"`
+	}
+	c.mustCall("session.create", map[string]any{"title": title}, &cr)
+	return cr.SessionID
+}
+
 func resume(t *testing.T, c *chatConn, sid string) resumed {
 	t.Helper()
 	var r resumed
@@ -64,11 +73,7 @@ func TestRestartKeepsConversations(t *testing.T) {
 	state := t.TempDir()
 	d := startOn(t, state)
 	c := d.chat(t)
-	var cr struct {
-		SessionID string `json:"session_id"`
-	}
-	c.mustCall("session.create", map[string]any{"title": "kept"}, &cr)
-	sid := cr.SessionID
+	sid := newSession(t, c, "kept")
 	c.mustCall("slash.exec", map[string]any{"session_id": sid, "command": "/echo hello there"}, nil)
 	var rpc *testkit.RPCError
 	if err := c.call("slash.exec", map[string]any{"session_id": sid, "command": "/nosuchcommand"}, nil); !errors.As(err, &rpc) || rpc.Code != 5004 {
@@ -149,11 +154,7 @@ func TestCrashMidTurnKeepsPartialReply(t *testing.T) {
 	state := t.TempDir()
 	d := startOn(t, state)
 	c := d.chat(t)
-	var cr struct {
-		SessionID string `json:"session_id"`
-	}
-	c.mustCall("session.create", map[string]any{}, &cr)
-	sid := cr.SessionID
+	sid := newSession(t, c, "")
 	c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat("alpha ", 500)}, nil)
 
 	// Read the store as another process would, until a checkpoint holds
@@ -286,11 +287,7 @@ func TestDiskFull(t *testing.T) {
 	d := startOn(t, state, "--store", storePath)
 	d.allowErrors = []string{"store write failed"}
 	c := d.chat(t)
-	var cr struct {
-		SessionID string `json:"session_id"`
-	}
-	c.mustCall("session.create", map[string]any{}, &cr)
-	sid := cr.SessionID
+	sid := newSession(t, c, "")
 	c.mustCall("slash.exec", map[string]any{"session_id": sid, "command": "/echo before"}, nil)
 
 	filler := filepath.Join(mnt, "filler")
@@ -359,11 +356,7 @@ func TestTwoInstancesOneStateDir(t *testing.T) {
 	}
 	sids := map[string]string{}
 	for name, d := range map[string]*dashgate{"a": a, "b": b} {
-		var cr struct {
-			SessionID string `json:"session_id"`
-		}
-		d.chat(t).mustCall("session.create", map[string]any{"title": name}, &cr)
-		sids[name] = cr.SessionID
+		sids[name] = newSession(t, d.chat(t), name)
 	}
 	a.stop()
 	b.stop()

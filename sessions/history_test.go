@@ -108,16 +108,23 @@ func TestCompleteHistory(t *testing.T) {
 	}
 }
 
-// TestUsageKept: the usage a worker reports with its reply is kept with the
-// reply and sent with message.complete.
-func TestUsageKept(t *testing.T) {
-	t.Parallel()
+// streamingTurn starts the prompt "q" in a new session whose worker
+// streams what the test sends on h.sp.stream.
+func streamingTurn(t *testing.T) (*harness, *recViewer, Info) {
 	h := newHarness(t, nil)
 	h.sp.stream = make(chan string)
 	v := &recViewer{}
 	in, _ := h.r.Create(v, "", false)
 	_, start, _ := h.r.Prompt(v, in.ID, "q")
 	start()
+	return h, v, in
+}
+
+// TestUsageKept: the usage a worker reports with its reply is kept with the
+// reply and sent with message.complete.
+func TestUsageKept(t *testing.T) {
+	t.Parallel()
+	h, v, in := streamingTurn(t)
 	h.sp.stream <- "an"
 	h.sp.stream <- "swer"
 	close(h.sp.stream)
@@ -511,12 +518,7 @@ func TestFlushStoreReportsLoss(t *testing.T) {
 // when a command ran while it streamed.
 func TestReplyKeepsItsPlace(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil)
-	h.sp.stream = make(chan string)
-	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
-	_, start, _ := h.r.Prompt(v, in.ID, "q")
-	start()
+	h, v, in := streamingTurn(t)
 	h.sp.stream <- "a"
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/meanwhile"); err != nil {
 		t.Fatal(err)
