@@ -496,7 +496,9 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	unloaded := s.unloaded
 	r.mu.Unlock()
 	if unloaded {
-		if err := r.load(context.Background(), s); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+		defer cancel()
+		if err := r.load(ctx, s); err != nil {
 			// The conversation goes on from memory; the next resume retries.
 			r.log.Warn("history load", "sid", sid, "err", err)
 		}
@@ -508,6 +510,10 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	}
 	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
 }
+
+// storeReadTimeout bounds a store read on a path that has no context of
+// its own (resume).
+const storeReadTimeout = 5 * time.Second
 
 // load reads the latest stored entries of a restored or reopened session
 // into its memory, below the entries it got since. Errors: *StoreError.
