@@ -170,6 +170,9 @@ func (j *journal) drain() {
 				j.failing = true
 				j.log.Error("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
 			}
+			if errors.Is(err, store.ErrClosed) {
+				j.stopping = true // nothing will ever be written: close says what is lost
+			}
 			j.signalLocked() // Flush callers see the failure
 			stop := j.stopping
 			j.mu.Unlock()

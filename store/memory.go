@@ -175,19 +175,23 @@ func (m *Memory) History(ctx context.Context, sid string, beforeSeq uint64, limi
 	if beforeSeq > 0 {
 		end, _ = slices.BinarySearchFunc(s.entries, beforeSeq, func(x Entry, seq uint64) int { return cmp.Compare(x.Seq, seq) })
 	}
-	start := max(0, end-limit)
+	start := max(0, end-max(limit, 0))
 	return slices.Clone(s.entries[start:end]), start > 0, nil
 }
 
-// Search implements Store: every word of query, case-folded, must occur in
-// the entry's text.
+// Search implements Store: every word of query, case-folded, must be a
+// word of the entry's text (words are runs of letters and digits, as the
+// SQLite backend's full-text index splits them).
 func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]Hit, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	words := strings.FieldsFunc(strings.ToLower(query), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsNumber(r) })
+	var words []string
+	for _, w := range splitWords(query) {
+		words = append(words, strings.ToLower(query[w[0]:w[1]]))
+	}
 	if len(words) == 0 || limit <= 0 {
 		return nil, nil
 	}
@@ -197,12 +201,12 @@ func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]
 			continue
 		}
 		for _, e := range s.entries {
-			lower := strings.ToLower(e.Text)
-			if !allIn(lower, words) {
+			at, ok := matchAll(e.Text, words)
+			if !ok {
 				continue
 			}
 			hits = append(hits, Hit{SessionID: s.row.ID, Title: s.row.Title, Seq: e.Seq, Kind: e.Kind, At: e.At,
-				Snippet: snippet(e.Text, strings.Index(lower, words[0]))})
+				Snippet: snippet(e.Text, at)})
 		}
 	}
 	slices.SortFunc(hits, func(a, b Hit) int { return cmp.Or(b.At.Compare(a.At), cmp.Compare(b.Seq, a.Seq)) })
@@ -212,13 +216,44 @@ func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]
 	return hits, nil
 }
 
-func allIn(text string, words []string) bool {
-	for _, w := range words {
-		if !strings.Contains(text, w) {
-			return false
+// splitWords returns the [start, end) byte offsets of the words of text:
+// runs of letters and digits.
+func splitWords(text string) [][2]int {
+	var out [][2]int
+	start := -1
+	for i, r := range text {
+		in := unicode.IsLetter(r) || unicode.IsNumber(r)
+		switch {
+		case in && start < 0:
+			start = i
+		case !in && start >= 0:
+			out = append(out, [2]int{start, i})
+			start = -1
 		}
 	}
-	return true
+	if start >= 0 {
+		out = append(out, [2]int{start, len(text)})
+	}
+	return out
+}
+
+// matchAll reports whether every one of words (lower case) is a word of
+// text, and the byte offset in text of the first word that is one of them.
+func matchAll(text string, words []string) (int, bool) {
+	found := make([]bool, len(words))
+	first := -1
+	for _, w := range splitWords(text) {
+		lw := strings.ToLower(text[w[0]:w[1]])
+		for i, q := range words {
+			if lw == q {
+				found[i] = true
+				if first < 0 {
+					first = w[0]
+				}
+			}
+		}
+	}
+	return first, first >= 0 && !slices.Contains(found, false)
 }
 
 // snippet returns about 80 bytes of text around byte offset at, on rune
