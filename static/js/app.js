@@ -358,7 +358,36 @@ async function submit(line) {
 		} else {
 			chat.demote(mine);
 			chat.addError(err);
+			return;
 		}
+	}
+	if (slash) await reorderAfter(sid, mine, text);
+}
+
+/**
+ * After a slash command, shows the entries from it on in the order the
+ * history keeps them: its worker's exit (an event) and its reply may arrive
+ * in either order.
+ */
+let reordering = 0; // reorderAfter calls in flight (window.dashgate.settled)
+async function reorderAfter(sid, mine, command) {
+	if (streaming.size > 0) return;
+	reordering++;
+	try {
+		const r = await rpc.call('session.history', { session_id: sid, limit: 20 });
+		if (sid !== current) return;
+		const entries = Array.isArray(r.entries) ? r.entries : [];
+		let i = entries.length - 1;
+		while (i >= 0 && !(entries[i].kind === 'slash' && entries[i].text === command)) i--;
+		if (i < 0) return;
+		let j = i;
+		while (j > 0 && entries[j - 1].kind === 'notice') j--; // a notice that came first
+		chat.reconcile(mine.previousElementSibling?.dataset.kind === 'notice' && j < i ? mine.previousElementSibling : mine, entries.slice(j)) ||
+			chat.reconcile(mine, entries.slice(i));
+	} catch (err) {
+		console.debug('dashgate: session.history after a slash command', err);
+	} finally {
+		reordering--;
 	}
 }
 
@@ -447,6 +476,7 @@ els.list.addEventListener('click', (ev) => {
 window.dashgate = {
 	term: terminal.term,
 	currentSession: () => current,
+	settled: () => reordering === 0,
 	call: (method, params) => rpc.call(method, params),
 	entries: () => [...els.log.querySelectorAll('[data-testid="entry"]')].map((e) => ({ kind: e.dataset.kind, text: e.textContent })),
 	terminalText: () => terminal.text(),

@@ -105,6 +105,32 @@ export class ChatLog {
 		delete el.dataset.kind;
 	}
 
+	/**
+	 * Puts the entries from el (included) to the end in the server's order:
+	 * when they are the same entries as stored (kind and text, in any
+	 * order), they are replaced by stored, in its order. Returns whether it
+	 * did. (Two things happening at once, e.g. a slash command's reply and
+	 * its worker's exit, may reach the page in another order than the
+	 * history keeps them in.)
+	 */
+	reconcile(el, stored) {
+		if (!el?.isConnected || el.dataset.testid !== 'entry') return false;
+		const shown = [];
+		for (let n = el; n; n = n.nextElementSibling) {
+			if (n.dataset.testid === 'entry') shown.push(n);
+			if (n.querySelector('[data-streaming="true"]')) return false;
+		}
+		const rendered = stored.map(renderEntry);
+		const key = (n) => n.dataset.kind + '\u0000' + n.textContent;
+		const a = shown.map(key).sort();
+		const b = rendered.map(key).sort();
+		if (a.length !== b.length || a.some((k, i) => k !== b[i])) return false;
+		if (shown.every((n, i) => key(n) === key(rendered[i]))) return true;
+		shown[0].before(...rendered);
+		for (const n of shown) n.remove();
+		return true;
+	}
+
 	/** Appends delta text to the streaming reply of a turn, creating it on first use. */
 	delta(turnId, text) {
 		const stick = this.#atBottom();
