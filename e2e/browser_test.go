@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ type browser struct {
 	cancel context.CancelFunc
 	dir    string // --user-data-dir
 	output testkit.LogBuffer
+	once   sync.Once // close runs once (a test may close the browser before its cleanup)
 }
 
 // newBrowser starts Chromium and registers its shutdown (and, on failure,
@@ -74,7 +76,10 @@ func newBrowser(t *testing.T) *browser {
 
 // close stops the browser gracefully, then makes sure none of its processes
 // remain (a profile given with --user-data-dir is not cleaned up by chromedp).
-func (b *browser) close() {
+// Later calls do nothing.
+func (b *browser) close() { b.once.Do(b.closeNow) }
+
+func (b *browser) closeNow() {
 	t := b.t
 	if t.Failed() {
 		writeArtifact(t, "chromium-output.log", []byte(b.output.String()))

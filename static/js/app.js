@@ -8,14 +8,17 @@
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
 
-import { ChatLog } from './chat.js';
+import { ChatLog, stderrTail } from './chat.js';
 import { wsURL } from './net.js';
+import { endNotice, workerNotice } from './notices.js';
 import { ChatClient, RpcError } from './rpc.js';
-import { isGone, renderSessions } from './sessions.js';
+import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
 import { PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
 
 const SESSION_KEY = 'dashgate.session';
 const LIST_REFRESH_DELAY_MS = 150;
+const SEARCH_DELAY_MS = 200;
+const HISTORY_PAGE = 200;
 
 const base = document.body.dataset.basePath || '/';
 const byTestId = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -27,6 +30,13 @@ const els = {
 	input: byTestId('chat-input'),
 	status: byTestId('conn-status'),
 	terminal: byTestId('terminal'),
+	closed: byTestId('closed-sessions'),
+	closedList: byTestId('closed-list'),
+	closedCount: byTestId('closed-count'),
+	closedMore: byTestId('closed-more'),
+	search: byTestId('search-input'),
+	hits: byTestId('search-results'),
+	historyMore: byTestId('history-more'),
 };
 
 const chat = new ChatLog(els.log);
@@ -35,7 +45,12 @@ const rpc = new ChatClient(wsURL(base, 'ws/chat'), { onReady, onEvent, onStatus 
 
 let current = null; // id of the current session
 let currentGone = false; // the current session was closed under us
-let sessions = []; // last session.list result
+let sessions = []; // live sessions of the last session.list
+let closed = []; // closed sessions listed so far, newest closed first
+let closedMore = false; // older closed sessions exist beyond those
+let loadedMore = false; // "Load more" was used: closed holds more than the first page
+let oldestSeq = 0; // seq of the oldest history entry shown (0: none)
+let restarting = false; // dashgate said it is restarting (session.closed, suspended)
 const streaming = new Set(); // turn_ids of the current session still streaming
 
 // Session changes (create, resume, close, the choice after a reconnect) run
@@ -60,15 +75,50 @@ function setCurrent(id, explicit) {
 	currentGone = false;
 	streaming.clear();
 	localStorage.setItem(SESSION_KEY, id);
-	renderSessions(els.list, sessions, current);
+	renderLists();
 	terminal.attach(id, explicit);
 }
 
+function renderLists() {
+	renderSessions(els.list, sessions, current);
+	renderClosed(els.closedList, closed, current);
+	els.closedCount.textContent = closed.length ? `(${closed.length}${closedMore ? '+' : ''})` : '';
+	els.closedMore.hidden = !closedMore;
+}
+
+/** Lists live sessions and the newest page of closed ones. */
 async function refresh() {
 	if (!rpc.ready) return;
-	const r = await rpc.call('session.list');
-	sessions = Array.isArray(r.sessions) ? r.sessions : [];
-	renderSessions(els.list, sessions, current);
+	const r = await rpc.call('session.list', { include_closed: true });
+	const all = Array.isArray(r.sessions) ? r.sessions : [];
+	sessions = all.filter((s) => s.state !== 'closed');
+	const page = all.filter((s) => s.state === 'closed');
+	if (!loadedMore) {
+		closed = page;
+		closedMore = Boolean(r.more);
+	} else {
+		// Keep the older pages "Load more" brought, minus what is on the
+		// fresh first page or live again (reopened); deleted ones are
+		// dropped by deleteSession.
+		const seen = new Set([...page, ...sessions].map((s) => s.session_id));
+		const oldest = page.length ? String(page[page.length - 1].closed_at) : '';
+		closed = [...page, ...closed.filter((s) => !seen.has(s.session_id) && String(s.closed_at) < oldest)];
+	}
+	renderLists();
+}
+
+/** Appends the next page of closed sessions. */
+async function loadMoreClosed() {
+	const last = closed[closed.length - 1];
+	if (!last) return;
+	const r = await rpc.call('session.list', { include_closed: true, before: last.closed_at });
+	const known = new Set(closed.map((s) => s.session_id));
+	for (const s of r.sessions ?? []) {
+		if (s.state === 'closed' && !known.has(s.session_id)) closed.push(s);
+	}
+	closedMore = Boolean(r.more);
+	loadedMore = true;
+	renderLists();
 }
 
 let refreshTimer = 0;
@@ -81,11 +131,64 @@ function refreshSoon() {
 
 async function resume(id, explicit = false) {
 	const r = await rpc.call('session.resume', { session_id: id });
+	show(id, r, explicit);
+	await refresh();
+}
+
+/** Makes a closed (or live) session current again, with its history. */
+async function reopen(id) {
+	const r = await rpc.call('session.reopen', { session_id: id });
+	show(id, r, true);
+	await refresh();
+}
+
+/** Shows a session.resume / session.reopen result as the current session. */
+function show(id, r, explicit) {
 	chat.clear();
 	setCurrent(id, explicit);
-	for (const m of r.history ?? []) chat.add(m.role, m.text ?? '');
+	const history = Array.isArray(r.history) ? r.history : [];
+	for (const e of history) chat.entry(e);
+	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
+	els.historyMore.hidden = !(oldestSeq > 1);
 	if (r.running) chat.add('system', 'a reply is still being written');
+}
+
+/** Prepends the page of history before the oldest entry shown. */
+async function loadEarlier() {
+	const sid = current;
+	if (!sid || !(oldestSeq > 1)) return;
+	const r = await rpc.call('session.history', { session_id: sid, before_seq: oldestSeq, limit: HISTORY_PAGE });
+	if (sid !== current) return;
+	const entries = Array.isArray(r.entries) ? r.entries : [];
+	chat.prepend(entries);
+	if (entries.length) oldestSeq = Number(entries[0].seq) || 0;
+	els.historyMore.hidden = !r.more || !(oldestSeq > 1);
+}
+
+/** Deletes a session for good, after asking. */
+async function deleteSession(id) {
+	const s = closed.find((x) => x.session_id === id) ?? sessions.find((x) => x.session_id === id);
+	const name = s?.title || id;
+	if (!window.confirm(`Delete "${name}" and its whole conversation? This cannot be undone.`)) return;
+	await rpc.call('session.delete', { session_id: id });
+	localStorage.removeItem(PTY_STORAGE_PREFIX + id);
+	closed = closed.filter((x) => x.session_id !== id);
 	await refresh();
+	if (id === current) await pickAnother(id);
+}
+
+/** Opens the session of a search hit: resumed when live, else reopened. */
+async function openHit(id) {
+	const live = sessions.find((s) => s.session_id === id && !isGone(s));
+	if (live) {
+		try {
+			await resume(id, true);
+			return;
+		} catch (err) {
+			if (!(err instanceof RpcError) || err.code !== 4001) throw err;
+		}
+	}
+	await reopen(id);
 }
 
 function nextTitle() {
@@ -100,6 +203,8 @@ function nextTitle() {
 async function create() {
 	const r = await rpc.call('session.create', { title: nextTitle() });
 	chat.clear();
+	oldestSeq = 0;
+	els.historyMore.hidden = true;
 	setCurrent(r.session_id, true);
 	await refresh();
 }
@@ -128,6 +233,7 @@ async function closeSession(id) {
 // On every new chat socket: list, then resume the current (or stored) session
 // if it is still alive, else create one.
 function onReady() {
+	restarting = false;
 	serial(async () => {
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
@@ -165,22 +271,31 @@ function onEvent(ev) {
 			refreshSoon();
 			break;
 		case 'session.closed':
+			if (p.suspended) {
+				// dashgate is restarting: the session comes back with it and
+				// is resumed once the socket reconnects (onReady).
+				streaming.clear();
+				showRestarting();
+				break;
+			}
 			if (sid === current && !currentGone) {
 				currentGone = true;
 				streaming.clear();
-				chat.add('system', `session closed (${p.end_reason ?? 'unknown'}); the next message starts a new session`);
+				chat.entry({ kind: 'notice', text: endNotice(p.end_reason) });
+				chat.add('system', 'the next message starts a new session');
 				terminal.stop('session closed');
 			}
 			refreshSoon();
 			break;
-		case 'worker.exited': {
-			const code = p.exit_code ?? '?';
-			chat.add('system', `worker exited (${p.reason ?? 'unknown'}, exit code ${code}); the next message restarts it`);
+		case 'worker.exited':
+			chat.entry({ kind: 'notice', text: workerNotice(p) });
 			refreshSoon();
 			break;
-		}
+		case 'notice':
+			chat.entry({ kind: 'notice', text: p.text ?? '' });
+			break;
 		case 'error':
-			chat.add('error', p.message ?? 'error');
+			chat.entry({ kind: 'error', code: p.code, text: p.message ?? 'error' });
 			break;
 		default:
 			console.debug('dashgate: unhandled event', ev);
@@ -188,8 +303,29 @@ function onEvent(ev) {
 }
 
 function onStatus(status) {
+	if (restarting && status !== 'connected') return; // keep saying why
 	els.status.textContent = status;
 	els.status.dataset.state = status;
+}
+
+function showRestarting() {
+	restarting = true;
+	els.status.textContent = 'dashgate is restarting…';
+	els.status.dataset.state = 'restarting';
+}
+
+/**
+ * Whether a failed slash.exec is kept in the session's history (as the
+ * command and an error entry): yes when the command reached the session
+ * (it ran and failed, or its worker could not start), no when the request
+ * was refused before (bad params, unknown or closed session, this socket
+ * views too many sessions, the socket went).
+ */
+function storedFailure(err) {
+	if (!(err instanceof RpcError) || err.code == null) return false;
+	if (err.code === 4001 || err.code === -32603 || (err.code >= -32700 && err.code <= -32600)) return false;
+	if (err.code === 4029 && /^this socket views/.test(err.message)) return false;
+	return true;
 }
 
 async function submit(line) {
@@ -201,16 +337,57 @@ async function submit(line) {
 		if (current === null || currentGone) return; // create failed and said so
 	}
 	const sid = current;
-	chat.add('user', line);
+	const slash = text.startsWith('/');
+	// Shown at once; the server keeps it in the history once it ran.
+	const mine = chat.entry(slash ? { kind: 'slash', text } : { kind: 'prompt', text: line });
 	try {
-		if (text.startsWith('/')) {
+		if (slash) {
 			const r = await rpc.call('slash.exec', { session_id: sid, command: text });
-			if (sid === current) chat.add('assistant', r.output ?? '');
+			if (sid === current) chat.entry({ kind: 'slash_output', text: r.output ?? '' });
 		} else {
 			await rpc.call('prompt.submit', { session_id: sid, text: line });
 		}
 	} catch (err) {
-		if (sid === current) chat.addError(err);
+		if (sid !== current) return;
+		if (slash && storedFailure(err)) {
+			// As the history keeps it: the code and the message. The
+			// stderr tail, which it does not keep, follows as a plain line.
+			chat.entry({ kind: 'error', code: err.code, text: err.message });
+			const tail = stderrTail(err);
+			if (tail) chat.add('error', tail);
+		} else {
+			chat.demote(mine);
+			chat.addError(err);
+			return;
+		}
+	}
+	if (slash) await reorderAfter(sid, mine, text);
+}
+
+/**
+ * After a slash command, shows the entries from it on in the order the
+ * history keeps them: its worker's exit (an event) and its reply may arrive
+ * in either order.
+ */
+let reordering = 0; // reorderAfter calls in flight (window.dashgate.settled)
+async function reorderAfter(sid, mine, command) {
+	if (streaming.size > 0) return;
+	reordering++;
+	try {
+		const r = await rpc.call('session.history', { session_id: sid, limit: 20 });
+		if (sid !== current) return;
+		const entries = Array.isArray(r.entries) ? r.entries : [];
+		let i = entries.length - 1;
+		while (i >= 0 && !(entries[i].kind === 'slash' && entries[i].text === command)) i--;
+		if (i < 0) return;
+		let j = i;
+		while (j > 0 && entries[j - 1].kind === 'notice') j--; // a notice that came first
+		chat.reconcile(mine.previousElementSibling?.dataset.kind === 'notice' && j < i ? mine.previousElementSibling : mine, entries.slice(j)) ||
+			chat.reconcile(mine, entries.slice(i));
+	} catch (err) {
+		console.debug('dashgate: session.history after a slash command', err);
+	} finally {
+		reordering--;
 	}
 }
 
@@ -229,6 +406,59 @@ els.input.addEventListener('keydown', (ev) => {
 });
 
 els.newSession.addEventListener('click', () => serial(create));
+els.historyMore.addEventListener('click', () => serial(loadEarlier));
+els.closedMore.addEventListener('click', () => serial(loadMoreClosed));
+
+els.closedList.addEventListener('click', (ev) => {
+	const li = ev.target.closest('[data-testid="closed-session"]');
+	if (!li) return;
+	const id = li.dataset.sessionId;
+	const button = ev.target.closest('button');
+	if (button?.dataset.testid === 'delete') {
+		serial(() => deleteSession(id));
+	} else if (button?.dataset.testid === 'reopen' || !button) {
+		serial(() => reopen(id));
+	}
+});
+
+// Search: session.search as the user types (debounced); a hit opens its session.
+let searchTimer = 0;
+let searchSeq = 0;
+async function search() {
+	const query = els.search.value.trim();
+	const n = ++searchSeq;
+	if (!query) {
+		renderHits(els.hits, null);
+		return;
+	}
+	if (!rpc.ready) return;
+	const r = await rpc.call('session.search', { query, limit: 20 });
+	if (n === searchSeq) renderHits(els.hits, Array.isArray(r.hits) ? r.hits : []);
+}
+function searchSoon(delay) {
+	clearTimeout(searchTimer);
+	searchTimer = setTimeout(() => search().catch((err) => chat.addError(err, 'search')), delay);
+}
+els.search.addEventListener('input', () => searchSoon(SEARCH_DELAY_MS));
+els.search.addEventListener('keydown', (ev) => {
+	if (ev.key === 'Enter') {
+		ev.preventDefault();
+		searchSoon(0);
+	} else if (ev.key === 'Escape') {
+		els.search.value = '';
+		searchSoon(0);
+	}
+});
+function openHitOf(ev) {
+	const li = ev.target.closest('[data-testid="search-hit"]');
+	if (!li) return;
+	const id = li.dataset.sessionId;
+	serial(() => openHit(id));
+}
+els.hits.addEventListener('click', openHitOf);
+els.hits.addEventListener('keydown', (ev) => {
+	if (ev.key === 'Enter') openHitOf(ev);
+});
 
 els.list.addEventListener('click', (ev) => {
 	const li = ev.target.closest('[data-testid="session-item"]');
@@ -246,6 +476,9 @@ els.list.addEventListener('click', (ev) => {
 window.dashgate = {
 	term: terminal.term,
 	currentSession: () => current,
+	settled: () => reordering === 0,
+	call: (method, params) => rpc.call(method, params),
+	entries: () => [...els.log.querySelectorAll('[data-testid="entry"]')].map((e) => ({ kind: e.dataset.kind, text: e.textContent })),
 	terminalText: () => terminal.text(),
 	chatSocketState: () => rpc.state(),
 	ptySocketState: () => terminal.state(),

@@ -1,0 +1,30 @@
+// The texts of the notice entries the server keeps in a session's history
+// (sessions/reasons.go), made from the live events, so that a notice shown
+// live reads exactly as it does after a reload.
+
+const END_NOTICES = {
+	client_close: 'session closed',
+	close_on_disconnect: 'session closed when its last viewer left',
+	detached_ttl: 'session closed: it stayed detached past its time to live',
+	lru_evict: 'session closed to make room for newer sessions',
+	admin_reap: 'session ended by an administrator',
+	shutdown: 'session closed: dashgate shut down',
+	pty_exit: 'session closed: its terminal program ended',
+};
+
+/** The notice of a session.closed event's end_reason. */
+export function endNotice(reason) {
+	return END_NOTICES[reason] ?? `session closed (${reason ?? 'unknown'})`;
+}
+
+/**
+ * The notice of a worker.exited event: "worker exited, code 3", "worker
+ * exited, signal SIGKILL", "worker ended by an administrator" or "worker
+ * ended (<reason>)".
+ */
+export function workerNotice(p) {
+	if (p.reason === 'admin_reap') return 'worker ended by an administrator';
+	if (p.reason !== 'exited') return `worker ended (${p.reason ?? 'unknown'})`;
+	if (p.signal) return `worker exited, signal ${p.signal}`;
+	return `worker exited, code ${p.exit_code ?? 0}`;
+}
