@@ -1103,7 +1103,7 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 		r.completeTurnLocked(s, t, output, interrupted)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			code, msg := r.cfg.DescribeError(err)
-			r.emitLocked(s, "error", map[string]any{"message": err.Error(), "code": code})
+			r.emitLocked(s, "error", map[string]any{"message": msg, "code": code})
 			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id})
 		}
 	}
