@@ -32,11 +32,12 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 	now := time.Now()
 	restored, evicted := 0, 0
 	r.mu.Lock()
+	live := r.liveCountLocked()
 	for _, row := range rows {
 		if r.sessions[row.ID] != nil {
 			continue
 		}
-		if r.liveCountLocked() >= r.cfg.MaxSessions {
+		if live >= r.cfg.MaxSessions {
 			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(EndLRUEvict), now
 			r.journal.putSession(row)
 			evicted++
@@ -48,6 +49,7 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 		r.sessions[s.id] = s
 		r.saveLocked(s)
 		restored++
+		live++
 	}
 	r.mu.Unlock()
 	r.log.Info("sessions restored", "count", restored, "evicted", evicted)
