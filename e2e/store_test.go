@@ -20,8 +20,8 @@ import (
 	"github.com/dashgate/dashgate/internal/testkit"
 )
 
-// entry is a history entry as the wire gives it.
-type entry struct {
+// wireEntry is a history entry as the wire gives it.
+type wireEntry struct {
 	Seq         uint64 `json:"seq"`
 	Role        string `json:"role"`
 	Kind        string `json:"kind"`
@@ -33,7 +33,7 @@ type entry struct {
 type resumed struct {
 	SessionID string  `json:"session_id"`
 	State     string  `json:"state"`
-	History   []entry `json:"history"`
+	History   []wireEntry `json:"history"`
 }
 
 // startOn starts dashgate with its state (and default store) in stateDir,
@@ -134,7 +134,7 @@ func TestRestartKeepsConversations(t *testing.T) {
 	}
 }
 
-func sameHistory(a, b []entry) bool {
+func sameHistory(a, b []wireEntry) bool {
 	if len(a) != len(b) {
 		return false
 	}
