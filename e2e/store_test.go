@@ -31,8 +31,8 @@ type wireEntry struct {
 }
 
 type resumed struct {
-	SessionID string  `json:"session_id"`
-	State     string  `json:"state"`
+	SessionID string      `json:"session_id"`
+	State     string      `json:"state"`
 	History   []wireEntry `json:"history"`
 }
 
