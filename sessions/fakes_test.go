@@ -34,7 +34,12 @@ func (w *fakeWorker) Closing() bool {
 	return w.closing
 }
 
-func (w *fakeWorker) Call(ctx context.Context, method string, params any, onDelta func(string)) (json.RawMessage, error) {
+func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEvent func(workers.Event)) (json.RawMessage, error) {
+	onDelta := func(d string) {
+		if onEvent != nil {
+			onEvent(workers.Event{Name: "delta", Text: d})
+		}
+	}
 	if w.Closing() {
 		return nil, &workers.Error{Failure: workers.FailCrashed, Message: "closed"}
 	}
@@ -71,9 +76,7 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onDelt
 				}
 			}
 		}
-		if onDelta != nil {
-			onDelta("echo")
-		}
+		onDelta("echo")
 		b, _ := json.Marshal(map[string]string{"output": "echo " + p["text"]})
 		return b, nil
 	}

@@ -51,7 +51,7 @@ func (e *ViewerCapacityError) Is(target error) bool { return target == ErrViewer
 // Worker is what a session needs of its chat worker; *workers.Worker has it.
 type Worker interface {
 	PID() int
-	Call(ctx context.Context, method string, params any, onDelta func(string)) (json.RawMessage, error)
+	Call(ctx context.Context, method string, params any, onEvent func(workers.Event)) (json.RawMessage, error)
 	Close(workers.Reason) workers.CloseResult
 	Closing() bool
 }

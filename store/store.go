@@ -13,6 +13,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -69,6 +70,12 @@ type Entry struct {
 	Interrupted bool      `json:"interrupted,omitempty"`
 	Usage       *Usage    `json:"usage,omitempty"`
 	Code        int       `json:"code,omitempty"`
+	// Status of a reply: complete, interrupted, error or incomplete (""
+	// before issue 15: read Interrupted).
+	Status string `json:"status,omitempty"`
+	// Data holds the fields of a kind beyond these (a JSON object): an
+	// approval's request_id, a tool result's exit_code, ...
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Entry kinds and roles.

@@ -32,14 +32,33 @@ const (
 )
 
 // Error is a failed worker call. StderrTail holds the worker's last stderr
-// lines at the time of the failure.
+// lines at the time of the failure. A worker's ok:false reply may name its
+// own Failure (a word such as model_unreachable) and RetryAfter (seconds).
 type Error struct {
 	Failure    Failure
 	Message    string
 	StderrTail []string
+	RetryAfter int
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("worker %s: %s", e.Failure, e.Message) }
+// Event is a line a worker streams inside a call (PROTOCOL.md §4, §7):
+// {"id":N,"event":Name,...}. Text is a delta's text; Line is the whole
+// line, for the fields of other events.
+type Event struct {
+	Name string
+	Text string
+	Line json.RawMessage
+}
+
+// Error is "worker <failure>: <message>", or only the message when the
+// worker named its own failure: that message is meant for a person as is.
+func (e *Error) Error() string {
+	switch e.Failure {
+	case FailSpawn, FailCrashed, FailTimeout, FailProtocol, FailReply:
+		return fmt.Sprintf("worker %s: %s", e.Failure, e.Message)
+	}
+	return e.Message
+}
 
 // Worker is a chat child speaking the JSON-lines protocol of PROTOCOL.md §4.
 // Calls may run concurrently; each gets its own request id.
@@ -59,7 +78,7 @@ type Worker struct {
 }
 
 type call struct {
-	onDelta func(string)
+	onEvent func(Event)
 	done    chan reply
 }
 
@@ -76,6 +95,9 @@ type workerLine struct {
 	Error  string          `json:"error"`
 	Event  string          `json:"event"`
 	Text   string          `json:"text"`
+	// an ok:false reply's own failure word and retry delay (seconds)
+	Failure    Failure `json:"failure"`
+	RetryAfter int     `json:"retry_after"`
 }
 
 // StartWorker starts a KindChat child and its stdout and stderr drains.
@@ -102,13 +124,13 @@ func (m *Manager) StartWorker(spec Spec) (*Worker, error) {
 	return w, nil
 }
 
-// Call sends one request and waits for its reply. onDelta, when set, gets
-// each streamed delta text in order, on the stdout goroutine (it must not
-// block for long). When ctx ends first, the worker is recycled (closed with
+// Call sends one request and waits for its reply. onEvent, when set, gets
+// each event the worker streams for it (delta, approval, tool_start, ...),
+// in order, on the stdout goroutine (it must not block for long). When ctx ends first, the worker is recycled (closed with
 // ReasonTimeout, so no stale reply is left in flight) and a FailTimeout
 // *Error is returned. Other failures are *Error too.
-func (w *Worker) Call(ctx context.Context, method string, params any, onDelta func(string)) (json.RawMessage, error) {
-	c := &call{onDelta: onDelta, done: make(chan reply, 1)}
+func (w *Worker) Call(ctx context.Context, method string, params any, onEvent func(Event)) (json.RawMessage, error) {
+	c := &call{onEvent: onEvent, done: make(chan reply, 1)}
 	w.mu.Lock()
 	if w.gone != nil {
 		err := w.gone
@@ -240,12 +262,10 @@ func (w *Worker) readStdout() {
 			continue // a late reply to a call that gave up: dropped
 		}
 		switch {
-		case msg.Event == "delta":
-			if c.onDelta != nil {
-				c.onDelta(msg.Text)
-			}
 		case msg.Event != "":
-			// unknown event kinds are ignored (forward compatibility)
+			if c.onEvent != nil { // the caller ignores kinds it does not know
+				c.onEvent(Event{Name: msg.Event, Text: msg.Text, Line: line})
+			}
 		case msg.OK != nil && *msg.OK:
 			res := msg.Result
 			if len(res) == 0 {
@@ -253,7 +273,11 @@ func (w *Worker) readStdout() {
 			}
 			c.done <- reply{result: res}
 		case msg.OK != nil:
-			c.done <- reply{err: &Error{Failure: FailReply, Message: msg.Error}}
+			f := FailReply
+			if msg.Failure != "" {
+				f = msg.Failure
+			}
+			c.done <- reply{err: &Error{Failure: f, Message: msg.Error, RetryAfter: msg.RetryAfter}}
 		default:
 			c.done <- reply{err: &Error{Failure: FailProtocol, Message: "reply without ok"}}
 		}

@@ -41,6 +41,8 @@ CREATE TABLE entries (
 	input_tokens  INTEGER, -- NULL with output_tokens: no usage reported
 	output_tokens INTEGER,
 	code          INTEGER NOT NULL,
+	status        TEXT NOT NULL DEFAULT '',
+	data          TEXT NOT NULL DEFAULT '', -- JSON object or ''
 	UNIQUE (session_id, seq)
 );
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -385,11 +386,12 @@ ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, title = excluded.title, c
 			seen[e.SessionID] = true
 		}
 		st, err := tx.PrepareContext(ctx, `INSERT INTO entries
-	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = excluded.kind, text = excluded.text,
 	at = excluded.at, turn_id = excluded.turn_id, interrupted = excluded.interrupted,
-	input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, code = excluded.code`)
+	input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, code = excluded.code,
+	status = excluded.status, data = excluded.data`)
 		if err != nil {
 			return err
 		}
@@ -408,7 +410,7 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 				in = sql.NullInt64{Int64: int64(e.Usage.InputTokens), Valid: true}
 				out = sql.NullInt64{Int64: int64(e.Usage.OutputTokens), Valid: true}
 			}
-			if _, err := st.ExecContext(ctx, e.SessionID, seq, e.Role, e.Kind, e.Text, at, e.TurnID, e.Interrupted, in, out, e.Code); err != nil {
+			if _, err := st.ExecContext(ctx, e.SessionID, seq, e.Role, e.Kind, e.Text, at, e.TurnID, e.Interrupted, in, out, e.Code, e.Status, string(e.Data)); err != nil {
 				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, err)
 			}
 		}
@@ -518,7 +520,7 @@ func (s *Store) History(ctx context.Context, sid string, beforeSeq uint64, limit
 	if beforeSeq > 0 && beforeSeq <= math.MaxInt64 {
 		before = int64(beforeSeq)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
 FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, sid, before, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("history %q: %w", sid, err)
@@ -529,8 +531,12 @@ FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, sid, b
 		var e store.Entry
 		var seq, at int64
 		var in, outTok sql.NullInt64
-		if err := rows.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &e.Code); err != nil {
+		var data string
+		if err := rows.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &e.Code, &e.Status, &data); err != nil {
 			return nil, false, fmt.Errorf("history %q: %w", sid, err)
+		}
+		if data != "" {
+			e.Data = json.RawMessage(data)
 		}
 		e.Seq, e.At = uint64(seq), fromNanos(at)
 		if in.Valid || outTok.Valid {

@@ -107,7 +107,7 @@ func sameEntry(t *testing.T, got, want store.Entry) {
 	usageOK := (got.Usage == nil) == (want.Usage == nil) && (got.Usage == nil || *got.Usage == *want.Usage)
 	if got.Seq != want.Seq || got.Role != want.Role || got.Kind != want.Kind || got.Text != want.Text ||
 		!got.At.Equal(want.At) || got.TurnID != want.TurnID || got.Interrupted != want.Interrupted ||
-		got.Code != want.Code || !usageOK {
+		got.Code != want.Code || got.Status != want.Status || string(got.Data) != string(want.Data) || !usageOK {
 		t.Errorf("entry:\n got  %+v (usage %v)\n want %+v (usage %v)", got, got.Usage, want, want.Usage)
 	}
 }
@@ -119,9 +119,10 @@ func testRoundTrip(t *testing.T, st store.Store) {
 	entries := []store.Entry{
 		{Seq: 1, Role: store.RoleUser, Kind: store.KindPrompt, Text: "hello\nworld", At: at(time.Second), TurnID: "t1"},
 		{Seq: 2, Role: store.RoleAssistant, Kind: store.KindReply, Text: "partial…", At: at(2 * time.Second), TurnID: "t1",
-			Interrupted: true, Usage: &store.Usage{InputTokens: 12, OutputTokens: 34}},
+			Interrupted: true, Status: "interrupted", Usage: &store.Usage{InputTokens: 12, OutputTokens: 34}},
 		{Seq: 3, Role: store.RoleSystem, Kind: store.KindError, Text: "model gone", At: at(3 * time.Second), Code: -32001},
-		{Seq: 4, Role: store.RoleTool, Kind: "future_kind", Text: "", At: at(4 * time.Second), Usage: &store.Usage{}},
+		{Seq: 4, Role: store.RoleTool, Kind: "future_kind", Text: "", At: at(4 * time.Second), Usage: &store.Usage{},
+			Data: []byte(`{"exit_code":3,"truncated":true}`)},
 	}
 	b := store.Batch{Sessions: []store.Session{s}}
 	for _, e := range entries {
