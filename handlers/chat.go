@@ -33,7 +33,13 @@ type ChatRegistry interface {
 	History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]sessions.Message, bool, error)
 	ListClosed(ctx context.Context, before time.Time, limit int) ([]store.Session, bool, error)
 	Search(ctx context.Context, query string, limit int) ([]store.Hit, error)
+	RespondApproval(ctx context.Context, v sessions.Viewer, sid, requestID, choice string) (bool, error)
+	Configure(v sessions.Viewer, sid, model string) error
 }
+
+// ModelLister lists the models of the model server (model.list): their
+// ids and the default. Errors are *workers.Error (5004) naming why.
+type ModelLister func(ctx context.Context) (models []string, def string, err error)
 
 // SocketConfig bounds a WebSocket's liveness and writes.
 type SocketConfig struct {
@@ -49,9 +55,10 @@ type Chat struct {
 	Log             *slog.Logger
 	Version         string
 	Socket          SocketConfig
-	MaxFrame        int64 // bytes; larger frames close the socket with 1009
-	SendQueue       int   // frames queued per socket before it is a slow consumer
-	MaxInflight     int   // requests one socket may have running
+	MaxFrame        int64       // bytes; larger frames close the socket with 1009
+	SendQueue       int         // frames queued per socket before it is a slow consumer
+	MaxInflight     int         // requests one socket may have running
+	Models          ModelLister // nil: model.list answers no models
 	OnConn          func(delta int)
 	connSeq         atomic.Uint64
 	defaultsApplied sync.Once
@@ -307,6 +314,60 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		}
 		return map[string]any{"entries": entries, "more": more}, nil, nil
 
+	case "approval.respond":
+		var p struct {
+			SessionID string `json:"session_id"`
+			RequestID string `json:"request_id"`
+			Choice    string `json:"choice"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		if p.RequestID == "" {
+			return nil, nil, invalidParams("invalid params: request_id is required")
+		}
+		if p.Choice != sessions.ChoiceOnce && p.Choice != sessions.ChoiceDeny {
+			return nil, nil, invalidParams(`invalid params: choice must be "once" or "deny"`)
+		}
+		resolved, err := reg.RespondApproval(ctx, c, p.SessionID, p.RequestID, p.Choice)
+		if err != nil {
+			return nil, nil, err
+		}
+		return map[string]any{"resolved": resolved}, nil, nil
+
+	case "session.configure":
+		var p struct {
+			SessionID string `json:"session_id"`
+			Model     string `json:"model"`
+		}
+		if e := decodeParams(req.Params, &p); e != nil {
+			return nil, nil, e
+		}
+		if e := requireSession(p.SessionID); e != nil {
+			return nil, nil, e
+		}
+		if len(p.Model) > MaxModel {
+			return nil, nil, invalidParams("invalid params: model is over 200 bytes")
+		}
+		if err := reg.Configure(c, p.SessionID, p.Model); err != nil {
+			return nil, nil, err
+		}
+		return map[string]any{"model": p.Model}, nil, nil
+
+	case "model.list":
+		models, def := []string{}, ""
+		if c.h.Models != nil {
+			m, d, err := c.h.Models(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			models, def = append(models, m...), d
+		}
+		return map[string]any{"models": models, "default": def}, nil, nil
+
 	case "session.search":
 		var p struct {
 			Query string `json:"query"`
@@ -451,7 +512,12 @@ func resumeResult(res sessions.ResumeResult) map[string]any {
 	if hist == nil {
 		hist = []sessions.Message{}
 	}
-	return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running, "title": res.Title}
+	pending := res.PendingApprovals
+	if pending == nil {
+		pending = []sessions.Approval{}
+	}
+	return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running,
+		"title": res.Title, "model": res.Model, "pending_approvals": pending}
 }
 
 // closedInfo is a closed session as session.list shows it.

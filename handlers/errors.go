@@ -43,8 +43,11 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		if tail == nil {
 			tail = []string{}
 		}
-		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(),
-			Data: map[string]any{"failure": we.Failure, "stderr_tail": tail}}
+		data := map[string]any{"failure": we.Failure, "stderr_tail": tail}
+		if we.RetryAfter > 0 {
+			data["retry_after"] = we.RetryAfter
+		}
+		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(), Data: data}
 	case errors.As(err, &se):
 		// Nothing is lost (the registry keeps its writes queued); the
 		// journal logs write failures, a failed read is worth a warning.

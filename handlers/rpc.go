@@ -31,6 +31,7 @@ const (
 	MaxCommand = 4 << 10  // bytes
 	MaxPrompt  = 64 << 10 // bytes
 	MaxQuery   = 1 << 10  // bytes of a search query
+	MaxModel   = 200      // bytes of a model name
 
 	MaxHistoryPage = 1000 // entries a session.history page may ask for
 	MaxListPage    = 500  // closed sessions a session.list page may ask for

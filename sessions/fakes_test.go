@@ -20,6 +20,7 @@ type fakeWorker struct {
 	stream  chan string // when set, a prompt streams its deltas until it is closed
 
 	mu      sync.Mutex
+	prompts []map[string]any // the params of every prompt it got
 	closing bool
 	reason  workers.Reason
 	closed  chan struct{}
@@ -52,6 +53,12 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEven
 		}
 	}
 	p, _ := params.(map[string]string)
+	if m, ok := params.(map[string]any); ok { // a prompt's params
+		p = map[string]string{"text": m["text"].(string)}
+		w.mu.Lock()
+		w.prompts = append(w.prompts, m)
+		w.mu.Unlock()
+	}
 	switch method {
 	case "slash":
 		if p["command"] == "/fail" {

@@ -62,7 +62,7 @@ func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
 	return &Session{
 		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
-		finished: make(chan struct{}), entrySeq: row.LastSeq, unloaded: row.LastSeq > 0,
+		finished: make(chan struct{}), entrySeq: row.LastSeq, unloaded: row.LastSeq > 0, model: row.Model,
 	}
 }
 

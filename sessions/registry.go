@@ -127,6 +127,11 @@ type Config struct {
 	// message its history entry keeps (the viewer's error reply); nil: 0
 	// and err.Error().
 	DescribeError func(error) (code int, message string)
+	// ApprovalTimeout denies a tool run nobody approved (5m).
+	ApprovalTimeout time.Duration
+	// AgentContext bounds the text of the conversation sent with a prompt,
+	// bytes (32 KiB); the oldest entries are dropped first.
+	AgentContext int
 	// OnSessionClose, when set, is called once per closed session after its
 	// record was logged; it must not block (metrics).
 	OnSessionClose func(EndReason)
@@ -171,6 +176,12 @@ func (c *Config) defaults() {
 	}
 	if c.Store == nil {
 		c.Store = store.NewMemory()
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = 5 * time.Minute
+	}
+	if c.AgentContext <= 0 {
+		c.AgentContext = 32 << 10
 	}
 	if c.PruneInterval <= 0 {
 		c.PruneInterval = time.Hour
@@ -477,7 +488,8 @@ func (r *Registry) liveCountLocked() int {
 // ResumeResult is what session.resume answers.
 type ResumeResult struct {
 	Info
-	History []Message
+	History          []Message
+	PendingApprovals []Approval
 }
 
 // Resume attaches s to v and returns its history. Errors: ErrNotFound,
@@ -508,7 +520,7 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	if !s.live() {
 		return ResumeResult{}, ErrNotFound
 	}
-	return ResumeResult{Info: s.info(), History: slices.Clone(s.history)}, nil
+	return ResumeResult{Info: s.info(), History: slices.Clone(s.history), PendingApprovals: s.pendingLocked()}, nil
 }
 
 // storeReadTimeout bounds a store read on a path that has no context of
@@ -689,6 +701,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	now := time.Now()
 	s.detachedAt, s.lastActive = now, now
 	r.saveLocked(s)
+	r.denyApprovalsLocked(s, ByDetach)
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 	r.interruptTurnLocked(s)
 	w := s.worker
@@ -733,6 +746,7 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 		s.ttlTimer.Stop()
 		s.ttlTimer = nil
 	}
+	r.denyApprovalsLocked(s, ByClose)
 	r.interruptTurnLocked(s)
 	if r.suspends(s, reason) {
 		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason, "suspended": true})
@@ -897,6 +911,7 @@ func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
 		return // the session closed it itself, and knows
 	}
 	s.worker = nil
+	r.denyApprovalsLocked(s, ByClose) // its tool runs went with it
 	payload := map[string]any{"reason": res.Reason, "exit_code": res.ExitCode}
 	if res.Signal != "" {
 		payload["signal"] = res.Signal
@@ -1045,19 +1060,18 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 		r.finishTurn(s, t, "", true, err)
 		return
 	}
-	onDelta := func(d string) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if t.done {
-			return
-		}
-		t.text += d
-		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": d})
-		if t.ckpt == nil && !s.terminalOnly {
-			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
+	r.mu.Lock()
+	unloaded := s.unloaded
+	r.mu.Unlock()
+	if unloaded { // restored: the model gets the earlier conversation too
+		if err := r.load(ctx, s); err != nil {
+			r.log.Warn("history load", "sid", s.id, "err", err)
 		}
 	}
-	raw, err := w.Call(ctx, "prompt", map[string]string{"text": text, "turn_id": t.id}, onDelta)
+	r.mu.Lock()
+	params := map[string]any{"text": text, "turn_id": t.id, "history": r.modelHistoryLocked(s, t), "model": s.model}
+	r.mu.Unlock()
+	raw, err := w.Call(ctx, "prompt", params, func(ev workers.Event) { r.onEvent(s, t, w, ev) })
 	if err != nil {
 		r.finishTurn(s, t, "", true, err)
 		return
@@ -1065,11 +1079,12 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 	var res struct {
 		Output      string       `json:"output"`
 		Interrupted bool         `json:"interrupted"`
+		Status      string       `json:"status"`
 		Usage       *store.Usage `json:"usage"`
 	}
 	json.Unmarshal(raw, &res)
 	r.mu.Lock()
-	t.usage = res.Usage
+	t.usage, t.status = res.Usage, res.Status
 	r.mu.Unlock()
 	r.finishTurn(s, t, res.Output, res.Interrupted, nil)
 }
@@ -1091,7 +1106,21 @@ func (r *Registry) checkpoint(s *Session, t *turn) {
 // reply is the history entry of t's answer.
 func (t *turn) reply(text string, interrupted bool, usage *store.Usage) Message {
 	return Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: text, At: t.at,
-		TurnID: t.id, Interrupted: interrupted, Usage: usage}
+		TurnID: t.id, Interrupted: interrupted, Usage: usage, Status: t.replyStatus(interrupted)}
+}
+
+// replyStatus is the status of t's reply: the worker's word, else error
+// (the turn failed), interrupted or complete.
+func (t *turn) replyStatus(interrupted bool) string {
+	switch {
+	case t.status != "":
+		return t.status
+	case t.failed:
+		return "error"
+	case interrupted:
+		return "interrupted"
+	}
+	return "complete"
 }
 
 // finishTurn ends t once: history, message.complete and, on failure, an
@@ -1100,8 +1129,9 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !t.done {
+		t.failed = err != nil && !errors.Is(err, context.Canceled)
 		r.completeTurnLocked(s, t, output, interrupted)
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if t.failed {
 			code, msg := r.cfg.DescribeError(err)
 			r.emitLocked(s, "error", map[string]any{"message": msg, "code": code})
 			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id})
@@ -1119,11 +1149,13 @@ func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interr
 	if s.turn == t {
 		s.turn = nil
 	}
+	r.denyApprovalsLocked(s, ByInterrupt) // none is left when the turn ended by itself
 	if output == "" {
 		output = t.text
 	}
-	r.appendLocked(s, t.reply(output, interrupted, t.usage))
-	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted}
+	reply := t.reply(output, interrupted, t.usage)
+	r.appendLocked(s, reply)
+	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted, "status": reply.Status}
 	if t.usage != nil {
 		payload["usage"] = t.usage
 	}
@@ -1152,6 +1184,7 @@ func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
 	}
 	r.mu.Lock()
 	t := s.turn
+	r.denyApprovalsLocked(s, ByInterrupt)
 	r.mu.Unlock()
 	if t == nil {
 		return "idle", nil

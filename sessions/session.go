@@ -112,6 +112,8 @@ type turn struct {
 	finished chan struct{} // closed when done is set
 	ckpt     *time.Timer   // the pending checkpoint of the streamed text, nil when none
 	usage    *store.Usage  // reported by the worker with its reply
+	status   string        // the worker's status of its reply ("": derived)
+	failed   bool          // the turn ended with an error
 }
 
 // Session is one conversation with its worker and terminal. Its fields are
@@ -132,9 +134,11 @@ type Session struct {
 
 	history   []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
 	histBytes int
-	entrySeq  uint64 // the last entry seq given out
-	unloaded  bool   // restored or reopened: its stored entries are not in history yet
-	seq       uint64 // the last event seq
+	entrySeq  uint64               // the last entry seq given out
+	unloaded  bool                 // restored or reopened: its stored entries are not in history yet
+	seq       uint64               // the last event seq
+	approvals map[string]*approval // pending, by request id
+	model     string               // "" for the worker's default
 	turn      *turn
 	turns     int
 
@@ -148,7 +152,7 @@ type Session struct {
 
 // row is the stored form of s.
 func (s *Session) row() store.Session {
-	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state)}
+	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
 }
 
 // setState moves the session to next, or refuses an illegal move. Callers
@@ -176,13 +180,14 @@ type Info struct {
 	Running    bool      `json:"running"`
 	WorkerPID  int       `json:"worker_pid"`
 	PTYPID     int       `json:"pty_pid"`
+	Model      string    `json:"model,omitempty"`
 	Turns      int       `json:"-"`
 }
 
 func (s *Session) info() Info {
 	in := Info{
 		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers),
-		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns,
+		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns, Model: s.model,
 	}
 	if s.worker != nil {
 		in.WorkerPID = s.worker.PID()

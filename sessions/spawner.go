@@ -17,12 +17,15 @@ type ProcSpawner struct {
 	PTYCmd    []string // program and arguments run in a terminal
 	PTYDir    string   // working directory of terminals ("" = dashgate's)
 	Env       []string // environment given to both (see FilterEnv)
+	// WorkerEnv is added to the chat worker's environment only (the agent's
+	// settings and its API key: a terminal never sees them).
+	WorkerEnv []string
 }
 
 // SpawnWorker starts a chat worker.
 func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	w, err := p.Manager.StartWorker(workers.Spec{
-		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: p.Env,
+		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: append(p.Env[:len(p.Env):len(p.Env)], p.WorkerEnv...),
 		CancelGrace: req.CancelGrace, OnClose: req.OnClose,
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +39,14 @@ type config struct {
 	WriteTimeout     time.Duration
 	ShutdownTimeout  time.Duration
 	StateDir         string
+	LLMURL           string
+	LLMModel         string
+	LLMKeyEnv        string
+	SystemPrompt     string
+	AgentContext     int
+	AgentTools       string
+	ToolTimeout      time.Duration
+	ApprovalTimeout  time.Duration
 	Store            string
 	HistoryRetention time.Duration
 	BasePath         string
@@ -93,6 +102,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "instance locks (for the startup sweep) and the default store")
 	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db); none: memory only, nothing survives a restart")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
+	fs.StringVar(&c.LLMURL, "llm-url", "", "base URL of an OpenAI-compatible model server (e.g. http://127.0.0.1:11434/v1): the chat worker becomes `dashgate agent`")
+	fs.StringVar(&c.LLMModel, "llm-model", "", "default model (empty: the first of the server's /v1/models)")
+	fs.StringVar(&c.LLMKeyEnv, "llm-api-key-env", "OPENAI_API_KEY", "name of the environment variable holding the model server's API key")
+	fs.StringVar(&c.SystemPrompt, "agent-system-prompt", "", "the agent's system prompt: text, or @path of a file")
+	fs.IntVar(&c.AgentContext, "agent-context", 32<<10, "bytes of earlier conversation sent with each prompt (the oldest dropped first)")
+	fs.StringVar(&c.AgentTools, "agent-tools", "", "tools the agent may use after a viewer approves: shell, or empty for none")
+	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "an approved tool run longer than this is ended")
+	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
@@ -134,6 +151,17 @@ func (c config) validate() error {
 	}
 	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
 		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))
+	}
+	if c.AgentTools != "" && c.AgentTools != "shell" {
+		errs = append(errs, fmt.Errorf("--agent-tools must be shell or empty, not %q", c.AgentTools))
+	}
+	if c.AgentContext < 1 || c.ToolTimeout <= 0 || c.ApprovalTimeout <= 0 {
+		errs = append(errs, errors.New("--agent-context, --tool-timeout and --approval-timeout must be positive"))
+	}
+	if c.LLMURL != "" {
+		if u, err := url.Parse(c.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--llm-url %q is not an http(s) URL", c.LLMURL))
+		}
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))

@@ -127,12 +127,25 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		token = randomToken()
 	}
 	workerCmd := strings.Fields(cfg.WorkerCmd)
+	var workerEnv []string
+	var models handlers.ModelLister
+	if cfg.LLMURL != "" {
+		key := os.Getenv(cfg.LLMKeyEnv)
+		if workerEnv, err = agentEnv(cfg, key); err != nil {
+			return err
+		}
+		models = newModelServer(cfg, key).List
+	}
 	if len(workerCmd) == 0 {
 		self, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find own binary for the worker: %w", err)
 		}
-		workerCmd = []string{self, "worker"}
+		sub := "worker"
+		if cfg.LLMURL != "" {
+			sub = "agent"
+		}
+		workerCmd = []string{self, sub}
 	}
 	for _, prog := range [][]string{workerCmd, strings.Fields(cfg.PTYCmd)} {
 		if _, err := exec.LookPath(prog[0]); err != nil {
@@ -152,13 +165,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	reg := sessions.New(sessions.Config{
 		Spawner: sessions.ProcSpawner{
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
-			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)),
+			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)), WorkerEnv: workerEnv,
 		},
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer,
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
-		DescribeError:  handlers.DescribeError,
+		DescribeError:   handlers.DescribeError,
+		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
@@ -174,7 +188,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP,
 	}, web.Handlers{
-		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat")},
+		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models},
 		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
 		Admin:    admin,
 		Metrics:  metrics.Handler(),

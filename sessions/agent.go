@@ -1,0 +1,241 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// This file is what a session does with an agent worker's events beyond
+// deltas (docs/PROTOCOL.md §7, "The agent worker"): approvals of tool runs,
+// the runs themselves, the conversation sent with each prompt, and the
+// model a session uses.
+
+// Approval is a tool run a worker asked for, waiting for a viewer's
+// answer (approval.request; session.resume lists the pending ones).
+type Approval struct {
+	RequestID string `json:"request_id"`
+	TurnID    string `json:"turn_id"`
+	Tool      string `json:"tool"`
+	Command   string `json:"command"`
+}
+
+// Approval choices, and who resolved an approval (approval.resolved's by).
+const (
+	ChoiceOnce = "once"
+	ChoiceDeny = "deny"
+
+	ByViewer    = "viewer"
+	ByInterrupt = "interrupt"
+	ByDetach    = "detach"
+	ByClose     = "close"
+	ByTimeout   = "timeout"
+)
+
+// Entry kinds of an agent's turn.
+const (
+	KindApprovalRequest  = "approval_request"
+	KindApprovalResolved = "approval_resolved"
+	KindToolCall         = "tool_call"
+	KindToolResult       = "tool_result"
+)
+
+type approval struct {
+	Approval
+	w     Worker
+	timer *time.Timer
+}
+
+// approvalAnswerTimeout bounds telling a worker the answer to its approval.
+const approvalAnswerTimeout = 5 * time.Second
+
+// onEvent handles an event the worker streams for turn t of s. It runs on
+// the worker's stdout goroutine: it takes the lock briefly and never
+// blocks on I/O.
+func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.done {
+		return // the turn ended (interrupted): the worker's cancel denies what it asks
+	}
+	switch ev.Name {
+	case "delta":
+		t.text += ev.Text
+		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": ev.Text})
+		if t.ckpt == nil && !s.terminalOnly {
+			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
+		}
+	case "approval":
+		var p struct {
+			RequestID string `json:"request_id"`
+			Tool      string `json:"tool"`
+			Command   string `json:"command"`
+		}
+		if json.Unmarshal(ev.Line, &p) != nil || p.RequestID == "" || s.approvals[p.RequestID] != nil {
+			return
+		}
+		a := &approval{Approval: Approval{RequestID: p.RequestID, TurnID: t.id, Tool: p.Tool, Command: p.Command}, w: w}
+		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { r.expireApproval(s, p.RequestID) })
+		if s.approvals == nil {
+			s.approvals = map[string]*approval{}
+		}
+		s.approvals[p.RequestID] = a
+		r.emitLocked(s, "approval.request", a.Approval)
+		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: p.Command, TurnID: t.id,
+			Data: mustJSON(map[string]string{"request_id": p.RequestID, "tool": p.Tool})})
+	case "tool_start":
+		var p struct {
+			ToolID  string `json:"tool_id"`
+			Name    string `json:"name"`
+			Command string `json:"command"`
+		}
+		if json.Unmarshal(ev.Line, &p) != nil {
+			return
+		}
+		r.emitLocked(s, "tool.start", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "name": p.Name, "command": p.Command})
+		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolCall, Text: p.Command, TurnID: t.id,
+			Data: mustJSON(map[string]string{"tool_id": p.ToolID, "name": p.Name})})
+	case "tool_complete":
+		var p struct {
+			ToolID     string `json:"tool_id"`
+			ExitCode   int    `json:"exit_code"`
+			Output     string `json:"output"`
+			Truncated  bool   `json:"truncated"`
+			DurationMS int64  `json:"duration_ms"`
+		}
+		if json.Unmarshal(ev.Line, &p) != nil {
+			return
+		}
+		r.emitLocked(s, "tool.complete", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "exit_code": p.ExitCode,
+			"output": p.Output, "truncated": p.Truncated, "duration_ms": p.DurationMS})
+		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolResult, Text: p.Output, TurnID: t.id,
+			Data: mustJSON(map[string]any{"tool_id": p.ToolID, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS})})
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// resolveLocked settles a pending approval once: the viewers get
+// approval.resolved and the history an entry. r.mu must be held.
+func (r *Registry) resolveLocked(s *Session, a *approval, choice, by string) {
+	delete(s.approvals, a.RequestID)
+	a.timer.Stop()
+	r.emitLocked(s, "approval.resolved", map[string]string{"request_id": a.RequestID, "choice": choice, "by": by})
+	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalResolved, Text: choice, TurnID: a.TurnID,
+		Data: mustJSON(map[string]string{"request_id": a.RequestID, "choice": choice, "by": by})})
+}
+
+// denyApprovalsLocked denies every pending approval of s, by by (the turn
+// is ending: its worker is cancelled or closed, so it is not told).
+// r.mu must be held.
+func (r *Registry) denyApprovalsLocked(s *Session, by string) {
+	for _, a := range s.approvals {
+		r.resolveLocked(s, a, ChoiceDeny, by)
+	}
+}
+
+// answer tells the worker the choice for its approval.
+func answer(ctx context.Context, a *approval, choice, by string) error {
+	ctx, cancel := context.WithTimeout(ctx, approvalAnswerTimeout)
+	defer cancel()
+	_, err := a.w.Call(ctx, "approval", map[string]string{"request_id": a.RequestID, "choice": choice, "by": by}, nil)
+	return err
+}
+
+// RespondApproval answers a pending approval of sid for viewer v: it
+// reports true when this call resolved it, false when another viewer or an
+// event did first (or the id is unknown): one answer, one run at most. It
+// blocks until the worker was told. Errors: ErrNotFound,
+// ErrViewerCapacity.
+func (r *Registry) RespondApproval(ctx context.Context, v Viewer, sid, requestID, choice string) (bool, error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	a := s.approvals[requestID]
+	if a == nil {
+		r.mu.Unlock()
+		return false, nil
+	}
+	r.resolveLocked(s, a, choice, ByViewer)
+	r.mu.Unlock()
+	if err := answer(ctx, a, choice, ByViewer); err != nil {
+		// The worker is gone or stuck: its turn fails on its own.
+		r.log.Warn("approval answer", "sid", sid, "request_id", requestID, "err", err)
+	}
+	return true, nil
+}
+
+// expireApproval denies an approval nobody answered within
+// ApprovalTimeout.
+func (r *Registry) expireApproval(s *Session, requestID string) {
+	r.mu.Lock()
+	a := s.approvals[requestID]
+	if a == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.resolveLocked(s, a, ChoiceDeny, ByTimeout)
+	r.mu.Unlock()
+	r.goTracked(func() { answer(context.Background(), a, ChoiceDeny, ByTimeout) })
+}
+
+// pendingLocked lists the pending approvals of s. r.mu must be held.
+func (s *Session) pendingLocked() []Approval {
+	out := []Approval{}
+	for _, a := range s.approvals {
+		out = append(out, a.Approval)
+	}
+	return out
+}
+
+// modelHistoryLocked is the conversation a prompt of turn t sends its
+// worker: prompts, replies and tool entries, oldest first, the oldest
+// dropped to fit Config.AgentContext bytes of text. r.mu must be held.
+func (r *Registry) modelHistoryLocked(s *Session, t *turn) []map[string]string {
+	var out []map[string]string
+	total := 0
+	for i := len(s.history) - 1; i >= 0; i-- {
+		e := s.history[i]
+		switch {
+		case e.Seq >= t.seq-1: // this turn's own prompt (and anything after it)
+			continue
+		case e.Kind != store.KindPrompt && e.Kind != store.KindReply && e.Kind != KindToolCall && e.Kind != KindToolResult:
+			continue
+		}
+		if total+len(e.Text) > r.cfg.AgentContext {
+			break
+		}
+		total += len(e.Text)
+		out = append(out, map[string]string{"role": e.Role, "kind": e.Kind, "text": e.Text})
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	if out == nil {
+		out = []map[string]string{}
+	}
+	return out
+}
+
+// Configure sets the model of sid's prompts ("" for the worker's
+// default); it is kept with the session. v becomes a viewer of it.
+// Errors: ErrNotFound, ErrViewerCapacity.
+func (r *Registry) Configure(v Viewer, sid, model string) error {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.model = model
+	r.saveLocked(s)
+	return nil
+}
