@@ -61,6 +61,7 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 	if t.done {
 		return // the turn ended (interrupted): the worker's cancel denies what it asks
 	}
+	defer r.idleLocked(s, t)
 	switch ev.Name {
 	case "delta":
 		t.text += ev.Text
@@ -95,6 +96,7 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 		if json.Unmarshal(ev.Line, &p) != nil {
 			return
 		}
+		t.tools++
 		r.emitLocked(s, "tool.start", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "name": p.Name, "command": p.Command})
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolCall, Text: p.Command, TurnID: t.id,
 			Data: mustJSON(map[string]string{"tool_id": p.ToolID, "name": p.Name})})
@@ -109,11 +111,32 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 		if json.Unmarshal(ev.Line, &p) != nil {
 			return
 		}
+		t.tools = max(t.tools-1, 0)
 		r.emitLocked(s, "tool.complete", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "exit_code": p.ExitCode,
 			"output": p.Output, "truncated": p.Truncated, "duration_ms": p.DurationMS})
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolResult, Text: p.Output, TurnID: t.id,
 			Data: mustJSON(map[string]any{"tool_id": p.ToolID, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS})})
 	}
+}
+
+// idleLocked restarts t's silence timer after an event, or stops it while
+// t waits for an approval or a tool runs (the tool has its own timeout).
+// r.mu must be held.
+func (r *Registry) idleLocked(s *Session, t *turn) {
+	if t.done {
+		return
+	}
+	for _, a := range s.approvals {
+		if a.TurnID == t.id {
+			t.idle.Stop()
+			return
+		}
+	}
+	if t.tools > 0 {
+		t.idle.Stop()
+		return
+	}
+	t.idle.Reset(r.cfg.WorkerTimeout)
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -165,6 +188,9 @@ func (r *Registry) RespondApproval(ctx context.Context, v Viewer, sid, requestID
 		return false, nil
 	}
 	r.resolveLocked(s, a, choice, ByViewer)
+	if t := s.turn; t != nil && t.id == a.TurnID {
+		r.idleLocked(s, t)
+	}
 	r.mu.Unlock()
 	if err := answer(ctx, a, choice, ByViewer); err != nil {
 		// The worker is gone or stuck: its turn fails on its own.
@@ -183,6 +209,9 @@ func (r *Registry) expireApproval(s *Session, requestID string) {
 		return
 	}
 	r.resolveLocked(s, a, ChoiceDeny, ByTimeout)
+	if t := s.turn; t != nil && t.id == a.TurnID {
+		r.idleLocked(s, t)
+	}
 	r.mu.Unlock()
 	r.goTracked(func() { answer(context.Background(), a, ChoiceDeny, ByTimeout) })
 }

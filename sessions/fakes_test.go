@@ -20,7 +20,9 @@ type fakeWorker struct {
 	stream  chan string // when set, a prompt streams its deltas until it is closed
 
 	mu      sync.Mutex
-	prompts []map[string]any // the params of every prompt it got
+	prompts []map[string]any    // the params of every prompt it got
+	answers []map[string]string // the params of every approval answer it got
+	events  chan workers.Event  // when set, a prompt sends these events until it is closed
 	closing bool
 	reason  workers.Reason
 	closed  chan struct{}
@@ -66,7 +68,27 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEven
 		}
 		b, _ := json.Marshal(map[string]string{"output": p["command"]})
 		return b, nil
+	case "approval":
+		w.mu.Lock()
+		w.answers = append(w.answers, params.(map[string]string))
+		w.mu.Unlock()
+		return json.RawMessage(`{}`), nil
 	case "prompt":
+		if w.events != nil { // send what the test sends until it closes the channel
+			for {
+				select {
+				case ev, ok := <-w.events:
+					if !ok {
+						return json.RawMessage(`{"output":"","status":"complete"}`), nil
+					}
+					onEvent(ev)
+				case <-w.closed:
+					return nil, &workers.Error{Failure: workers.FailCrashed, Message: "closed"}
+				case <-ctx.Done():
+					return json.RawMessage(`{"output":"","interrupted":true}`), nil
+				}
+			}
+		}
 		if w.stream != nil { // stream what the test sends until it closes the channel
 			for {
 				select {
@@ -113,7 +135,8 @@ type fakeSpawner struct {
 	next    int
 	all     []*fakeWorker
 	hang    bool
-	stream  chan string // given to every worker (see fakeWorker.stream)
+	stream  chan string        // given to every worker (see fakeWorker.stream)
+	events  chan workers.Event // given to every worker (see fakeWorker.events)
 	spawned atomic.Int64
 	gate    chan struct{} // when set, spawns wait on it
 	entered chan struct{} // when set, each spawn signals it before waiting
@@ -132,7 +155,7 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, closed: make(chan struct{})}
+	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, events: s.events, closed: make(chan struct{})}
 	s.all = append(s.all, w)
 	s.spawned.Add(1)
 	return w, nil

@@ -1034,9 +1034,14 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 		r.mu.Unlock()
 		return "", nil, ErrBusy
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.WorkerTimeout)
+	// WorkerTimeout bounds the silence of a turn, not its length: every
+	// event the worker sends restarts it, and it stands still while the turn
+	// waits for a viewer's approval or a tool runs.
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(context.Canceled) }
 	now := time.Now()
 	t := &turn{id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
+	t.idle = time.AfterFunc(r.cfg.WorkerTimeout, func() { cancelCause(context.DeadlineExceeded) })
 	s.turn = t
 	s.turns++
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
@@ -1142,6 +1147,7 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interrupted bool) {
 	t.done = true
 	close(t.finished)
+	t.idle.Stop()
 	if t.ckpt != nil {
 		t.ckpt.Stop()
 		t.ckpt = nil

@@ -111,6 +111,8 @@ type turn struct {
 	done     bool
 	finished chan struct{} // closed when done is set
 	ckpt     *time.Timer   // the pending checkpoint of the streamed text, nil when none
+	idle     *time.Timer   // ends the turn after WorkerTimeout of silence (see Prompt)
+	tools    int           // tool runs started and not complete
 	usage    *store.Usage  // reported by the worker with its reply
 	status   string        // the worker's status of its reply ("": derived)
 	failed   bool          // the turn ended with an error

@@ -126,9 +126,12 @@ func (m *Manager) StartWorker(spec Spec) (*Worker, error) {
 
 // Call sends one request and waits for its reply. onEvent, when set, gets
 // each event the worker streams for it (delta, approval, tool_start, ...),
-// in order, on the stdout goroutine (it must not block for long). When ctx ends first, the worker is recycled (closed with
-// ReasonTimeout, so no stale reply is left in flight) and a FailTimeout
-// *Error is returned. Other failures are *Error too.
+// in order, on the stdout goroutine (it must not block for long). When ctx
+// ends first by its deadline (or is cancelled with the cause
+// context.DeadlineExceeded: a caller's idle timeout), the worker is
+// recycled (closed with ReasonTimeout, so no stale reply is left in
+// flight) and a FailTimeout *Error is returned; otherwise it is asked to
+// cancel. Other failures are *Error too.
 func (w *Worker) Call(ctx context.Context, method string, params any, onEvent func(Event)) (json.RawMessage, error) {
 	c := &call{onEvent: onEvent, done: make(chan reply, 1)}
 	w.mu.Lock()
@@ -152,7 +155,7 @@ func (w *Worker) Call(ctx context.Context, method string, params any, onEvent fu
 		return r.result, w.withTail(r.err)
 	case <-ctx.Done():
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		w.forget(id)
 		w.Close(ReasonTimeout)
 		return nil, &Error{Failure: FailTimeout, Message: "no reply in time; worker recycled", StderrTail: w.StderrTail()}

@@ -1,0 +1,196 @@
+package sessions
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// agentTurn starts a prompt whose worker sends the events the test puts
+// on h.sp.events.
+func agentTurn(t *testing.T, h *harness, v Viewer, sid string) {
+	t.Helper()
+	if h.sp.events == nil {
+		h.sp.events = make(chan workers.Event)
+	}
+	_, start, err := h.r.Prompt(v, sid, "do it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start()
+}
+
+func event(name string, fields map[string]any) workers.Event {
+	fields["event"] = name
+	b, _ := json.Marshal(fields)
+	return workers.Event{Name: name, Line: b}
+}
+
+func askApproval(h *harness, id string) {
+	h.sp.events <- event("approval", map[string]any{"request_id": id, "tool": "shell", "command": "touch " + id})
+}
+
+func resolved(v *recViewer) []string {
+	var out []string
+	for _, ev := range v.ofType("approval.resolved") {
+		p := ev.Payload.(map[string]string)
+		out = append(out, fmt.Sprintf("%s:%s:%s", p["request_id"], p["choice"], p["by"]))
+	}
+	return out
+}
+
+func (w *fakeWorker) answered() []map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]map[string]string(nil), w.answers...)
+}
+
+// TestApprovalOnceEver: every viewer hears the request; the first answer
+// resolves it, a second gets false; the worker is told exactly once; the
+// request, the answer and the tool's run are history.
+func TestApprovalOnceEver(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v1, v2 := &recViewer{}, &recViewer{}
+	in, _ := h.r.Create(v1, "", false)
+	h.r.Resume(v2, in.ID)
+	agentTurn(t, h, v1, in.ID)
+	askApproval(h, "r1")
+	for _, v := range []*recViewer{v1, v2} {
+		if evs := v.ofType("approval.request"); len(evs) != 1 || evs[0].Payload.(Approval).Command != "touch r1" {
+			t.Fatalf("approval.request: %+v", evs)
+		}
+	}
+	if res, _ := h.r.Resume(v2, in.ID); len(res.PendingApprovals) != 1 || res.PendingApprovals[0].RequestID != "r1" {
+		t.Fatalf("pending approvals: %+v", res.PendingApprovals)
+	}
+	first, err := h.r.RespondApproval(t.Context(), v1, in.ID, "r1", ChoiceOnce)
+	second, err2 := h.r.RespondApproval(t.Context(), v2, in.ID, "r1", ChoiceDeny)
+	if !first || second || err != nil || err2 != nil {
+		t.Fatalf("answers: %v %v (%v %v), want true then false", first, second, err, err2)
+	}
+	w := h.sp.workers()[0]
+	if got := w.answered(); len(got) != 1 || got[0]["choice"] != "once" || got[0]["by"] != "viewer" {
+		t.Fatalf("the worker was told %+v", got)
+	}
+	for _, v := range []*recViewer{v1, v2} {
+		if got := resolved(v); len(got) != 1 || got[0] != "r1:once:viewer" {
+			t.Fatalf("approval.resolved: %v", got)
+		}
+	}
+	h.sp.events <- event("tool_start", map[string]any{"tool_id": "t1", "name": "shell", "command": "touch r1"})
+	h.sp.events <- event("tool_complete", map[string]any{"tool_id": "t1", "exit_code": 0, "output": "done", "duration_ms": 3})
+	close(h.sp.events)
+	h.r.Wait()
+	if evs := v2.ofType("tool.complete"); len(evs) != 1 {
+		t.Fatalf("tool.complete: %+v", evs)
+	}
+	res, _ := h.r.Resume(v1, in.ID)
+	wantKinds(t, "history", res.History, "prompt:do it", "reply:", "approval_request:touch r1", "approval_resolved:once",
+		"tool_call:touch r1", "tool_result:done")
+	if res.History[1].Status != "complete" || len(res.PendingApprovals) != 0 {
+		t.Fatalf("after the turn: %+v %+v", res.History[1], res.PendingApprovals)
+	}
+	wantKinds(t, "store", stored(t, h, in.ID), kinds(res.History)...)
+}
+
+// TestApprovalDenied: interrupt, detach, close and the timeout each deny a
+// pending approval, once, saying which; an answer after it is false.
+func TestApprovalDenied(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		end  func(h *harness, v *recViewer, sid string)
+		by   string
+		told bool // the worker is told (it still runs the turn)
+	}{
+		{"interrupt", func(h *harness, v *recViewer, sid string) { h.r.Interrupt(v, sid) }, ByInterrupt, false},
+		{"detach", func(h *harness, v *recViewer, sid string) { h.r.DetachViewer(v, workers.ReasonDetach) }, ByDetach, false},
+		{"close", func(h *harness, v *recViewer, sid string) { h.r.Close(sid, EndClientClose) }, ByClose, false},
+		{"timeout", func(h *harness, v *recViewer, sid string) { h.advance(5 * time.Minute) }, ByTimeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, nil)
+				v := &recViewer{}
+				in, _ := h.r.Create(v, "", false)
+				agentTurn(t, h, v, in.ID)
+				askApproval(h, "r")
+				tt.end(h, v, in.ID)
+				synctest.Wait()
+				// The history says who denied it (after a detach or close no
+				// viewer is left to hear approval.resolved).
+				es, _, _ := h.r.History(t.Context(), in.ID, 0, 100)
+				var got []string
+				for _, e := range es {
+					if e.Kind == KindApprovalResolved {
+						got = append(got, string(e.Data))
+					}
+				}
+				if len(got) != 1 || got[0] != `{"by":"`+tt.by+`","choice":"deny","request_id":"r"}` {
+					t.Fatalf("approval_resolved entries: %v", got)
+				}
+				if evs := resolved(v); tt.by == ByInterrupt && (len(evs) != 1 || evs[0] != "r:deny:interrupt") {
+					t.Fatalf("approval.resolved: %v", evs)
+				}
+				if ok, _ := h.r.RespondApproval(t.Context(), &recViewer{}, in.ID, "r", ChoiceOnce); ok {
+					t.Fatal("an answer after the denial resolved it")
+				}
+				told := h.sp.workers()[0].answered()
+				if tt.told != (len(told) == 1 && told[0]["choice"] == "deny") {
+					t.Fatalf("the worker was told %+v", told)
+				}
+				close(h.sp.events)
+			})
+		})
+	}
+}
+
+// TestConversationReachesNewWorker: each prompt carries the earlier
+// prompts, replies and tool entries (not commands or notices), oldest
+// first, within AgentContext bytes, and the session's model; a worker
+// spawned after a detach gets the conversation the last one had.
+func TestConversationReachesNewWorker(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.AgentContext = 30 })
+	v := leavingViewer()
+	in, _ := h.r.Create(v, "", false)
+	for _, p := range []string{"one", "two", "three"} {
+		_, start, _ := h.r.Prompt(v, in.ID, p)
+		start()
+		h.r.Wait()
+	}
+	h.r.Exec(t.Context(), v, in.ID, "/not for the model")
+	if err := h.r.Configure(v, in.ID, "qwen3:8b"); err != nil {
+		t.Fatal(err)
+	}
+	v.leave()
+	h.r.DetachViewer(v, workers.ReasonDetach)
+	h.r.Wait()
+
+	v2 := &recViewer{}
+	_, start, _ := h.r.Prompt(v2, in.ID, "four")
+	start()
+	h.r.Wait()
+	ws := h.sp.workers()
+	if len(ws) != 2 {
+		t.Fatalf("%d workers, want a new one after the detach", len(ws))
+	}
+	p := ws[1].prompts[0]
+	hist, _ := json.Marshal(p["history"])
+	// 30 bytes: "two" (3) + "echo two" (8) + "three" (5) + "echo three" (10) = 26; "echo one" would not fit.
+	want := `[{"kind":"prompt","role":"user","text":"two"},{"kind":"reply","role":"assistant","text":"echo two"},` +
+		`{"kind":"prompt","role":"user","text":"three"},{"kind":"reply","role":"assistant","text":"echo three"}]`
+	if string(hist) != want || p["model"] != "qwen3:8b" || p["text"] != "four" {
+		t.Fatalf("the new worker's prompt: history %s, model %v, text %v", hist, p["model"], p["text"])
+	}
+	if got, _ := h.r.Get(in.ID); got.Model != "qwen3:8b" {
+		t.Fatalf("session model: %+v", got)
+	}
+}
