@@ -15,7 +15,7 @@ import (
 func agentTurn(t *testing.T, h *harness, v Viewer, sid string) {
 	t.Helper()
 	if h.sp.events == nil {
-		h.sp.events = make(chan workers.Event)
+		h.sp.events, h.sp.acked = make(chan workers.Event), make(chan struct{})
 	}
 	_, start, err := h.r.Prompt(v, sid, "do it")
 	if err != nil {
@@ -30,8 +30,14 @@ func event(name string, fields map[string]any) workers.Event {
 	return workers.Event{Name: name, Line: b}
 }
 
+// send has the worker send ev and returns once it was handled.
+func send(h *harness, ev workers.Event) {
+	h.sp.events <- ev
+	<-h.sp.acked
+}
+
 func askApproval(h *harness, id string) {
-	h.sp.events <- event("approval", map[string]any{"request_id": id, "tool": "shell", "command": "touch " + id})
+	send(h, event("approval", map[string]any{"request_id": id, "tool": "shell", "command": "touch " + id}))
 }
 
 func resolved(v *recViewer) []string {
@@ -82,8 +88,8 @@ func TestApprovalOnceEver(t *testing.T) {
 			t.Fatalf("approval.resolved: %v", got)
 		}
 	}
-	h.sp.events <- event("tool_start", map[string]any{"tool_id": "t1", "name": "shell", "command": "touch r1"})
-	h.sp.events <- event("tool_complete", map[string]any{"tool_id": "t1", "exit_code": 0, "output": "done", "duration_ms": 3})
+	send(h, event("tool_start", map[string]any{"tool_id": "t1", "name": "shell", "command": "touch r1"}))
+	send(h, event("tool_complete", map[string]any{"tool_id": "t1", "exit_code": 0, "output": "done", "duration_ms": 3}))
 	close(h.sp.events)
 	h.r.Wait()
 	if evs := v2.ofType("tool.complete"); len(evs) != 1 {

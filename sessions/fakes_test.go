@@ -23,6 +23,7 @@ type fakeWorker struct {
 	prompts []map[string]any    // the params of every prompt it got
 	answers []map[string]string // the params of every approval answer it got
 	events  chan workers.Event  // when set, a prompt sends these events until it is closed
+	acked   chan struct{}       // a value after each of events was handled
 	closing bool
 	reason  workers.Reason
 	closed  chan struct{}
@@ -82,6 +83,7 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEven
 						return json.RawMessage(`{"output":"","status":"complete"}`), nil
 					}
 					onEvent(ev)
+					w.acked <- struct{}{} // the test goes on once the event was handled
 				case <-w.closed:
 					return nil, &workers.Error{Failure: workers.FailCrashed, Message: "closed"}
 				case <-ctx.Done():
@@ -137,6 +139,7 @@ type fakeSpawner struct {
 	hang    bool
 	stream  chan string        // given to every worker (see fakeWorker.stream)
 	events  chan workers.Event // given to every worker (see fakeWorker.events)
+	acked   chan struct{}
 	spawned atomic.Int64
 	gate    chan struct{} // when set, spawns wait on it
 	entered chan struct{} // when set, each spawn signals it before waiting
@@ -155,7 +158,7 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, events: s.events, closed: make(chan struct{})}
+	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, events: s.events, acked: s.acked, closed: make(chan struct{})}
 	s.all = append(s.all, w)
 	s.spawned.Add(1)
 	return w, nil
