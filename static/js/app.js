@@ -37,6 +37,8 @@ const els = {
 	search: byTestId('search-input'),
 	hits: byTestId('search-results'),
 	historyMore: byTestId('history-more'),
+	modelPicker: byTestId('model-picker'),
+	chatModel: byTestId('chat-model'),
 };
 
 const chat = new ChatLog(els.log);
@@ -52,6 +54,9 @@ let loadedMore = false; // "Load more" was used: closed holds more than the firs
 let oldestSeq = 0; // seq of the oldest history entry shown (0: none)
 let restarting = false; // dashgate said it is restarting (session.closed, suspended)
 const streaming = new Set(); // turn_ids of the current session still streaming
+let models = null; // model.list's result ({models, default}), null until known
+let modelsError = ''; // why model.list failed, if it did
+let currentModel = ''; // the current session's model ("" for the default)
 
 // Session changes (create, resume, close, the choice after a reconnect) run
 // one at a time, in order, so that clicks and reconnects never interleave.
@@ -148,6 +153,8 @@ function show(id, r, explicit) {
 	setCurrent(id, explicit);
 	const history = Array.isArray(r.history) ? r.history : [];
 	for (const e of history) chat.entry(e);
+	if (Array.isArray(r.pending_approvals)) chat.syncApprovals(r.pending_approvals);
+	setModel(typeof r.model === 'string' ? r.model : '');
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
 	if (r.running) chat.add('system', 'a reply is still being written');
@@ -206,6 +213,7 @@ async function create() {
 	oldestSeq = 0;
 	els.historyMore.hidden = true;
 	setCurrent(r.session_id, true);
+	setModel('');
 	await refresh();
 }
 
@@ -234,6 +242,7 @@ async function closeSession(id) {
 // if it is still alive, else create one.
 function onReady() {
 	restarting = false;
+	loadModels();
 	serial(async () => {
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
@@ -267,8 +276,27 @@ function onEvent(ev) {
 			break;
 		case 'message.complete':
 			streaming.delete(p.turn_id);
-			chat.complete(p.turn_id, p.text, Boolean(p.interrupted));
+			chat.complete(p.turn_id, p.text, Boolean(p.interrupted), p.status);
 			refreshSoon();
+			break;
+		case 'approval.request':
+			if (p.turn_id) streaming.add(p.turn_id); // Escape interrupts the turn
+			chat.entry({ kind: 'approval_request', text: p.command ?? '', turn_id: p.turn_id, data: { request_id: p.request_id, tool: p.tool } });
+			break;
+		case 'approval.resolved':
+			chat.entry({ kind: 'approval_resolved', text: p.choice ?? '', live: true, data: { request_id: p.request_id, choice: p.choice, by: p.by } });
+			break;
+		case 'tool.start':
+			if (p.turn_id) streaming.add(p.turn_id);
+			chat.entry({ kind: 'tool_call', text: p.command ?? '', turn_id: p.turn_id, data: { tool_id: p.tool_id, name: p.name } });
+			break;
+		case 'tool.complete':
+			chat.entry({
+				kind: 'tool_result',
+				text: p.output ?? '',
+				turn_id: p.turn_id,
+				data: { tool_id: p.tool_id, exit_code: p.exit_code, truncated: p.truncated, duration_ms: p.duration_ms },
+			});
 			break;
 		case 'session.closed':
 			if (p.suspended) {
@@ -405,6 +433,94 @@ els.input.addEventListener('keydown', (ev) => {
 	rpc.call('session.interrupt', { session_id: current }).catch((err) => chat.addError(err));
 });
 
+// Approve / Deny on an approval card: approval.respond. The card changes
+// with the approval.resolved event every viewer gets; {resolved: false}
+// means another tab (or a timeout, an interrupt) answered first.
+els.log.addEventListener('click', (ev) => {
+	const button = ev.target instanceof Element ? ev.target.closest('[data-testid="approve"], [data-testid="deny"]') : null;
+	const card = button?.closest('[data-testid="approval-card"]');
+	if (!card || button.disabled || card.dataset.state !== 'pending') return;
+	respond(card.dataset.requestId, button.dataset.testid === 'approve' ? 'once' : 'deny');
+});
+
+async function respond(requestId, choice) {
+	const sid = current;
+	if (!sid) return;
+	chat.responding(requestId, choice);
+	chat.busy(requestId, true);
+	try {
+		const r = await rpc.call('approval.respond', { session_id: sid, request_id: requestId, choice });
+		if (sid === current) chat.responded(requestId, Boolean(r.resolved));
+	} catch (err) {
+		if (sid !== current) return;
+		chat.busy(requestId, false);
+		chat.addError(err, 'approval');
+	}
+}
+
+// The model picker: model.list once per chat socket; a choice is the
+// current session's model (session.configure).
+async function loadModels() {
+	try {
+		const r = await rpc.call('model.list', {});
+		models = { models: Array.isArray(r.models) ? r.models.filter((m) => typeof m === 'string') : [], default: r.default ?? '' };
+		modelsError = '';
+	} catch (err) {
+		models = null;
+		modelsError = err.message || 'model.list failed';
+	}
+	renderModels();
+}
+
+function setModel(model) {
+	currentModel = model;
+	renderModels();
+}
+
+function renderModels() {
+	const sel = els.modelPicker;
+	const list = models?.models ?? [];
+	const def = models?.default ?? '';
+	const echo = models !== null && list.length === 0 && !def; // no model server: the echo worker
+	const opt = (value, label) => {
+		const o = document.createElement('option');
+		o.value = value;
+		o.textContent = label;
+		return o;
+	};
+	const options = [];
+	if (echo) {
+		options.push(opt('', 'echo agent'));
+	} else {
+		options.push(opt('', def ? `default (${def})` : 'default model'));
+		for (const m of list) options.push(opt(m, m));
+		if (currentModel && !list.includes(currentModel)) options.push(opt(currentModel, currentModel));
+	}
+	sel.replaceChildren(...options);
+	sel.value = echo ? '' : currentModel;
+	// Nothing to choose from: no list (yet, or it failed), or only the echo worker.
+	sel.disabled = echo || list.length === 0 || !current;
+	sel.title = modelsError ? `model list unavailable: ${modelsError}` : echo ? 'no model server: the echo agent answers' : 'the model of this session';
+	els.chatModel.textContent = echo ? 'echo agent' : currentModel || def || 'default model';
+	els.chatModel.dataset.model = echo ? '' : currentModel;
+}
+
+els.modelPicker.addEventListener('change', () => {
+	const sid = current;
+	const model = els.modelPicker.value;
+	if (!sid) return;
+	serial(async () => {
+		if (sid !== current) return;
+		try {
+			const r = await rpc.call('session.configure', { session_id: sid, model });
+			if (sid === current) setModel(typeof r.model === 'string' ? r.model : model);
+		} catch (err) {
+			renderModels(); // back to the model in use
+			throw err;
+		}
+	});
+});
+
 els.newSession.addEventListener('click', () => serial(create));
 els.historyMore.addEventListener('click', () => serial(loadEarlier));
 els.closedMore.addEventListener('click', () => serial(loadMoreClosed));
@@ -481,6 +597,7 @@ window.dashgate = {
 	entries: () => [...els.log.querySelectorAll('[data-testid="entry"]')].map((e) => ({ kind: e.dataset.kind, text: e.textContent })),
 	terminalText: () => terminal.text(),
 	chatSocketState: () => rpc.state(),
+	currentModel: () => currentModel,
 	ptySocketState: () => terminal.state(),
 };
 

@@ -18,7 +18,29 @@
 // An assistant message being streamed carries data-streaming="true" and
 // data-turn-id until its message.complete arrives.
 //
-// Every text is set with textContent: it is user or model content.
+// A reply (kind reply) is Markdown: its message holds the sanitized HTML of
+// markdown.js (class "md"), re-rendered from the accumulated text while it
+// streams (at most every RENDER_EVERY_MS). Every other text is set with
+// textContent: it is user or model content.
+//
+// An agent's turn adds cards (entries too):
+//   approval_request  <div data-testid="approval-card" data-request-id data-state="pending|approved|denied|resolved">
+//                     the tool, the command (monospace) and Approve / Deny
+//                     buttons (data-testid approve / deny) while pending;
+//                     once resolved a status line (data-testid="approval-status"):
+//                     "approved", "denied", "denied: timed out", "approved in
+//                     another tab", ...
+//   tool_call         <div data-testid="tool-card" data-tool-id data-state="running|done">
+//                     the tool's name, its command, and once complete its
+//                     exit code, duration and output in a
+//                     <details data-testid="tool-output">.
+// approval_resolved and tool_result entries update their card (found by
+// request_id / tool_id) instead of adding one; without their card they show
+// as a card of their own.
+
+import { renderMarkdown } from './markdown.js';
+
+const RENDER_EVERY_MS = 50;
 
 const ROLES = new Set(['user', 'assistant', 'system', 'error']);
 
@@ -30,7 +52,32 @@ const KIND_ROLE = {
 	slash_output: 'assistant',
 	error: 'error',
 	notice: 'system',
+	approval_request: 'system',
+	approval_resolved: 'system',
+	tool_call: 'tool',
+	tool_result: 'tool',
 };
+
+/** What a resolved approval card says. mine: this tab made the choice. */
+export function approvalStatus(choice, by, mine) {
+	const word = choice === 'once' ? 'approved' : 'denied';
+	switch (by) {
+		case 'viewer':
+		case undefined:
+		case '':
+			return mine === false ? `${word} in another tab` : word;
+		case 'timeout':
+			return `${word}: timed out`;
+		case 'interrupt':
+			return `${word}: interrupted`;
+		case 'detach':
+			return `${word}: no one was viewing`;
+		case 'close':
+			return `${word}: session closed`;
+		default:
+			return `${word}: ${by}`;
+	}
+}
 
 /** What an error entry shows: "error CODE: message". */
 export function errorText(code, message) {
@@ -40,6 +87,7 @@ export function errorText(code, message) {
 export class ChatLog {
 	#el;
 	#streams = new Map(); // turn_id -> entry element
+	#mine = new Map(); // request_id -> the choice this tab sent (approval.respond)
 
 	/** @param {HTMLElement} el the chat-log container */
 	constructor(el) {
@@ -48,6 +96,7 @@ export class ChatLog {
 
 	clear() {
 		this.#el.replaceChildren();
+		for (const el of this.#streams.values()) clearTimeout(el._renderTimer);
 		this.#streams.clear();
 	}
 
@@ -79,6 +128,8 @@ export class ChatLog {
 	 * returns its element.
 	 */
 	entry(e) {
+		const merged = mergeEntry(this.#el, e, this.#mine);
+		if (merged) return merged;
 		const el = renderEntry(e);
 		const stick = el.dataset.role === 'user' || this.#atBottom();
 		this.#el.append(el);
@@ -90,7 +141,11 @@ export class ChatLog {
 	prepend(entries) {
 		const el = this.#el;
 		const before = el.scrollHeight - el.scrollTop;
-		el.prepend(...entries.map(renderEntry));
+		const frag = document.createElement('div');
+		for (const e of entries) {
+			if (!mergeEntry(frag, e, this.#mine)) frag.append(renderEntry(e));
+		}
+		el.prepend(...frag.children);
 		el.scrollTop = el.scrollHeight - before;
 	}
 
@@ -140,21 +195,104 @@ export class ChatLog {
 			el.querySelector('.msg').dataset.streaming = 'true';
 			this.#streams.set(turnId, el);
 		}
-		el.querySelector('.msg').append(text ?? '');
+		this.#afterCards(el, turnId);
+		el._text = (el._text ?? '') + (text ?? '');
+		// Re-rendered at most every RENDER_EVERY_MS: at once after a
+		// pause, else once the interval since the last render is over.
+		if (!el._renderTimer) {
+			const wait = Math.max(0, (el._renderedAt ?? 0) + RENDER_EVERY_MS - performance.now());
+			if (wait === 0) this.#renderStream(el);
+			else el._renderTimer = setTimeout(() => this.#renderStream(el), wait);
+		}
 		if (stick) this.#scrollToEnd();
 	}
 
-	/** Sets the final text of a turn's reply and ends its streaming state. */
-	complete(turnId, text, interrupted) {
+	#renderStream(el) {
+		el._renderTimer = 0;
+		el._renderedAt = performance.now();
+		const stick = this.#atBottom();
+		renderMarkdown(el.querySelector('.msg'), el._text ?? '');
+		if (stick) this.#scrollToEnd();
+	}
+
+	/**
+	 * Moves a turn's reply after the cards of that turn shown since it
+	 * started: the history keeps the reply after the tool runs of its turn.
+	 */
+	#afterCards(el, turnId) {
+		let last = null;
+		for (let n = el.nextElementSibling; n; n = n.nextElementSibling) {
+			if (n.dataset.turnId === turnId && n !== el) last = n;
+		}
+		if (last) last.after(el);
+	}
+
+	/**
+	 * Sets the final text of a turn's reply and ends its streaming state.
+	 * status: message.complete's status ("incomplete" adds a marker).
+	 */
+	complete(turnId, text, interrupted, status) {
 		const stick = this.#atBottom();
 		let el = this.#streams.get(turnId);
 		this.#streams.delete(turnId);
 		if (!el) el = this.entry({ kind: 'reply', text: '', turn_id: turnId });
+		this.#afterCards(el, turnId);
+		clearTimeout(el._renderTimer);
+		el._renderTimer = 0;
 		const msg = el.querySelector('.msg');
-		if (typeof text === 'string') msg.textContent = text;
+		const final = typeof text === 'string' ? text : (el._text ?? '');
+		el._text = final;
+		renderMarkdown(msg, final);
 		delete msg.dataset.streaming;
 		if (interrupted) markInterrupted(el);
+		if (status === 'incomplete') markIncomplete(el);
 		if (stick) this.#scrollToEnd();
+	}
+
+	/** Notes the choice this tab sends for an approval (before it is sent). */
+	responding(requestId, choice) {
+		this.#mine.set(requestId, choice);
+	}
+
+	/**
+	 * Takes approval.respond's answer: when another tab or an event resolved
+	 * the approval first (resolved false), the card says so.
+	 */
+	responded(requestId, resolved) {
+		const card = findCard(this.#el, 'approval-card', 'requestId', requestId);
+		if (resolved) return;
+		this.#mine.delete(requestId);
+		if (!card) return;
+		if (card.dataset.state === 'pending') {
+			setApprovalState(card, 'resolved', 'already answered elsewhere');
+		} else if (card.dataset.by === 'viewer' && card.dataset.mine === 'true') {
+			// The event came first and looked like ours: it was not.
+			card.dataset.mine = 'false';
+			setApprovalState(card, card.dataset.state, approvalStatus(card.dataset.choice, 'viewer', false));
+		}
+	}
+
+	/** Sets the buttons of a pending approval card (disabled while a choice is sent). */
+	busy(requestId, on) {
+		const card = findCard(this.#el, 'approval-card', 'requestId', requestId);
+		for (const b of card?.querySelectorAll('.card-actions button') ?? []) b.disabled = on;
+	}
+
+	/**
+	 * Marks the pending approval cards whose request is not in pending
+	 * (session.resume's pending_approvals) as no longer pending, and adds a
+	 * card for each pending one not shown (older than the history shown).
+	 */
+	syncApprovals(pending) {
+		const ids = new Set(pending.map((a) => a.request_id));
+		for (const card of this.#el.querySelectorAll('[data-testid="approval-card"][data-state="pending"]')) {
+			if (!ids.has(card.dataset.requestId)) setApprovalState(card, 'resolved', 'no longer pending');
+		}
+		for (const a of pending) {
+			if (!findCard(this.#el, 'approval-card', 'requestId', a.request_id)) {
+				this.entry({ kind: 'approval_request', text: a.command, turn_id: a.turn_id, data: { request_id: a.request_id, tool: a.tool } });
+			}
+		}
 	}
 
 	#atBottom() {
@@ -186,13 +324,170 @@ function renderEntry(e) {
 	wrap.dataset.role = role;
 	if (e.seq != null) wrap.dataset.seq = String(e.seq);
 	if (e.turn_id) wrap.dataset.turnId = e.turn_id;
+	if (e.code) wrap.dataset.code = String(e.code);
+	const data = e.data && typeof e.data === 'object' ? e.data : {};
+	switch (kind) {
+		case 'approval_request':
+			wrap.append(approvalCard(data.request_id, data.tool, e.text));
+			return wrap;
+		case 'approval_resolved': {
+			// Its request is not shown (older than the history shown).
+			const card = approvalCard(data.request_id, '', '');
+			resolveCard(card, data.choice ?? e.text, data.by, undefined);
+			wrap.append(card);
+			return wrap;
+		}
+		case 'tool_call':
+			wrap.append(toolCard(data.tool_id, data.name, e.text));
+			return wrap;
+		case 'tool_result': {
+			const card = toolCard(data.tool_id, '', '');
+			completeToolCard(card, { ...data, output: e.text });
+			wrap.append(card);
+			return wrap;
+		}
+	}
 	const text = kind === 'error' ? errorText(e.code, e.text) : (e.text ?? '');
 	const msg = message(role, text);
-	if (e.turn_id && kind === 'reply') msg.dataset.turnId = e.turn_id;
-	if (e.code) wrap.dataset.code = String(e.code);
+	if (kind === 'reply') {
+		msg.classList.add('md');
+		wrap._text = text;
+		renderMarkdown(msg, text);
+		if (e.turn_id) msg.dataset.turnId = e.turn_id;
+	}
 	wrap.append(msg);
 	if (kind === 'reply' && e.interrupted) markInterrupted(wrap);
+	if (kind === 'reply' && e.status === 'incomplete') markIncomplete(wrap);
 	return wrap;
+}
+
+/**
+ * Applies an approval_resolved / tool_result entry to its card under root,
+ * and returns the card's entry; null when its card is not there.
+ */
+function mergeEntry(root, e, mine) {
+	const data = e.data && typeof e.data === 'object' ? e.data : {};
+	if (e.kind === 'approval_resolved') {
+		const card = findCard(root, 'approval-card', 'requestId', data.request_id);
+		if (!card) return null;
+		const choice = data.choice ?? e.text;
+		let isMine;
+		if (e.live && (data.by ?? 'viewer') === 'viewer') isMine = mine.get(data.request_id) === choice;
+		resolveCard(card, choice, data.by, isMine);
+		mine.delete(data.request_id);
+		return card.closest('.entry');
+	}
+	if (e.kind === 'tool_result') {
+		const card = findCard(root, 'tool-card', 'toolId', data.tool_id);
+		if (!card || card.dataset.state !== 'running') return null;
+		completeToolCard(card, { ...data, output: e.text });
+		return card.closest('.entry');
+	}
+	return null;
+}
+
+function findCard(root, testid, key, id) {
+	if (id == null || id === '') return null;
+	for (const c of root.querySelectorAll(`[data-testid="${testid}"]`)) {
+		if (c.dataset[key] === String(id)) return c;
+	}
+	return null;
+}
+
+function el(tag, className, text) {
+	const n = document.createElement(tag);
+	if (className) n.className = className;
+	if (text != null) n.textContent = text;
+	return n;
+}
+
+function approvalCard(requestId, tool, command) {
+	const card = el('div', 'card approval-card');
+	card.dataset.testid = 'approval-card';
+	card.dataset.requestId = requestId ?? '';
+	card.dataset.state = 'pending';
+	const head = el('div', 'card-head');
+	head.append(el('span', 'card-label', 'approval'), el('span', 'card-tool', tool || 'tool'));
+	card.append(head);
+	if (command) {
+		const cmd = el('pre', 'card-command', command);
+		cmd.dataset.testid = 'approval-command';
+		card.append(cmd);
+	}
+	const actions = el('div', 'card-actions');
+	const approve = el('button', 'btn btn-primary', 'Approve');
+	approve.type = 'button';
+	approve.dataset.testid = 'approve';
+	const deny = el('button', 'btn btn-danger', 'Deny');
+	deny.type = 'button';
+	deny.dataset.testid = 'deny';
+	actions.append(approve, deny);
+	card.append(actions);
+	return card;
+}
+
+/** mine: true (this tab chose), false (another did), undefined (unknown: history). */
+function resolveCard(card, choice, by, mine) {
+	card.dataset.choice = choice ?? '';
+	card.dataset.by = by ?? '';
+	if (mine !== undefined) card.dataset.mine = String(mine);
+	setApprovalState(card, choice === 'once' ? 'approved' : 'denied', approvalStatus(choice, by, mine));
+}
+
+function setApprovalState(card, state, text) {
+	card.dataset.state = state;
+	card.querySelector('.card-actions')?.remove();
+	let status = card.querySelector('.card-status');
+	if (!status) {
+		status = el('div', 'card-status');
+		status.dataset.testid = 'approval-status';
+		card.append(status);
+	}
+	status.textContent = text;
+}
+
+function toolCard(toolId, name, command) {
+	const card = el('div', 'card tool-card');
+	card.dataset.testid = 'tool-card';
+	card.dataset.toolId = toolId ?? '';
+	card.dataset.state = 'running';
+	const head = el('div', 'card-head');
+	const status = el('span', 'card-status tool-status', 'running…');
+	status.dataset.testid = 'tool-status';
+	head.append(el('span', 'card-label', 'tool'), el('span', 'card-tool', name || 'tool'), status);
+	card.append(head);
+	if (command) {
+		const cmd = el('pre', 'card-command', command);
+		cmd.dataset.testid = 'tool-command';
+		card.append(cmd);
+	}
+	return card;
+}
+
+function completeToolCard(card, r) {
+	card.dataset.state = 'done';
+	const code = Number(r.exit_code ?? 0);
+	card.dataset.exitCode = String(code);
+	const parts = [`exit ${code}`];
+	if (r.duration_ms != null) parts.push(formatDuration(Number(r.duration_ms)));
+	if (r.truncated) parts.push('(truncated)');
+	const status = card.querySelector('.tool-status');
+	status.textContent = parts.join(' · ');
+	status.classList.toggle('failed', code !== 0);
+	const output = String(r.output ?? '');
+	const details = el('details', 'tool-output');
+	details.dataset.testid = 'tool-output';
+	const lines = output.split('\n').length;
+	details.open = output !== '' && lines <= 12;
+	details.append(el('summary', '', output === '' ? 'no output' : `output (${lines} line${lines === 1 ? '' : 's'})${r.truncated ? ' (truncated)' : ''}`));
+	details.append(el('pre', 'tool-output-text', output));
+	card.querySelector('.tool-output')?.remove();
+	card.append(details);
+}
+
+function formatDuration(ms) {
+	if (!Number.isFinite(ms)) return '';
+	return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
 
 /** The kind of an entry of an older server that gave only a role. */
@@ -217,6 +512,17 @@ function markInterrupted(wrap) {
 	marker.className = 'entry-marker';
 	marker.dataset.testid = 'interrupted';
 	marker.textContent = '[interrupted]';
+	wrap.append(marker);
+}
+
+function markIncomplete(wrap) {
+	const msg = wrap.querySelector('.msg');
+	msg.dataset.incomplete = 'true';
+	if (wrap.querySelector('[data-testid="incomplete"]')) return;
+	const marker = document.createElement('span');
+	marker.className = 'entry-marker';
+	marker.dataset.testid = 'incomplete';
+	marker.textContent = '(incomplete)';
 	wrap.append(marker);
 }
 
