@@ -70,6 +70,12 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
 		}
 	case "approval":
+		if s.grace != nil { // nobody is left to approve: the grace ends here
+			if work := r.endGraceLocked(s); work != nil {
+				r.goTracked(work)
+			}
+			return
+		}
 		var p struct {
 			RequestID string `json:"request_id"`
 			Tool      string `json:"tool"`

@@ -3,6 +3,7 @@ package sessions
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -198,5 +199,64 @@ func TestConversationReachesNewWorker(t *testing.T) {
 	}
 	if got, _ := h.r.Get(in.ID); got.Model != "qwen3:8b" {
 		t.Fatalf("session model: %+v", got)
+	}
+}
+
+// TestDetachTurnGrace: with a grace, a streaming turn whose last viewer
+// left may finish (its reply saved whole), then its worker is closed with
+// the detach reason; a turn still streaming at the end of the grace is
+// interrupted then; a turn that asks for an approval has none.
+func TestDetachTurnGrace(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		after       func(h *harness)
+		interrupted bool
+	}{
+		{"finishes", func(h *harness) { send(h, event("delta", map[string]any{"text": " rest"})); close(h.sp.events) }, false},
+		{"expires", func(h *harness) { h.advance(10 * time.Second) }, true},
+		{"asks approval", func(h *harness) { send(h, event("approval", map[string]any{"request_id": "r", "command": "x"})) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(c *Config) { c.DetachTurnGrace = 10 * time.Second })
+				v := leavingViewer()
+				in, _ := h.r.Create(v, "", false)
+				agentTurn(t, h, v, in.ID)
+				send(h, workers.Event{Name: "delta", Text: "first"})
+				v.leave()
+				h.r.DetachViewer(v, workers.ReasonDetach)
+				synctest.Wait()
+				w := h.sp.workers()[0]
+				if w.Closing() {
+					t.Fatal("the worker was closed at the detach despite the grace")
+				}
+				tt.after(h)
+				synctest.Wait()
+				h.r.Wait()
+				if !w.Closing() || w.reason != workers.ReasonDetach {
+					t.Fatalf("worker closing=%v reason=%q, want closed with detach", w.Closing(), w.reason)
+				}
+				es := stored(t, h, in.ID)
+				var reply Message
+				for _, e := range es {
+					if e.Kind == "reply" {
+						reply = e
+					}
+				}
+				if reply.Interrupted != tt.interrupted || !strings.HasPrefix(reply.Text, "first") {
+					t.Fatalf("the reply: %+v", reply)
+				}
+				if got, _ := h.r.Get(in.ID); got.State != StateDetached || got.WorkerPID != 0 {
+					t.Fatalf("after the grace: %+v", got)
+				}
+				if !tt.interrupted {
+					return
+				}
+				close(h.sp.events)
+			})
+		})
 	}
 }

@@ -132,6 +132,10 @@ type Config struct {
 	// AgentContext bounds the text of the conversation sent with a prompt,
 	// bytes (32 KiB); the oldest entries are dropped first.
 	AgentContext int
+	// DetachTurnGrace lets a streaming turn finish for at most this long
+	// after its session's last viewer left (0: the worker is closed at once,
+	// mid-turn). A turn waiting for an approval gets none.
+	DetachTurnGrace time.Duration
 	// OnSessionClose, when set, is called once per closed session after its
 	// record was logged; it must not block (metrics).
 	OnSessionClose func(EndReason)
@@ -394,6 +398,10 @@ func (r *Registry) viewLocked(s *Session, v Viewer) error {
 		if s.ttlTimer != nil {
 			s.ttlTimer.Stop()
 			s.ttlTimer = nil
+		}
+		if g := s.grace; g != nil { // back in time: the turn and its worker go on
+			g.timer.Stop()
+			s.grace = nil
 		}
 		s.lastActive = time.Now()
 		r.saveLocked(s)
@@ -701,8 +709,22 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	now := time.Now()
 	s.detachedAt, s.lastActive = now, now
 	r.saveLocked(s)
-	r.denyApprovalsLocked(s, ByDetach)
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
+	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil && len(s.approvals) == 0 {
+		// The turn may finish (its reply saved); then, or at the end of
+		// the grace, the worker goes (see endGraceLocked).
+		s.grace = &turnGrace{start: now, reason: reason}
+		s.grace.timer = time.AfterFunc(r.cfg.DetachTurnGrace, func() {
+			r.mu.Lock()
+			work := r.endGraceLocked(s)
+			r.mu.Unlock()
+			if work != nil {
+				r.goTracked(work)
+			}
+		})
+		return nil
+	}
+	r.denyApprovalsLocked(s, ByDetach)
 	r.interruptTurnLocked(s)
 	w := s.worker
 	s.worker = nil
@@ -710,6 +732,45 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 		return nil
 	}
 	return func() { w.Close(reason) }
+}
+
+// turnGrace is a detached session's running turn let finish
+// (Config.DetachTurnGrace).
+type turnGrace struct {
+	start  time.Time
+	reason workers.Reason
+	timer  *time.Timer
+}
+
+// endGraceLocked ends the grace of a detached session: its turn, if it
+// still runs, is interrupted, and the slow part returned closes its worker
+// with the detach reason, the record carrying turn_grace_ms. A viewer
+// coming back (or the session ending) ends the grace without closing
+// anything. r.mu must be held.
+func (r *Registry) endGraceLocked(s *Session) func() {
+	g := s.grace
+	if g == nil {
+		return nil
+	}
+	s.grace = nil
+	g.timer.Stop()
+	if s.state != StateDetached {
+		return nil
+	}
+	r.denyApprovalsLocked(s, ByDetach)
+	r.interruptTurnLocked(s)
+	w := s.worker
+	s.worker = nil
+	if w == nil {
+		return nil
+	}
+	ms := time.Since(g.start).Milliseconds()
+	return func() {
+		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
+			n.AddCloseAttr("turn_grace_ms", ms)
+		}
+		w.Close(g.reason)
+	}
 }
 
 // expire is the detach timer of s.
@@ -742,6 +803,10 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 	}
 	r.setState(s, StateClosing)
 	s.endReason = reason
+	if g := s.grace; g != nil { // finish closes the worker
+		g.timer.Stop()
+		s.grace = nil
+	}
 	if s.ttlTimer != nil {
 		s.ttlTimer.Stop()
 		s.ttlTimer = nil
@@ -1166,6 +1231,11 @@ func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interr
 		payload["usage"] = t.usage
 	}
 	r.emitLocked(s, "message.complete", payload)
+	if s.grace != nil { // the turn finished within its grace: the worker goes now
+		if work := r.endGraceLocked(s); work != nil {
+			r.goTracked(work)
+		}
+	}
 }
 
 // interruptTurnLocked ends the running turn as interrupted and cancels its

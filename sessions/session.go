@@ -140,6 +140,7 @@ type Session struct {
 	unloaded  bool                 // restored or reopened: its stored entries are not in history yet
 	seq       uint64               // the last event seq
 	approvals map[string]*approval // pending, by request id
+	grace     *turnGrace           // a detached session's turn let finish, nil when none
 	model     string               // "" for the worker's default
 	turn      *turn
 	turns     int

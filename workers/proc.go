@@ -178,6 +178,17 @@ type Proc struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	result    CloseResult
+
+	attrMu     sync.Mutex
+	closeAttrs []any // added to the "worker closed" record (AddCloseAttr)
+}
+
+// AddCloseAttr adds key=value to the child's "worker closed" record (a
+// session's turn_grace_ms, say). Call it before Close.
+func (p *Proc) AddCloseAttr(key string, value any) {
+	p.attrMu.Lock()
+	defer p.attrMu.Unlock()
+	p.closeAttrs = append(p.closeAttrs, key, value)
 }
 
 // Start spawns a child per spec. The child is in a new process group
@@ -541,6 +552,9 @@ func (p *Proc) logClose(r CloseResult) {
 		"duration_ms", r.Duration.Milliseconds(),
 		"lifetime_ms", time.Since(p.started).Milliseconds(),
 	)
+	p.attrMu.Lock()
+	attrs = append(attrs, p.closeAttrs...)
+	p.attrMu.Unlock()
 	p.m.log.Info("worker closed", attrs...)
 }
 

@@ -47,6 +47,7 @@ type config struct {
 	AgentTools       string
 	ToolTimeout      time.Duration
 	ApprovalTimeout  time.Duration
+	DetachTurnGrace  time.Duration
 	Store            string
 	HistoryRetention time.Duration
 	BasePath         string
@@ -110,6 +111,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.AgentTools, "agent-tools", "", "tools the agent may use after a viewer approves: shell, or empty for none")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "an approved tool run longer than this is ended")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
+	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 0, "a streaming turn may finish for this long after its session's last viewer left (0: its worker is closed at once)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
@@ -162,6 +164,9 @@ func (c config) validate() error {
 		if u, err := url.Parse(c.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--llm-url %q is not an http(s) URL", c.LLMURL))
 		}
+	}
+	if c.DetachTurnGrace < 0 {
+		errs = append(errs, errors.New("--detach-turn-grace must not be negative"))
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))

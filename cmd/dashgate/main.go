@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer,
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
 		DescribeError:   handlers.DescribeError,
-		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext,
+		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})

@@ -35,6 +35,9 @@ func (e Event) Type() string { s, _ := e["type"].(string); return s }
 // SessionID is the event's session, "" for none.
 func (e Event) SessionID() string { s, _ := e["session_id"].(string); return s }
 
+// Payload is the event's payload object (nil when it has none).
+func (e Event) Payload() map[string]any { p, _ := e["payload"].(map[string]any); return p }
+
 type rpcReply struct {
 	result json.RawMessage
 	err    error
