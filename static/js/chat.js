@@ -191,11 +191,10 @@ export class ChatLog {
 		const stick = this.#atBottom();
 		let el = this.#streams.get(turnId);
 		if (!el) {
-			el = this.entry({ kind: 'reply', text: '', turn_id: turnId });
+			el = this.#startReply(turnId);
 			el.querySelector('.msg').dataset.streaming = 'true';
 			this.#streams.set(turnId, el);
 		}
-		this.#afterCards(el, turnId);
 		el._text = (el._text ?? '') + (text ?? '');
 		// Re-rendered at most every RENDER_EVERY_MS: at once after a
 		// pause, else once the interval since the last render is over.
@@ -216,15 +215,16 @@ export class ChatLog {
 	}
 
 	/**
-	 * Moves a turn's reply after the cards of that turn shown since it
-	 * started: the history keeps the reply after the tool runs of its turn.
+	 * Starts the reply entry of a turn. The history keeps a reply right
+	 * after its prompt, before the cards (approvals, tool runs) of its turn:
+	 * so does the page, when cards came before the first delta.
 	 */
-	#afterCards(el, turnId) {
-		let last = null;
-		for (let n = el.nextElementSibling; n; n = n.nextElementSibling) {
-			if (n.dataset.turnId === turnId && n !== el) last = n;
-		}
-		if (last) last.after(el);
+	#startReply(turnId) {
+		const first = [...this.#el.children].find((n) => n.dataset.turnId === turnId && n.dataset.kind !== 'prompt' && n.dataset.kind !== 'reply');
+		if (!first) return this.entry({ kind: 'reply', text: '', turn_id: turnId });
+		const el = renderEntry({ kind: 'reply', text: '', turn_id: turnId });
+		first.before(el);
+		return el;
 	}
 
 	/**
@@ -235,8 +235,7 @@ export class ChatLog {
 		const stick = this.#atBottom();
 		let el = this.#streams.get(turnId);
 		this.#streams.delete(turnId);
-		if (!el) el = this.entry({ kind: 'reply', text: '', turn_id: turnId });
-		this.#afterCards(el, turnId);
+		if (!el) el = this.#startReply(turnId);
 		clearTimeout(el._renderTimer);
 		el._renderTimer = 0;
 		const msg = el.querySelector('.msg');
