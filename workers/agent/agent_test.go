@@ -719,8 +719,9 @@ func TestCancelWhileAwaitingApproval(t *testing.T) {
 func TestToolTimeoutKillsGroup(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	// The background sleeper would write the file if it survived the group kill.
-	f := toolLLM(t, "(sleep 2; echo late > file) & echo started; sleep 30")
+	// A background process of the command writes its pid; it must die with
+	// the group when the time limit kills the command.
+	f := toolLLM(t, "sh -c 'echo $$ > bg.pid; exec sleep 30' & while [ ! -s bg.pid ]; do :; done; echo started; sleep 30")
 	cfg := toolCfg(f, dir)
 	cfg.ToolTimeout = 300 * time.Millisecond
 	w := start(t, cfg)
@@ -736,5 +737,72 @@ func TestToolTimeoutKillsGroup(t *testing.T) {
 	m := f.requests()[1].messages(t)
 	if !strings.Contains(m[2].Content, "time limit") {
 		t.Errorf("tool result %q", m[2].Content)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "bg.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, strings.TrimSpace(string(b)))
+}
+
+// waitGone polls until process pid is gone or a zombie (its parent, the
+// killed shell, is gone and pid 1 of a container may not reap).
+func waitGone(t *testing.T, pid string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(deadline)
+	for {
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return
+		}
+		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "Z") {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-end:
+			t.Fatalf("process %s of the tool's group outlived it", pid)
+		}
+	}
+}
+
+func TestCancelKillsRunningTool(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := toolLLM(t, "sh -c 'echo $$ > bg.pid.tmp; mv bg.pid.tmp bg.pid; exec sleep 30' & sleep 30")
+	w := start(t, toolCfg(f, dir))
+	w.send(1, "prompt", map[string]any{"text": "wait"})
+	got := w.until(isEvent("approval"))
+	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": "once", "by": "v"})
+	w.until(isEvent("tool_start"))
+	pid := waitFile(t, filepath.Join(dir, "bg.pid"))
+	w.send(3, "cancel", map[string]any{"id": 1})
+	got = w.until(isReply(1))
+	if r := got[len(got)-1]; r.Result["status"] != "interrupted" || r.Result["interrupted"] != true {
+		t.Fatalf("reply %+v", r)
+	}
+	waitGone(t, pid)
+	if n := len(f.requests()); n != 1 {
+		t.Errorf("%d requests: the turn went on after its cancel", n)
+	}
+}
+
+// waitFile polls until path exists and returns its trimmed content.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(deadline)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+		select {
+		case <-tick.C:
+		case <-end:
+			t.Fatalf("%s never appeared", path)
+		}
 	}
 }
