@@ -259,6 +259,13 @@ func (w *worker) until(stop func(line) bool) []line {
 	}
 }
 
+// reply reads lines until the reply to id and returns that reply.
+func (w *worker) reply(id int) line {
+	w.t.Helper()
+	got := w.until(isReply(id))
+	return got[len(got)-1]
+}
+
 func isReply(id int) func(line) bool {
 	return func(l line) bool { return l.OK != nil && string(l.ID) == fmt.Sprint(id) }
 }
@@ -341,8 +348,8 @@ func TestStreams(t *testing.T) {
 			}
 			// The worker survives and answers the next prompt.
 			w.send(2, "prompt", map[string]any{"text": "again"})
-			if r := w.until(isReply(2))[0]; r.Text != "again" {
-				t.Errorf("second prompt: first line %+v", r)
+			if r := w.reply(2); !*r.OK || r.Result["output"] != "again" {
+				t.Errorf("second prompt: reply %+v", r)
 			}
 		})
 	}
@@ -452,7 +459,7 @@ func TestHTTPFailures(t *testing.T) {
 			})
 			w := start(t, cfgFor(f))
 			w.send(1, "prompt", map[string]any{"text": "hi"})
-			r := w.until(isReply(1))[0]
+			r := w.reply(1)
 			if *r.OK || r.Failure != tc.failure || r.Error != tc.err || r.RetryAfter != tc.retryAfter {
 				t.Fatalf("reply %+v, want %s %q retry_after %d", r, tc.failure, tc.err, tc.retryAfter)
 			}
@@ -603,7 +610,7 @@ func TestToolApproved(t *testing.T) {
 		t.Fatal("the command ran before its approval")
 	}
 	w.send(2, "approval", map[string]any{"request_id": "nope", "choice": "once", "by": "v"})
-	if r := w.until(isReply(2))[0]; *r.OK {
+	if r := w.reply(2); *r.OK {
 		t.Errorf("unknown request_id answered ok: %+v", r)
 	}
 	w.send(3, "approval", map[string]any{"request_id": a.RequestID, "choice": "once", "by": "viewer-1"})
@@ -705,7 +712,7 @@ func TestCancelWhileAwaitingApproval(t *testing.T) {
 	}
 	// A late approval finds nothing pending and nothing runs.
 	w.send(3, "approval", map[string]any{"request_id": reqID, "choice": "once", "by": "v"})
-	if r := w.until(isReply(3))[0]; *r.OK {
+	if r := w.reply(3); *r.OK {
 		t.Errorf("late approval answered ok: %+v", r)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "file")); err == nil {
