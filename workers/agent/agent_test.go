@@ -813,3 +813,39 @@ func waitFile(t *testing.T, path string) string {
 		}
 	}
 }
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    agent.Config
+		wantErr string
+	}{
+		{name: "all", env: map[string]string{
+			"DASHGATE_LLM_URL": "http://h:8080/v1/", "DASHGATE_LLM_MODEL": "m", "DASHGATE_LLM_API_KEY": "k",
+			"DASHGATE_AGENT_SYSTEM_PROMPT": "sys", "DASHGATE_AGENT_TOOLS": "shell",
+			"DASHGATE_TOOL_TIMEOUT": "5s", "DASHGATE_TOOL_DIR": "/tmp",
+		}, want: agent.Config{LLMURL: "http://h:8080/v1", Model: "m", APIKey: "k", SystemPrompt: "sys",
+			ShellTool: true, ToolTimeout: 5 * time.Second, ToolDir: "/tmp"}},
+		{name: "url only", env: map[string]string{"DASHGATE_LLM_URL": "https://h/v1"}, want: agent.Config{LLMURL: "https://h/v1"}},
+		{name: "no url", env: map[string]string{}, wantErr: "DASHGATE_LLM_URL is not set"},
+		{name: "bad tools", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_AGENT_TOOLS": "all"}, wantErr: "want shell or nothing"},
+		{name: "bad timeout", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_TOOL_TIMEOUT": "soon"}, wantErr: "positive Go duration"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := agent.ConfigFromEnv(func(k string) string { return tc.env[k] })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
