@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -119,7 +120,8 @@ type request struct {
 
 type server struct {
 	cfg    Config
-	client openai.Client
+	chat   openai.ChatCompletionService
+	models openai.ModelService
 	errOut io.Writer
 
 	out     io.Writer
@@ -152,12 +154,18 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 		out:       out,
 		inflight:  map[string]context.CancelFunc{},
 		approvals: map[string]chan string{},
-		client: openai.NewClient(
-			option.WithBaseURL(cfg.LLMURL+"/"),
-			option.WithAPIKey(cfg.APIKey),
-			option.WithMaxRetries(0), // the gateway and the person decide about retries
-		),
 	}
+	// The services are built from our options alone: openai.NewClient would
+	// also read OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS... from
+	// the environment, and the agent's settings come from DASHGATE_* only.
+	opts := []option.RequestOption{
+		option.WithHTTPClient(&http.Client{}), // no overall timeout: a stream lasts as long as the answer
+		option.WithBaseURL(cfg.LLMURL + "/"),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithMaxRetries(0), // the gateway and the person decide about retries
+	}
+	s.chat = openai.NewChatCompletionService(opts...)
+	s.models = openai.NewModelService(opts...)
 	defer s.wg.Wait()
 	defer cancel()
 	defer s.exiting.Store(true)

@@ -49,6 +49,7 @@ func toolChunk(delta string) string {
 // received is one chat completion request the fake server got.
 type received struct {
 	Auth string
+	Org  string
 	Body struct {
 		Model         string            `json:"model"`
 		Stream        bool              `json:"stream"`
@@ -103,6 +104,7 @@ func newFakeLLM(t *testing.T, respond func(n int, w http.ResponseWriter, r *http
 		case "/v1/chat/completions":
 			var rec received
 			rec.Auth = r.Header.Get("Authorization")
+			rec.Org = r.Header.Get("OpenAI-Organization")
 			if err := json.NewDecoder(r.Body).Decode(&rec.Body); err != nil {
 				http.Error(w, err.Error(), 400)
 				return
@@ -847,5 +849,22 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestIgnoresOpenAIEnvironment: the library's own OPENAI_* variables do not
+// reach the requests (not parallel: it sets the environment).
+func TestIgnoresOpenAIEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-ambient")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+	t.Setenv("OPENAI_ORG_ID", "org-ambient")
+	f := newFakeLLM(t, replay(chunk("ok"), done))
+	w := start(t, cfgFor(f))
+	w.send(1, "prompt", map[string]any{"text": "hi"})
+	if r := w.reply(1); !*r.OK {
+		t.Fatalf("reply %+v", r)
+	}
+	if r := f.requests()[0]; r.Auth != "Bearer "+apiKey || r.Org != "" {
+		t.Errorf("Authorization %q, OpenAI-Organization %q", r.Auth, r.Org)
 	}
 }

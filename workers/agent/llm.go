@@ -201,7 +201,7 @@ func (s *server) round(ctx context.Context, id json.RawMessage, model string, ms
 		params.Tools = []openai.ChatCompletionToolUnionParam{shellTool}
 	}
 	w := &sseWatch{}
-	st := s.client.Chat.Completions.NewStreaming(ctx, params, option.WithMiddleware(w.middleware))
+	st := s.chat.NewStreaming(ctx, params, option.WithMiddleware(w.middleware))
 	defer st.Close()
 	var calls []*toolCall
 	byIndex := map[int64]*toolCall{}
@@ -317,7 +317,7 @@ func (s *server) defaultModel(ctx context.Context) (string, *Failure) {
 	if m != "" {
 		return m, nil
 	}
-	page, err := s.client.Models.List(ctx)
+	page, err := s.models.List(ctx)
 	if err != nil {
 		return "", s.classify(err, "(default)")
 	}
