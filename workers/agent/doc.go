@@ -14,7 +14,9 @@
 // cancelled; the prompt waits for it before it answers.
 //
 // The API key lives only in Config.APIKey and the Authorization header;
-// nothing here prints it.
+// diagnostics pass through a writer that masks it. The client is built from
+// Config alone (not openai.NewClient, which would also read OPENAI_API_KEY,
+// OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS... from the environment).
 //
 // # The client library
 //
