@@ -3,6 +3,7 @@
 //
 //	dashgate [serve] [flags]   run the gateway (the default)
 //	dashgate worker            the built-in JSON-lines worker (PROTOCOL.md §4)
+//	dashgate agent             the LLM worker (PROTOCOL.md §7), configured by its environment
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/web"
 	"github.com/dashgate/dashgate/workers"
+	"github.com/dashgate/dashgate/workers/agent"
 	"github.com/dashgate/dashgate/workers/builtin"
 )
 
@@ -43,6 +45,9 @@ func main() {
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "worker" {
 		return builtin.Main()
+	}
+	if len(args) > 0 && args[0] == "agent" {
+		return agent.Main()
 	}
 	if len(args) > 0 && args[0] == "serve" {
 		args = args[1:]

@@ -1,0 +1,336 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// The environment variables the agent reads its Config from (never argv).
+const (
+	EnvLLMURL       = "DASHGATE_LLM_URL"
+	EnvLLMModel     = "DASHGATE_LLM_MODEL"
+	EnvLLMAPIKey    = "DASHGATE_LLM_API_KEY"
+	EnvSystemPrompt = "DASHGATE_AGENT_SYSTEM_PROMPT"
+	EnvTools        = "DASHGATE_AGENT_TOOLS"
+	EnvToolTimeout  = "DASHGATE_TOOL_TIMEOUT"
+	EnvToolDir      = "DASHGATE_TOOL_DIR"
+)
+
+// DefaultToolTimeout bounds one shell command when DASHGATE_TOOL_TIMEOUT is unset.
+const DefaultToolTimeout = 60 * time.Second
+
+// maxLine bounds one request line (history makes prompts large).
+const maxLine = 16 << 20
+
+// Config is the agent's settings.
+type Config struct {
+	LLMURL       string // base URL including /v1, e.g. http://127.0.0.1:8080/v1
+	Model        string // default model; "" asks the server's /models
+	APIKey       string // sent as a bearer token; never printed
+	SystemPrompt string
+	ShellTool    bool          // offer the model the shell tool
+	ToolTimeout  time.Duration // bounds one shell command; 0 means DefaultToolTimeout
+	ToolDir      string        // working directory of shell commands; "" is the worker's
+}
+
+// ConfigFromEnv reads Config from the variables PROTOCOL.md §7 lists.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	cfg := Config{
+		LLMURL:       strings.TrimRight(getenv(EnvLLMURL), "/"),
+		Model:        getenv(EnvLLMModel),
+		APIKey:       getenv(EnvLLMAPIKey),
+		SystemPrompt: getenv(EnvSystemPrompt),
+		ToolDir:      getenv(EnvToolDir),
+	}
+	if cfg.LLMURL == "" {
+		return cfg, fmt.Errorf("%s is not set", EnvLLMURL)
+	}
+	if u, err := url.Parse(cfg.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return cfg, fmt.Errorf("%s is not an http(s) URL", EnvLLMURL)
+	}
+	switch t := getenv(EnvTools); t {
+	case "":
+	case "shell":
+		cfg.ShellTool = true
+	default:
+		return cfg, fmt.Errorf("%s=%q: want shell or nothing", EnvTools, t)
+	}
+	if v := getenv(EnvToolTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("%s=%q: want a positive Go duration", EnvToolTimeout, v)
+		}
+		cfg.ToolTimeout = d
+	}
+	return cfg, nil
+}
+
+// Main runs the agent on the process's stdin and stdout with its Config
+// from the environment, and returns its exit code. Like the built-in worker
+// it arms the parent watchdog first.
+func Main() int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if want, err := strconv.Atoi(os.Getenv("DASHGATE_PARENT_PID")); err == nil {
+		if os.Getppid() != want {
+			fmt.Fprintln(os.Stderr, "dashgate agent: parent is gone, exiting")
+			return 1
+		}
+		go watchParent(want)
+	}
+	cfg, err := ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dashgate agent:", err)
+		return 2
+	}
+	return Run(ctx, cfg, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// watchParent exits the process as soon as its parent changes.
+func watchParent(want int) {
+	t := time.NewTicker(250 * time.Millisecond)
+	for range t.C {
+		if os.Getppid() != want {
+			fmt.Fprintln(os.Stderr, "dashgate agent: parent is gone, exiting")
+			os.Exit(1)
+		}
+	}
+}
+
+type request struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+type server struct {
+	cfg    Config
+	chat   openai.ChatCompletionService
+	models openai.ModelService
+	errOut io.Writer
+
+	out     io.Writer
+	outM    sync.Mutex
+	exiting atomic.Bool // set when Run returns
+
+	seq atomic.Int64 // request_id and tool_id numbers
+
+	mu        sync.Mutex
+	inflight  map[string]context.CancelFunc
+	approvals map[string]chan string // request_id -> the viewer's choice
+	model     string                 // the server's first model, once asked
+	wg        sync.WaitGroup
+}
+
+// Run serves requests from in until EOF and returns the exit code. Requests
+// run concurrently; Run cancels them on EOF and returns once each answered.
+func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) int {
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = DefaultToolTimeout
+	}
+	cfg.LLMURL = strings.TrimRight(cfg.LLMURL, "/")
+	if cfg.APIKey != "" {
+		errOut = &redactor{w: errOut, secret: []byte(cfg.APIKey)}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &server{
+		cfg:       cfg,
+		errOut:    errOut,
+		out:       out,
+		inflight:  map[string]context.CancelFunc{},
+		approvals: map[string]chan string{},
+	}
+	// The services are built from our options alone: openai.NewClient would
+	// also read OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS... from
+	// the environment, and the agent's settings come from DASHGATE_* only.
+	opts := []option.RequestOption{
+		option.WithHTTPClient(&http.Client{}), // no overall timeout: a stream lasts as long as the answer
+		option.WithBaseURL(cfg.LLMURL + "/"),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithMaxRetries(0), // the gateway and the person decide about retries
+	}
+	s.chat = openai.NewChatCompletionService(opts...)
+	s.models = openai.NewModelService(opts...)
+	defer s.wg.Wait()
+	defer cancel()
+	defer s.exiting.Store(true)
+	lines := make(chan []byte)
+	go func() {
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), maxLine)
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
+		}
+		close(lines)
+	}()
+	fmt.Fprintf(errOut, "dashgate agent: ready, pid %d, model server %s\n", os.Getpid(), redact(cfg.LLMURL))
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case line, ok := <-lines:
+			if !ok {
+				return 0 // stdin EOF: our owner is done with us
+			}
+			var req request
+			if err := json.Unmarshal(line, &req); err != nil || len(req.ID) == 0 {
+				fmt.Fprintf(errOut, "dashgate agent: bad request line: %.80q\n", line)
+				continue
+			}
+			rctx, rcancel := context.WithCancel(ctx)
+			s.mu.Lock()
+			s.inflight[string(req.ID)] = rcancel
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer func() {
+					s.mu.Lock()
+					delete(s.inflight, string(req.ID))
+					s.mu.Unlock()
+					rcancel()
+				}()
+				s.handle(rctx, req)
+			}()
+		}
+	}
+}
+
+// redactor masks the API key in everything written to it: diagnostics
+// may quote a request line or a server's message, and none may carry the
+// key out.
+type redactor struct {
+	w      io.Writer
+	secret []byte
+}
+
+func (r *redactor) Write(p []byte) (int, error) {
+	if _, err := r.w.Write(bytes.ReplaceAll(p, r.secret, []byte("[redacted]"))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// redact drops a URL's user info (a key may hide there) for diagnostics.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User = nil
+	return u.String()
+}
+
+func (s *server) write(v any) {
+	if s.exiting.Load() {
+		return
+	}
+	b, _ := json.Marshal(v)
+	s.outM.Lock()
+	defer s.outM.Unlock()
+	s.out.Write(append(b, '\n'))
+}
+
+func (s *server) event(id json.RawMessage, name string, fields map[string]any) {
+	fields["id"] = id
+	fields["event"] = name
+	s.write(fields)
+}
+
+func (s *server) reply(id json.RawMessage, result any) {
+	s.write(map[string]any{"id": id, "ok": true, "result": result})
+}
+
+func (s *server) fail(id json.RawMessage, msg string) {
+	s.write(map[string]any{"id": id, "ok": false, "error": msg})
+}
+
+func (s *server) failWith(id json.RawMessage, f *Failure) {
+	m := map[string]any{"id": id, "ok": false, "error": f.Message, "failure": f.Kind}
+	if f.RetryAfter > 0 {
+		m["retry_after"] = f.RetryAfter
+	}
+	s.write(m)
+}
+
+// promptParams are a prompt's params (PROTOCOL.md §4 and §7).
+type promptParams struct {
+	Text    string         `json:"text"`
+	TurnID  string         `json:"turn_id"`
+	History []historyEntry `json:"history"`
+	Model   string         `json:"model"`
+}
+
+type historyEntry struct {
+	Role string `json:"role"`
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+}
+
+func (s *server) handle(ctx context.Context, req request) {
+	switch req.Method {
+	case "prompt":
+		var p promptParams
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			s.fail(req.ID, "bad prompt params: "+err.Error())
+			return
+		}
+		s.prompt(ctx, req.ID, p)
+	case "cancel":
+		var p struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.Unmarshal(req.Params, &p)
+		s.mu.Lock()
+		cancel := s.inflight[string(p.ID)]
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		s.reply(req.ID, map[string]any{"cancelled": cancel != nil})
+	case "approval":
+		var p struct {
+			RequestID string `json:"request_id"`
+			Choice    string `json:"choice"`
+			By        string `json:"by"`
+		}
+		json.Unmarshal(req.Params, &p)
+		if p.Choice != "once" && p.Choice != "deny" {
+			s.fail(req.ID, "unknown choice "+strconv.Quote(p.Choice)+" (once or deny)")
+			return
+		}
+		s.mu.Lock()
+		ch := s.approvals[p.RequestID]
+		delete(s.approvals, p.RequestID)
+		s.mu.Unlock()
+		if ch == nil {
+			s.fail(req.ID, "no pending approval "+strconv.Quote(p.RequestID))
+			return
+		}
+		ch <- p.Choice // buffered: the waiter may be gone
+		s.reply(req.ID, map[string]any{})
+	case "slash":
+		s.fail(req.ID, "the agent worker has no slash commands")
+	default:
+		s.fail(req.ID, "unknown method "+strconv.Quote(req.Method))
+	}
+}

@@ -1,0 +1,435 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// maxRounds bounds the model calls of one turn (each round after the first
+// answers tool calls).
+const maxRounds = 8
+
+// FailureKind is the `failure` word of an ok:false prompt reply.
+type FailureKind string
+
+const (
+	FailUnreachable FailureKind = "model_unreachable"
+	FailAuth        FailureKind = "model_auth"
+	FailNotFound    FailureKind = "model_not_found"
+	FailRateLimited FailureKind = "rate_limited"
+	FailModelError  FailureKind = "model_error"
+)
+
+// Failure is why a prompt got no answer: Message is one sentence a person
+// understands.
+type Failure struct {
+	Kind       FailureKind
+	Message    string
+	RetryAfter int // seconds; 0 when the server did not say
+}
+
+func (f *Failure) Error() string { return f.Message }
+
+// Prompt statuses (PROTOCOL.md §7).
+const (
+	statusComplete    = "complete"
+	statusInterrupted = "interrupted"
+	statusIncomplete  = "incomplete"
+)
+
+// turn is what one prompt accumulated over its rounds.
+type turn struct {
+	out                 strings.Builder
+	usage               bool
+	inTokens, outTokens int64
+}
+
+func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams) {
+	t := &turn{}
+	finish := func(status string) {
+		r := map[string]any{"output": t.out.String(), "interrupted": status == statusInterrupted, "status": status}
+		if t.usage {
+			r["usage"] = map[string]any{"input_tokens": t.inTokens, "output_tokens": t.outTokens}
+		}
+		s.reply(id, r)
+	}
+	model := p.Model
+	if model == "" {
+		model = s.cfg.Model
+	}
+	if model == "" {
+		m, err := s.defaultModel(ctx)
+		if ctx.Err() != nil {
+			finish(statusInterrupted)
+			return
+		}
+		if err != nil {
+			s.failWith(id, err)
+			return
+		}
+		model = m
+	}
+	msgs := s.messages(p)
+	for range maxRounds {
+		calls, done, err := s.round(ctx, id, model, msgs, t)
+		if ctx.Err() != nil {
+			finish(statusInterrupted)
+			return
+		}
+		if err != nil {
+			s.failWith(id, err)
+			return
+		}
+		if !done {
+			finish(statusIncomplete)
+			return
+		}
+		if len(calls) == 0 {
+			finish(statusComplete)
+			return
+		}
+		msgs = append(msgs, assistantToolCalls(calls))
+		for _, c := range calls {
+			result := s.runToolCall(ctx, id, c)
+			if ctx.Err() != nil {
+				finish(statusInterrupted)
+				return
+			}
+			msgs = append(msgs, openai.ToolMessage(result, c.id))
+		}
+	}
+	fmt.Fprintf(s.errOut, "dashgate agent: request %s: still calling tools after %d rounds, stopping\n", id, maxRounds)
+	finish(statusIncomplete)
+}
+
+// messages builds the conversation: the system prompt, the history and
+// the new text. Tool entries fold into assistant text ("[shell] $ cmd\n
+// output") since the history keeps no tool call ids; errors and notices
+// are left out.
+func (s *server) messages(p promptParams) []openai.ChatCompletionMessageParamUnion {
+	var msgs []openai.ChatCompletionMessageParamUnion
+	if s.cfg.SystemPrompt != "" {
+		msgs = append(msgs, openai.SystemMessage(s.cfg.SystemPrompt))
+	}
+	var tool strings.Builder // a folded tool call and its result
+	flush := func() {
+		if tool.Len() > 0 {
+			msgs = append(msgs, openai.AssistantMessage(tool.String()))
+			tool.Reset()
+		}
+	}
+	for _, e := range p.History {
+		switch {
+		case e.Role == "tool" && e.Kind == "tool_call":
+			flush()
+			fmt.Fprintf(&tool, "[shell] $ %s\n", e.Text)
+		case e.Role == "tool":
+			if tool.Len() == 0 {
+				tool.WriteString("[shell]\n")
+			}
+			tool.WriteString(e.Text)
+			flush()
+		case e.Role == "user":
+			flush()
+			msgs = append(msgs, openai.UserMessage(e.Text))
+		case e.Role == "assistant":
+			flush()
+			if e.Text != "" {
+				msgs = append(msgs, openai.AssistantMessage(e.Text))
+			}
+		}
+	}
+	flush()
+	return append(msgs, openai.UserMessage(p.Text))
+}
+
+type toolCall struct {
+	id, name string
+	args     strings.Builder
+}
+
+func assistantToolCalls(calls []*toolCall) openai.ChatCompletionMessageParamUnion {
+	var tc []openai.ChatCompletionMessageToolCallUnionParam
+	for _, c := range calls {
+		tc = append(tc, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID:       c.id,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.name, Arguments: c.args.String()},
+			},
+		})
+	}
+	return openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{ToolCalls: tc}}
+}
+
+var shellTool = openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+	Name:        "shell",
+	Description: param.NewOpt("Run a shell command in the working directory"),
+	Parameters: shared.FunctionParameters{
+		"type": "object",
+		"properties": map[string]any{
+			"command": map[string]any{"type": "string", "description": "the command, run with /bin/sh -c"},
+		},
+		"required": []string{"command"},
+	},
+})
+
+// round streams one chat completion: deltas go out as they arrive and into
+// t. It returns the tool calls the model made, whether the stream ended
+// with [DONE], and a Failure.
+func (s *server) round(ctx context.Context, id json.RawMessage, model string, msgs []openai.ChatCompletionMessageParamUnion, t *turn) ([]*toolCall, bool, *Failure) {
+	params := openai.ChatCompletionNewParams{
+		Model:         model,
+		Messages:      msgs,
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	if s.cfg.ShellTool {
+		params.Tools = []openai.ChatCompletionToolUnionParam{shellTool}
+	}
+	w := &sseWatch{}
+	st := s.chat.NewStreaming(ctx, params, option.WithMiddleware(w.middleware))
+	defer st.Close()
+	var calls []*toolCall
+	byIndex := map[int64]*toolCall{}
+	for st.Next() {
+		ch := st.Current()
+		if ch.JSON.Usage.Valid() {
+			t.usage = true
+			t.inTokens += ch.Usage.PromptTokens
+			t.outTokens += ch.Usage.CompletionTokens
+		}
+		for _, c := range ch.Choices {
+			if d := c.Delta.Content; d != "" {
+				t.out.WriteString(d)
+				s.event(id, "delta", map[string]any{"text": d})
+			}
+			for _, tc := range c.Delta.ToolCalls {
+				call := byIndex[tc.Index]
+				if call == nil {
+					call = &toolCall{}
+					byIndex[tc.Index] = call
+					calls = append(calls, call)
+				}
+				if tc.ID != "" {
+					call.id = tc.ID
+				}
+				if tc.Function.Name != "" {
+					call.name = tc.Function.Name
+				}
+				call.args.WriteString(tc.Function.Arguments)
+			}
+		}
+	}
+	err := st.Err()
+	if ctx.Err() != nil {
+		return calls, false, nil
+	}
+	if msg, ok := w.errorMessage(); ok {
+		return nil, false, modelError(msg)
+	}
+	if err != nil {
+		return nil, false, s.classify(err, model)
+	}
+	return calls, w.sawDone(), nil
+}
+
+func modelError(msg string) *Failure {
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		msg = "no message"
+	}
+	return &Failure{Kind: FailModelError, Message: "the model server failed: " + strings.TrimSuffix(msg, ".")}
+}
+
+// classify turns a request's error into a Failure.
+func (s *server) classify(err error, model string) *Failure {
+	var api *openai.Error
+	if errors.As(err, &api) {
+		msg := api.Message
+		if msg == "" {
+			msg = http.StatusText(api.StatusCode)
+		}
+		switch {
+		case api.StatusCode == http.StatusUnauthorized || api.StatusCode == http.StatusForbidden:
+			return &Failure{Kind: FailAuth, Message: "the model server refused the API key"}
+		case api.StatusCode == http.StatusNotFound || api.Code == "model_not_found":
+			return &Failure{Kind: FailNotFound, Message: fmt.Sprintf("the model server does not know model %q", model)}
+		case api.StatusCode == http.StatusTooManyRequests:
+			f := &Failure{Kind: FailRateLimited, Message: "the model server is rate limiting; retry later"}
+			if api.Response != nil {
+				if n := retryAfter(api.Response.Header.Get("Retry-After"), time.Now()); n > 0 {
+					f.RetryAfter = n
+					f.Message = fmt.Sprintf("the model server is rate limiting; retry after %d s", n)
+				}
+			}
+			return f
+		default:
+			return modelError(fmt.Sprintf("%s (HTTP %d)", msg, api.StatusCode))
+		}
+	}
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) || errors.As(err, &opErr) {
+		return &Failure{Kind: FailUnreachable, Message: "cannot reach the model server at " + redact(s.cfg.LLMURL)}
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) {
+		return &Failure{Kind: FailModelError, Message: "the model server sent a malformed response: " + err.Error()}
+	}
+	return modelError(err.Error())
+}
+
+// retryAfter reads a Retry-After header (seconds or an HTTP date) as whole
+// seconds, 0 when absent or past.
+func retryAfter(h string, now time.Time) int {
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && n > 0 {
+		return n
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return int(t.Sub(now).Round(time.Second) / time.Second)
+	}
+	return 0
+}
+
+// defaultModel asks the server for its models once and keeps the first id.
+func (s *server) defaultModel(ctx context.Context) (string, *Failure) {
+	s.mu.Lock()
+	m := s.model
+	s.mu.Unlock()
+	if m != "" {
+		return m, nil
+	}
+	page, err := s.models.List(ctx)
+	if err != nil {
+		return "", s.classify(err, "(default)")
+	}
+	if len(page.Data) == 0 || page.Data[0].ID == "" {
+		return "", &Failure{Kind: FailNotFound, Message: "the model server lists no models and none was configured"}
+	}
+	s.mu.Lock()
+	s.model = page.Data[0].ID
+	s.mu.Unlock()
+	return page.Data[0].ID, nil
+}
+
+// sseWatch reads the raw SSE lines of a streamed response as the library
+// consumes them, for the two things the library does not tell: whether
+// `data: [DONE]` came, and llama.cpp's `error: {...}` line (also the
+// `data: {"error":...}` dialects, for their plain message).
+type sseWatch struct {
+	mu     sync.Mutex
+	done   bool
+	errMsg string
+	hasErr bool
+	part   []byte // an unfinished line
+}
+
+func (w *sseWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	res, err := next(req)
+	if err == nil && res != nil && res.Body != nil && res.StatusCode < 300 {
+		res.Body = &watchedBody{ReadCloser: res.Body, w: w}
+	}
+	return res, err
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	w *sseWatch
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.w.feed(p[:n])
+	return n, err
+}
+
+func (w *sseWatch) feed(p []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.part = append(w.part, p...)
+	for {
+		i := bytes.IndexByte(w.part, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(bytes.TrimRight(w.part[:i], "\r"))
+		w.part = w.part[i+1:]
+	}
+	if len(w.part) > 1<<20 {
+		w.part = nil // a line this long is no marker
+	}
+}
+
+func (w *sseWatch) line(l []byte) {
+	field, value, ok := bytes.Cut(l, []byte(":"))
+	if !ok || len(field) == 0 {
+		return // a blank line or a `: comment`
+	}
+	value = bytes.TrimPrefix(value, []byte(" "))
+	switch string(field) {
+	case "data":
+		if bytes.Equal(bytes.TrimSpace(value), []byte("[DONE]")) {
+			w.done = true
+			return
+		}
+		var v struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if bytes.Contains(value, []byte(`"error"`)) && json.Unmarshal(value, &v) == nil && len(v.Error) > 0 && string(v.Error) != "null" {
+			w.setError(v.Error)
+		}
+	case "error":
+		w.setError(value)
+	}
+}
+
+// setError keeps the first error's message: {"message"}, a JSON string or
+// the raw text.
+func (w *sseWatch) setError(raw []byte) {
+	if w.hasErr {
+		return
+	}
+	w.hasErr = true
+	var obj struct {
+		Message string `json:"message"`
+	}
+	var str string
+	switch {
+	case json.Unmarshal(raw, &obj) == nil && obj.Message != "":
+		w.errMsg = obj.Message
+	case json.Unmarshal(raw, &str) == nil:
+		w.errMsg = str
+	default:
+		w.errMsg = string(raw)
+	}
+}
+
+func (w *sseWatch) sawDone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
+func (w *sseWatch) errorMessage() (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errMsg, w.hasErr
+}
