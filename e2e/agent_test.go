@@ -43,6 +43,7 @@ func newModelServer(t *testing.T) *modelServer {
 	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/models":
+			w.Header().Set("Content-Type", "application/json")
 			w.Write([]byte(`{"object":"list","data":[{"id":"fake-1","object":"model"},{"id":"fake-2","object":"model"}]}`))
 			return
 		case "/v1/chat/completions":
@@ -183,7 +184,7 @@ func TestAgentConversation(t *testing.T) {
 	}
 	p := ev.Payload()
 	if p["text"] != "Hello from the model." || p["status"] != "complete" || p["usage"] == nil {
-		t.Fatalf("message.complete: %v", p)
+		t.Fatalf("message.complete: %v; events %v", p, c.Events())
 	}
 	w := d.Workers()
 	if len(w) != 1 {
@@ -264,7 +265,7 @@ func TestAgentToolTreeEndsWithSession(t *testing.T) {
 	d := startAgent(t, m, dir)
 	c := d.chat(t)
 	sid := newSession(t, c, "")
-	m.then(toolCall("echo ran >> ran.txt; sleep 600 & setsid sleep 601 & echo started"), reply("Started them."))
+	m.then(toolCall("echo ran >> ran.txt; env > env.txt; sleep 600 & setsid sleep 601 & echo started"), reply("Started them."))
 	c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": "start jobs"}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -289,6 +290,9 @@ func TestAgentToolTreeEndsWithSession(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "ran.txt")); string(b) != "ran\n" {
 		t.Fatalf("ran.txt = %q, want one run", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "env.txt")); len(b) == 0 || strings.Contains(string(b), agentKey) {
+		t.Fatalf("the tool's environment (it must not hold the API key): %q", b)
 	}
 	if reqs := m.got(); len(reqs) != 2 || !strings.Contains(fmt.Sprint(reqs[1].Messages), "started") {
 		t.Fatalf("the tool result did not reach the model: %+v", reqs)
@@ -334,6 +338,7 @@ func TestAgentErrorsAreWords(t *testing.T) {
 	c := d.chat(t)
 	sid := newSession(t, c, "")
 	m.then(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		w.Write([]byte(`{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`))
 	}, reply("fine now"))

@@ -140,7 +140,7 @@ func TestUsageKept(t *testing.T) {
 	}
 }
 
-// TestCheckpointSurvivesCrash: text streamed more than 250 ms ago is in the
+// TestCheckpointSurvivesCrash: text streamed 250 ms ago is in the
 // store as an interrupted reply, so a process that dies mid-turn leaves
 // it; a registry started on that store restores the session detached, its
 // history ending with that reply, with no worker.
@@ -160,7 +160,7 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 		if es := stored(t, h, in.ID); len(es) != 2 || es[1].Text != "" || !es[1].Interrupted {
 			t.Fatalf("before the checkpoint, the store holds %+v; want the prompt and an empty interrupted reply", es)
 		}
-		h.advance(checkpointEvery)
+		h.advance(250 * time.Millisecond)
 		// The process "dies" here: nothing more reaches the store.
 		snap := store.NewMemory()
 		copyStore(t, st, snap)

@@ -13,8 +13,12 @@ import (
 // journal is the registry's write-behind queue to its store. The registry
 // queues rows under its lock (a map write, no I/O); a drain goroutine,
 // started when the queue fills and gone when it is empty, applies them in
-// batches outside the lock. Rows of one key coalesce: a streaming reply
-// checkpointed ten times is written once if the store is slow.
+// batches outside the lock, each batch journalDelay after the one before
+// (a flush cuts the wait short). Rows of one key coalesce: a streaming
+// reply checkpointed ten times is written once if the store is slow. The
+// delay keeps the write of a turn's prompt off the moment its first delta
+// is relayed (on two cores, an immediate SQLite commit beside it cost a
+// millisecond of first-delta latency; BENCHMARKS.md).
 //
 // When the store fails (disk full, I/O error) the rows stay queued and the
 // drain retries with backoff; the first failure of a burst logs one ERROR
@@ -40,7 +44,8 @@ type journal struct {
 	dropping bool // the backlog was full and entries were dropped in this burst
 	dropped  int
 
-	wg sync.WaitGroup
+	hurry chan struct{} // cuts the drain's delay short (flush, close)
+	wg    sync.WaitGroup
 }
 
 type entryKey struct {
@@ -54,12 +59,24 @@ const journalBacklog = 100_000
 // journalRetry bounds the backoff between attempts on a failing store.
 const journalRetry = 2 * time.Second
 
+// journalDelay is how long the drain gathers writes before a batch.
+const journalDelay = 20 * time.Millisecond
+
 func newJournal(st store.Store, log *slog.Logger) *journal {
 	return &journal{
 		st: st, log: log,
 		sessions: map[string]store.Session{},
 		entries:  map[entryKey]store.SessionEntry{},
 		progress: make(chan struct{}),
+		hurry:    make(chan struct{}, 1),
+	}
+}
+
+// hasten cuts the drain's current delay short.
+func (j *journal) hasten() {
+	select {
+	case j.hurry <- struct{}{}:
+	default:
 	}
 }
 
@@ -148,6 +165,7 @@ func (j *journal) drain() {
 	defer j.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
+		j.wait(journalDelay)
 		j.mu.Lock()
 		b, upto := j.takeLocked()
 		if b.Empty() || j.stopping && j.failing {
@@ -194,22 +212,13 @@ func (j *journal) drain() {
 	}
 }
 
-// wait pauses the drain for d, or until close asks it to stop.
+// wait pauses the drain for d, or until a flush or close hastens it.
 func (j *journal) wait(d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	for {
-		j.mu.Lock()
-		stop, ch := j.stopping, j.progress
-		j.mu.Unlock()
-		if stop {
-			return
-		}
-		select {
-		case <-t.C:
-			return
-		case <-ch:
-		}
+	select {
+	case <-t.C:
+	case <-j.hurry:
 	}
 }
 
@@ -219,6 +228,7 @@ var errStoreFailing = errors.New("the conversation store is failing")
 // flush waits until every change queued before the call is stored, the
 // store fails, or ctx ends.
 func (j *journal) flush(ctx context.Context) error {
+	j.hasten()
 	j.mu.Lock()
 	target := j.queued
 	for {
@@ -237,6 +247,7 @@ func (j *journal) flush(ctx context.Context) error {
 			return ctx.Err()
 		case <-ch:
 		}
+		j.hasten() // the drain may have started a new delay meanwhile
 		j.mu.Lock()
 	}
 }
@@ -252,6 +263,7 @@ func (j *journal) close(ctx context.Context) error {
 	j.stopping = true
 	j.signalLocked()
 	j.mu.Unlock()
+	j.hasten()
 	j.wg.Wait()
 	j.mu.Lock()
 	defer j.mu.Unlock()

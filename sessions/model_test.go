@@ -181,6 +181,7 @@ func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager)
 	t.Cleanup(func() {
 		h.r.Shutdown(context.Background())
 		h.r.Wait()
+		h.r.FlushStore(context.Background())
 		mgr.CloseAll(workers.ReasonShutdown)
 		mgr.Wait()
 	})

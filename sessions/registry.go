@@ -1160,8 +1160,9 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 }
 
 // checkpointEvery bounds how much streamed text a crash can lose: a
-// streaming reply is stored at most this long after a delta arrived.
-const checkpointEvery = 250 * time.Millisecond
+// streaming reply is queued for the store at most this long after a delta
+// arrived, so with the journal's delay it is stored within 250 ms.
+const checkpointEvery = 250*time.Millisecond - journalDelay
 
 // checkpoint queues the text t streamed so far as its (interrupted) reply.
 func (r *Registry) checkpoint(s *Session, t *turn) {

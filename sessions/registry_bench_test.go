@@ -23,6 +23,7 @@ func benchRegistry(b *testing.B, mod func(*Config)) (*Registry, *fakeSpawner) {
 	b.Cleanup(func() {
 		r.Shutdown(context.Background())
 		r.Wait()
+		r.FlushStore(context.Background())
 	})
 	return r, sp
 }

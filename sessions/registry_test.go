@@ -47,6 +47,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Cleanup(func() {
 		h.r.Shutdown(context.Background())
 		h.r.Wait()
+		h.r.FlushStore(context.Background()) // its drain must not outlive a synctest bubble
 	})
 	return h
 }

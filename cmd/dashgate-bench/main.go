@@ -70,10 +70,11 @@ var counts = []struct {
 	{"stream-words", 20000, 2000, "words of the streamed reply (one delta each)"},
 	{"resumes", 200, 20, "session.resume of a 200-entry session per run"},
 	{"stored-sessions", 10000, 500, "sessions in the store at start-up (50 entries each)"},
+	{"agent-prompts", 100, 10, "prompts to the agent worker per run"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -245,7 +246,7 @@ func (b *bench) groups() []group {
 		memory(n["detached"], false), memory(n["attached"], true), admin(n["admin-sessions"], n["admin-gets"]),
 		idle(n["idle-sockets"], time.Duration(n["idle-secs"])*time.Second),
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
-		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]),
+		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]), agent(n["agent-prompts"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)

@@ -98,6 +98,9 @@ func Main() int {
 		fmt.Fprintln(os.Stderr, "dashgate agent:", err)
 		return 2
 	}
+	// The key stays in this process: a tool's command (chosen by the
+	// model) must not be able to read it from its environment.
+	os.Unsetenv(EnvLLMAPIKey)
 	return Run(ctx, cfg, os.Stdin, os.Stdout, os.Stderr)
 }
 

@@ -101,8 +101,12 @@ func (c *capped) Write(p []byte) (int, error) {
 }
 
 // shell runs command with /bin/sh -c in its own process group (still a
-// child of the worker) and kills the whole group when it exits, times out
-// or ctx ends. It returns once the shell is reaped.
+// child of the worker) and kills the whole group when it times out or ctx
+// ends (the turn was interrupted). It returns once the shell is reaped.
+// What the command leaves running in the background (`server &`) lives on
+// as the worker's descendant, like a job in the session's terminal: it
+// carries the worker's marker, so it ends when the worker is closed (the
+// last viewer leaves, the session ends).
 func (s *server) shell(ctx context.Context, command string) shellResult {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ToolTimeout)
 	defer cancel()
@@ -112,16 +116,15 @@ func (s *server) shell(ctx context.Context, command string) shellResult {
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	// A background grandchild holding the output pipe must not hold us.
-	cmd.WaitDelay = 2 * time.Second
+	// A background job holding the output pipe must not hold the turn: its
+	// output after the shell exits is not waited for.
+	cmd.WaitDelay = 500 * time.Millisecond
 	start := time.Now()
 	err := cmd.Start()
 	if err != nil {
 		return shellResult{exitCode: -1, output: "cannot start /bin/sh: " + err.Error()}
 	}
 	cmd.Wait() // the exit status is read from ProcessState below
-	// The group goes with its shell: no command outlives its turn.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	r := shellResult{duration: time.Since(start), timedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
 	r.exitCode = cmd.ProcessState.ExitCode() // -1 when killed by a signal
 	out.mu.Lock()
