@@ -64,6 +64,10 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEven
 	}
 	switch method {
 	case "slash":
+		if p["command"] == "/crash" { // exits while it runs the command, as /exit does
+			w.crash()
+			return nil, &workers.Error{Failure: workers.FailCrashed, Message: "worker closed its stdout"}
+		}
 		if p["command"] == "/fail" {
 			return nil, &workers.Error{Failure: workers.FailReply, Message: "unknown command /fail"}
 		}

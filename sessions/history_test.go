@@ -530,3 +530,23 @@ func TestReplyKeepsItsPlace(t *testing.T) {
 	wantKinds(t, "resume", res.History, want...)
 	wantKinds(t, "store", stored(t, h, in.ID), want...)
 }
+
+// TestCommandErrorBeforeWorkerExit: a command whose worker dies while
+// running it reads, live and stored, as the command, its error, then the
+// worker's exit, whichever the worker's pipes told first.
+func TestCommandErrorBeforeWorkerExit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	if _, err := h.r.Exec(t.Context(), v, in.ID, "/crash"); err == nil {
+		t.Fatal("/crash succeeded")
+	}
+	res, _ := h.r.Resume(v, in.ID)
+	want := []string{"slash:/crash", "error:worker crashed: worker closed its stdout", "notice:worker exited, code 0"}
+	wantKinds(t, "resume", res.History, want...)
+	wantKinds(t, "store", stored(t, h, in.ID), want...)
+	if evs := v.ofType("worker.exited"); len(evs) != 1 {
+		t.Fatalf("worker.exited events: %+v", evs)
+	}
+}

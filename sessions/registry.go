@@ -977,6 +977,18 @@ func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
 	}
 	s.worker = nil
 	r.denyApprovalsLocked(s, ByClose) // its tool runs went with it
+	if s.execs > 0 {
+		// A command it was running fails with it: its error is told first
+		// (see Exec), so the history reads command, error, exit.
+		s.exited = &res
+		return
+	}
+	r.exitedLocked(s, res)
+}
+
+// exitedLocked tells the viewers, and the history, that the worker of s
+// went away. r.mu must be held.
+func (r *Registry) exitedLocked(s *Session, res workers.CloseResult) {
 	payload := map[string]any{"reason": res.Reason, "exit_code": res.ExitCode}
 	if res.Signal != "" {
 		payload["signal"] = res.Signal
@@ -999,13 +1011,13 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	// the caller went.
 	r.mu.Lock()
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
+	s.execs++
 	r.mu.Unlock()
 	out, err := r.exec(ctx, s, command)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, context.Canceled) {
-		return "", err
-	}
 	r.mu.Lock()
-	if s.live() {
+	defer r.mu.Unlock()
+	shown := !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled)
+	if s.live() && shown {
 		if err != nil {
 			code, msg := r.cfg.DescribeError(err)
 			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code})
@@ -1013,7 +1025,13 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 			r.appendLocked(s, Message{Role: store.RoleAssistant, Kind: store.KindSlashOutput, Text: out})
 		}
 	}
-	r.mu.Unlock()
+	if s.execs--; s.execs == 0 && s.exited != nil {
+		res := *s.exited
+		s.exited = nil
+		if s.live() {
+			r.exitedLocked(s, res)
+		}
+	}
 	return out, err
 }
 

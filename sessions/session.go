@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // State is where a session is in its life. States only move forward, except
@@ -141,6 +142,8 @@ type Session struct {
 	seq       uint64               // the last event seq
 	approvals map[string]*approval // pending, by request id
 	grace     *turnGrace           // a detached session's turn let finish, nil when none
+	execs     int                  // slash commands running
+	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
 	model     string               // "" for the worker's default
 	turn      *turn
 	turns     int
