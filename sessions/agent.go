@@ -234,8 +234,8 @@ func (s *Session) pendingLocked() []Approval {
 // modelHistoryLocked is the conversation a prompt of turn t sends its
 // worker: prompts, replies and tool entries, oldest first, the oldest
 // dropped to fit Config.AgentContext bytes of text. r.mu must be held.
-func (r *Registry) modelHistoryLocked(s *Session, t *turn) []map[string]string {
-	var out []map[string]string
+func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
+	var out []modelEntry
 	total := 0
 	for i := len(s.history) - 1; i >= 0; i-- {
 		e := s.history[i]
@@ -249,15 +249,23 @@ func (r *Registry) modelHistoryLocked(s *Session, t *turn) []map[string]string {
 			break
 		}
 		total += len(e.Text)
-		out = append(out, map[string]string{"role": e.Role, "kind": e.Kind, "text": e.Text})
+		out = append(out, modelEntry{Kind: e.Kind, Role: e.Role, Text: e.Text})
 	}
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
 	}
 	if out == nil {
-		out = []map[string]string{}
+		out = []modelEntry{}
 	}
 	return out
+}
+
+// modelEntry is an entry of a prompt's history (a struct, not a map: it is
+// encoded on every prompt's path to its first delta).
+type modelEntry struct {
+	Kind string `json:"kind"`
+	Role string `json:"role"`
+	Text string `json:"text"`
 }
 
 // Configure sets the model of sid's prompts ("" for the worker's

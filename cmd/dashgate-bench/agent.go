@@ -53,8 +53,11 @@ func firstDirect(ctx context.Context, c *http.Client, url string) (time.Duration
 // server in this process. Time to the first delta of a prompt through
 // dashgate (prompt.submit to the first message.delta, warm worker), beside
 // a request straight to the same server until its first data line; and
-// the agent worker's RSS.
+// the agent worker's RSS. Conversations of turnsPerSession prompts: the
+// first of each spawns its worker and is not timed; each later one carries
+// the turns before it as its history.
 func agent(prompts int) group {
+	const turnsPerSession = 10
 	srv := fakeModel()
 	figs := []*Figure{
 		fig(fmt.Sprintf("agent: first delta through dashgate (%d/run) p50", prompts), "ms", ""),
@@ -64,23 +67,28 @@ func agent(prompts int) group {
 	}
 	return group{name: "agent", figs: figs, args: []string{"--llm-url", srv.URL + "/v1", "--llm-model", "bench"},
 		run: func(ctx context.Context, t *target, r int) ([]float64, error) {
-			hold, err := dialChat(ctx, t) // keeps the session attached between prompts
+			hold, err := dialChat(ctx, t) // keeps the sessions attached between prompts
 			if err != nil {
 				return nil, err
 			}
 			defer hold.Close()
-			sid, err := hold.CreateSession(ctx, "agent")
-			if err != nil {
-				return nil, err
-			}
 			direct := &http.Client{Transport: &http.Transport{Proxy: nil}}
 			var via, straight []time.Duration
-			for i := 0; i < prompts; i++ {
+			var sid string
+			for i := 0; i < prompts+prompts/(turnsPerSession-1)+1; i++ {
+				first := i%turnsPerSession == 0
+				if first {
+					if sid, err = hold.CreateSession(ctx, "agent"); err != nil {
+						return nil, err
+					}
+				}
 				d, err := firstDirect(ctx, direct, srv.URL)
 				if err != nil {
 					return nil, err
 				}
-				straight = append(straight, d)
+				if !first {
+					straight = append(straight, d)
+				}
 				ch, err := dialChat(ctx, t) // a fresh socket: its first delta is this turn's
 				if err != nil {
 					return nil, err
@@ -94,7 +102,9 @@ func agent(prompts int) group {
 				if err == nil {
 					_, err = ch.WaitEvent(ctx, "message.delta", sid)
 				}
-				via = append(via, time.Since(t0))
+				if !first {
+					via = append(via, time.Since(t0))
+				}
 				if err == nil {
 					_, err = ch.WaitEvent(ctx, "message.complete", sid)
 				}
@@ -104,7 +114,7 @@ func agent(prompts int) group {
 				}
 			}
 			ws, err := t.Workers(ctx)
-			if err != nil || len(ws) != 1 {
+			if err != nil || len(ws) == 0 {
 				return nil, fmt.Errorf("agent workers: %v %v", ws, err)
 			}
 			v, s := percentile(ms(via), 50), percentile(ms(straight), 50)
