@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -194,6 +195,8 @@ func TestInternalErrorsLoggedOnce(t *testing.T) {
 		{"internal", errors.New("secret detail"), handlers.CodeInternal, 1},
 		{"not found", sessions.ErrNotFound, handlers.CodeNotFound, 0},
 		{"viewer capacity", &sessions.ViewerCapacityError{Limit: 7}, handlers.CodeCapacity, 0},
+		{"rate limited", &workers.Error{Failure: "rate_limited", Message: "the model server is rate limiting; retry after 7 s", RetryAfter: 7}, handlers.CodeWorkerFailed, 0},
+		{"store", &sessions.StoreError{Err: errors.New("disk I/O error")}, handlers.CodeStoreFailed, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -215,6 +218,13 @@ func TestInternalErrorsLoggedOnce(t *testing.T) {
 			}
 			if tt.code == handlers.CodeCapacity && !strings.Contains(fmt.Sprint(m), "(7)") {
 				t.Fatalf("capacity message does not name the limit: %v", m)
+			}
+			if tt.code == handlers.CodeWorkerFailed {
+				data := string(m["error"].(map[string]any)["data"].(json.RawMessage))
+				msg := m["error"].(map[string]any)["message"]
+				if !strings.Contains(data, `"failure":"rate_limited"`) || !strings.Contains(data, `"retry_after":7`) || msg != "the model server is rate limiting; retry after 7 s" {
+					t.Fatalf("a worker's own failure: %v %s", msg, data)
+				}
 			}
 		})
 	}
