@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -257,4 +258,23 @@ func TestMaxWorkers(t *testing.T) {
 	pty.Close(ReasonDetach)
 	w4 := startWorker(t, m, helperSpec(t, "proto"))
 	ping(t, w4)
+}
+
+// TestWorkerEventsAndOwnFailure: every event of a call reaches the caller
+// in order, with its whole line; an ok:false naming its failure and retry
+// delay keeps them, and its message is the worker's sentence alone.
+func TestWorkerEventsAndOwnFailure(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestManager(t, Config{})
+	w := startWorker(t, m, helperSpec(t, "proto"))
+	var got []Event
+	_, err := w.Call(t.Context(), "fail-word", nil, func(ev Event) { got = append(got, ev) })
+	var we *Error
+	if !errors.As(err, &we) || we.Failure != "rate_limited" || we.RetryAfter != 7 || err.Error() != "the model server is rate limiting" {
+		t.Fatalf("err = %v (%+v)", err, we)
+	}
+	if len(got) != 2 || got[0].Name != "delta" || got[0].Text != "so far" || got[1].Name != "approval" ||
+		!strings.Contains(string(got[1].Line), `"request_id":"r1"`) {
+		t.Fatalf("events = %+v", got)
+	}
 }

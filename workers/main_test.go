@@ -177,6 +177,16 @@ func protoHelper(exitOnEOF bool) int {
 		case "fail":
 			b, _ := json.Marshal(map[string]any{"id": req.ID, "ok": false, "error": "failed on purpose"})
 			write(string(b) + "\n")
+		case "fail-word": // an ok:false naming its own failure, after two events
+			for _, ev := range []map[string]any{
+				{"id": req.ID, "event": "delta", "text": "so far"},
+				{"id": req.ID, "event": "approval", "request_id": "r1", "command": "ls"},
+			} {
+				b, _ := json.Marshal(ev)
+				write(string(b) + "\n")
+			}
+			b, _ := json.Marshal(map[string]any{"id": req.ID, "ok": false, "error": "the model server is rate limiting", "failure": "rate_limited", "retry_after": 7})
+			write(string(b) + "\n")
 		case "crash":
 			var p struct{ Code int }
 			json.Unmarshal(req.Params, &p)
