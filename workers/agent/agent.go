@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/dashgate/dashgate/workers/jsonl"
 )
 
 // The environment variables the agent reads its Config from (never argv).
@@ -84,14 +85,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // from the environment, and returns its exit code. Like the built-in worker
 // it arms the parent watchdog first.
 func Main() int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if want, err := strconv.Atoi(os.Getenv("DASHGATE_PARENT_PID")); err == nil {
-		if os.Getppid() != want {
-			fmt.Fprintln(os.Stderr, "dashgate agent: parent is gone, exiting")
-			return 1
-		}
-		go watchParent(want)
+	if !jsonl.WatchParent("dashgate agent") {
+		return 1
 	}
 	cfg, err := ConfigFromEnv(os.Getenv)
 	if err != nil {
@@ -101,43 +96,20 @@ func Main() int {
 	// The key stays in this process: a tool's command (chosen by the
 	// model) must not be able to read it from its environment.
 	os.Unsetenv(EnvLLMAPIKey)
-	return Run(ctx, cfg, os.Stdin, os.Stdout, os.Stderr)
-}
-
-// watchParent exits the process as soon as its parent changes.
-func watchParent(want int) {
-	t := time.NewTicker(250 * time.Millisecond)
-	for range t.C {
-		if os.Getppid() != want {
-			fmt.Fprintln(os.Stderr, "dashgate agent: parent is gone, exiting")
-			os.Exit(1)
-		}
-	}
-}
-
-type request struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
+	return Run(context.Background(), cfg, os.Stdin, os.Stdout, os.Stderr)
 }
 
 type server struct {
+	*jsonl.Server
 	cfg    Config
 	chat   openai.ChatCompletionService
 	models openai.ModelService
-	errOut io.Writer
-
-	out     io.Writer
-	outM    sync.Mutex
-	exiting atomic.Bool // set when Run returns
 
 	seq atomic.Int64 // request_id and tool_id numbers
 
 	mu        sync.Mutex
-	inflight  map[string]context.CancelFunc
 	approvals map[string]chan string // request_id -> the viewer's choice
 	model     string                 // the server's first model, once asked
-	wg        sync.WaitGroup
 }
 
 // Run serves requests from in until EOF and returns the exit code. Requests
@@ -150,14 +122,12 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 	if cfg.APIKey != "" {
 		errOut = &redactor{w: errOut, secret: []byte(cfg.APIKey)}
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	s := &server{
+		Server:    jsonl.NewServer("dashgate agent", out, errOut),
 		cfg:       cfg,
-		errOut:    errOut,
-		out:       out,
-		inflight:  map[string]context.CancelFunc{},
 		approvals: map[string]chan string{},
 	}
+	s.MaxLine = maxLine
 	// The services are built from our options alone: openai.NewClient would
 	// also read OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS... from
 	// the environment, and the agent's settings come from DASHGATE_* only.
@@ -169,53 +139,8 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 	}
 	s.chat = openai.NewChatCompletionService(opts...)
 	s.models = openai.NewModelService(opts...)
-	defer s.wg.Wait()
-	defer cancel()
-	defer s.exiting.Store(true)
-	lines := make(chan []byte)
-	go func() {
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), maxLine)
-		for sc.Scan() {
-			select {
-			case lines <- append([]byte(nil), sc.Bytes()...):
-			case <-ctx.Done():
-				return
-			}
-		}
-		close(lines)
-	}()
-	fmt.Fprintf(errOut, "dashgate agent: ready, pid %d, model server %s\n", os.Getpid(), redact(cfg.LLMURL))
-	for {
-		select {
-		case <-ctx.Done():
-			return 0
-		case line, ok := <-lines:
-			if !ok {
-				return 0 // stdin EOF: our owner is done with us
-			}
-			var req request
-			if err := json.Unmarshal(line, &req); err != nil || len(req.ID) == 0 {
-				fmt.Fprintf(errOut, "dashgate agent: bad request line: %.80q\n", line)
-				continue
-			}
-			rctx, rcancel := context.WithCancel(ctx)
-			s.mu.Lock()
-			s.inflight[string(req.ID)] = rcancel
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer func() {
-					s.mu.Lock()
-					delete(s.inflight, string(req.ID))
-					s.mu.Unlock()
-					rcancel()
-				}()
-				s.handle(rctx, req)
-			}()
-		}
-	}
+	s.Logf("ready, pid %d, model server %s", os.Getpid(), redact(cfg.LLMURL))
+	return s.Serve(ctx, in, s.handle)
 }
 
 // redactor masks the API key in everything written to it: diagnostics
@@ -243,36 +168,12 @@ func redact(raw string) string {
 	return u.String()
 }
 
-func (s *server) write(v any) {
-	if s.exiting.Load() {
-		return
-	}
-	b, _ := json.Marshal(v)
-	s.outM.Lock()
-	defer s.outM.Unlock()
-	s.out.Write(append(b, '\n'))
-}
-
-func (s *server) event(id json.RawMessage, name string, fields map[string]any) {
-	fields["id"] = id
-	fields["event"] = name
-	s.write(fields)
-}
-
-func (s *server) reply(id json.RawMessage, result any) {
-	s.write(map[string]any{"id": id, "ok": true, "result": result})
-}
-
-func (s *server) fail(id json.RawMessage, msg string) {
-	s.write(map[string]any{"id": id, "ok": false, "error": msg})
-}
-
 func (s *server) failWith(id json.RawMessage, f *Failure) {
-	m := map[string]any{"id": id, "ok": false, "error": f.Message, "failure": f.Kind}
+	fields := []any{"failure", f.Kind}
 	if f.RetryAfter > 0 {
-		m["retry_after"] = f.RetryAfter
+		fields = append(fields, "retry_after", f.RetryAfter)
 	}
-	s.write(m)
+	s.Fail(id, f.Message, fields...)
 }
 
 // promptParams are a prompt's params (PROTOCOL.md §4 and §7).
@@ -289,27 +190,15 @@ type historyEntry struct {
 	Text string `json:"text"`
 }
 
-func (s *server) handle(ctx context.Context, req request) {
+func (s *server) handle(ctx context.Context, req jsonl.Request) {
 	switch req.Method {
 	case "prompt":
 		var p promptParams
 		if err := json.Unmarshal(req.Params, &p); err != nil {
-			s.fail(req.ID, "bad prompt params: "+err.Error())
+			s.Fail(req.ID, "bad prompt params: "+err.Error())
 			return
 		}
 		s.prompt(ctx, req.ID, p)
-	case "cancel":
-		var p struct {
-			ID json.RawMessage `json:"id"`
-		}
-		json.Unmarshal(req.Params, &p)
-		s.mu.Lock()
-		cancel := s.inflight[string(p.ID)]
-		s.mu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
-		s.reply(req.ID, map[string]any{"cancelled": cancel != nil})
 	case "approval":
 		var p struct {
 			RequestID string `json:"request_id"`
@@ -318,7 +207,7 @@ func (s *server) handle(ctx context.Context, req request) {
 		}
 		json.Unmarshal(req.Params, &p)
 		if p.Choice != "once" && p.Choice != "deny" {
-			s.fail(req.ID, "unknown choice "+strconv.Quote(p.Choice)+" (once or deny)")
+			s.Fail(req.ID, "unknown choice "+strconv.Quote(p.Choice)+" (once or deny)")
 			return
 		}
 		s.mu.Lock()
@@ -326,14 +215,14 @@ func (s *server) handle(ctx context.Context, req request) {
 		delete(s.approvals, p.RequestID)
 		s.mu.Unlock()
 		if ch == nil {
-			s.fail(req.ID, "no pending approval "+strconv.Quote(p.RequestID))
+			s.Fail(req.ID, "no pending approval "+strconv.Quote(p.RequestID))
 			return
 		}
 		ch <- p.Choice // buffered: the waiter may be gone
-		s.reply(req.ID, map[string]any{})
+		s.Reply(req.ID, map[string]any{})
 	case "slash":
-		s.fail(req.ID, "the agent worker has no slash commands")
+		s.Fail(req.ID, "the agent worker has no slash commands")
 	default:
-		s.fail(req.ID, "unknown method "+strconv.Quote(req.Method))
+		s.Fail(req.ID, "unknown method "+strconv.Quote(req.Method))
 	}
 }

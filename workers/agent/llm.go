@@ -66,7 +66,7 @@ func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams)
 		if t.usage {
 			r["usage"] = map[string]any{"input_tokens": t.inTokens, "output_tokens": t.outTokens}
 		}
-		s.reply(id, r)
+		s.Reply(id, r)
 	}
 	model := p.Model
 	if model == "" {
@@ -113,7 +113,7 @@ func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams)
 			msgs = append(msgs, openai.ToolMessage(result, c.id))
 		}
 	}
-	fmt.Fprintf(s.errOut, "dashgate agent: request %s: still calling tools after %d rounds, stopping\n", id, maxRounds)
+	s.Logf("request %s: still calling tools after %d rounds, stopping", id, maxRounds)
 	finish(statusIncomplete)
 }
 
@@ -215,7 +215,7 @@ func (s *server) round(ctx context.Context, id json.RawMessage, model string, ms
 		for _, c := range ch.Choices {
 			if d := c.Delta.Content; d != "" {
 				t.out.WriteString(d)
-				s.event(id, "delta", map[string]any{"text": d})
+				s.Event(id, "delta", map[string]any{"text": d})
 			}
 			for _, tc := range c.Delta.ToolCalls {
 				call := byIndex[tc.Index]

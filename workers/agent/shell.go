@@ -36,9 +36,9 @@ func (s *server) runToolCall(ctx context.Context, id json.RawMessage, c *toolCal
 		return denied
 	}
 	toolID := "t" + strconv.FormatInt(s.seq.Add(1), 10)
-	s.event(id, "tool_start", map[string]any{"tool_id": toolID, "name": "shell", "command": args.Command})
+	s.Event(id, "tool_start", map[string]any{"tool_id": toolID, "name": "shell", "command": args.Command})
 	r := s.shell(ctx, args.Command)
-	s.event(id, "tool_complete", map[string]any{
+	s.Event(id, "tool_complete", map[string]any{
 		"tool_id": toolID, "exit_code": r.exitCode, "output": r.output,
 		"truncated": r.truncated, "duration_ms": r.duration.Milliseconds(),
 	})
@@ -60,7 +60,7 @@ func (s *server) approve(ctx context.Context, id json.RawMessage, command string
 	s.mu.Lock()
 	s.approvals[reqID] = ch
 	s.mu.Unlock()
-	s.event(id, "approval", map[string]any{"request_id": reqID, "tool": "shell", "command": command})
+	s.Event(id, "approval", map[string]any{"request_id": reqID, "tool": "shell", "command": command})
 	select {
 	case choice := <-ch:
 		return choice
