@@ -207,9 +207,10 @@ func TestApprovalInTwoTabs(t *testing.T) {
 	waitCard(t, tb2, "tab 2 after a reload: the card is approved", "approved: approved buttons=0")
 	tb2.mustWaitJS(15*time.Second, "tab 2 after a reload: the tool card shows the output", toolDone+` === 'ran-42\n'`, markdownState)
 	waitAssistant(t, tb2, "The command ran.", 1)
-	// The history keeps a reply right after its prompt.
+	// The reply had no text before the tool ran: it comes after its cards,
+	// live as after a reload.
 	got := kinds(entries(tb2))
-	want := []string{"prompt", "reply", "approval_request", "tool_call"}
+	want := []string{"prompt", "approval_request", "tool_call", "reply"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("after a reload the entries are %v, want %v", got, want)
 	}

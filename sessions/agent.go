@@ -45,8 +45,18 @@ const (
 
 type approval struct {
 	Approval
-	w     Worker
-	timer *time.Timer
+	w        Worker
+	workerID string // the request id the worker gave it
+	timer    *time.Timer
+}
+
+// publicID is the id viewers see of a worker's request or tool run: the
+// worker's own, which a new worker reuses, made unique by the turn's.
+func publicID(t *turn, workerID string) string {
+	if workerID == "" {
+		return ""
+	}
+	return t.id[:8] + "-" + workerID
 }
 
 // approvalAnswerTimeout bounds telling a worker the answer to its approval.
@@ -66,6 +76,17 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 	case "delta":
 		t.text += ev.Text
 		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": ev.Text})
+		if t.seq == 0 {
+			// The reply takes its place where it starts: after its prompt,
+			// or after the approvals and tool runs that came before its
+			// text. Until it completes, the store holds it as interrupted
+			// with what streamed so far, so a crash leaves exactly that.
+			s.entrySeq++
+			t.seq = s.entrySeq
+			if !s.terminalOnly {
+				r.journal.putEntry(s.id, t.reply(t.text, true, nil))
+			}
+		}
 		if t.ckpt == nil && !s.terminalOnly {
 			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
 		}
@@ -81,18 +102,24 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			Tool      string `json:"tool"`
 			Command   string `json:"command"`
 		}
-		if json.Unmarshal(ev.Line, &p) != nil || p.RequestID == "" || s.approvals[p.RequestID] != nil {
+		if json.Unmarshal(ev.Line, &p) != nil || p.RequestID == "" {
 			return
 		}
-		a := &approval{Approval: Approval{RequestID: p.RequestID, TurnID: t.id, Tool: p.Tool, Command: p.Command}, w: w}
-		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { r.expireApproval(s, p.RequestID) })
+		// A worker numbers its requests itself (a new worker starts again):
+		// viewers get an id made unique by the turn's.
+		id := publicID(t, p.RequestID)
+		if s.approvals[id] != nil {
+			return
+		}
+		a := &approval{Approval: Approval{RequestID: id, TurnID: t.id, Tool: p.Tool, Command: p.Command}, w: w, workerID: p.RequestID}
+		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { r.expireApproval(s, id) })
 		if s.approvals == nil {
 			s.approvals = map[string]*approval{}
 		}
-		s.approvals[p.RequestID] = a
+		s.approvals[id] = a
 		r.emitLocked(s, "approval.request", a.Approval)
 		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: p.Command, TurnID: t.id,
-			Data: mustJSON(map[string]string{"request_id": p.RequestID, "tool": p.Tool})})
+			Data: mustJSON(map[string]string{"request_id": id, "tool": p.Tool})})
 	case "tool_start":
 		var p struct {
 			ToolID  string `json:"tool_id"`
@@ -103,9 +130,10 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			return
 		}
 		t.tools++
-		r.emitLocked(s, "tool.start", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "name": p.Name, "command": p.Command})
+		tid := publicID(t, p.ToolID)
+		r.emitLocked(s, "tool.start", map[string]any{"turn_id": t.id, "tool_id": tid, "name": p.Name, "command": p.Command})
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolCall, Text: p.Command, TurnID: t.id,
-			Data: mustJSON(map[string]string{"tool_id": p.ToolID, "name": p.Name})})
+			Data: mustJSON(map[string]string{"tool_id": tid, "name": p.Name})})
 	case "tool_complete":
 		var p struct {
 			ToolID     string `json:"tool_id"`
@@ -118,10 +146,11 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			return
 		}
 		t.tools = max(t.tools-1, 0)
-		r.emitLocked(s, "tool.complete", map[string]any{"turn_id": t.id, "tool_id": p.ToolID, "exit_code": p.ExitCode,
+		tid := publicID(t, p.ToolID)
+		r.emitLocked(s, "tool.complete", map[string]any{"turn_id": t.id, "tool_id": tid, "exit_code": p.ExitCode,
 			"output": p.Output, "truncated": p.Truncated, "duration_ms": p.DurationMS})
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolResult, Text: p.Output, TurnID: t.id,
-			Data: mustJSON(map[string]any{"tool_id": p.ToolID, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS})})
+			Data: mustJSON(map[string]any{"tool_id": tid, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS})})
 	}
 }
 
@@ -173,7 +202,7 @@ func (r *Registry) denyApprovalsLocked(s *Session, by string) {
 func answer(ctx context.Context, a *approval, choice, by string) error {
 	ctx, cancel := context.WithTimeout(ctx, approvalAnswerTimeout)
 	defer cancel()
-	_, err := a.w.Call(ctx, "approval", map[string]string{"request_id": a.RequestID, "choice": choice, "by": by}, nil)
+	_, err := a.w.Call(ctx, "approval", map[string]string{"request_id": a.workerID, "choice": choice, "by": by}, nil)
 	return err
 }
 
@@ -240,7 +269,7 @@ func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
 	for i := len(s.history) - 1; i >= 0; i-- {
 		e := s.history[i]
 		switch {
-		case e.Seq >= t.seq-1: // this turn's own prompt (and anything after it)
+		case e.Seq >= t.promptSeq: // this turn's own prompt (and anything after it)
 			continue
 		case e.Kind != store.KindPrompt && e.Kind != store.KindReply && e.Kind != KindToolCall && e.Kind != KindToolResult:
 			continue

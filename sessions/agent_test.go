@@ -37,8 +37,21 @@ func send(h *harness, ev workers.Event) {
 	<-h.sp.acked
 }
 
-func askApproval(h *harness, id string) {
+// askApproval has the worker ask for an approval numbered id and returns
+// the id viewers know it by.
+func askApproval(h *harness, id string) string {
 	send(h, event("approval", map[string]any{"request_id": id, "tool": "shell", "command": "touch " + id}))
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	for _, s := range h.r.sessions {
+		for pub, a := range s.approvals {
+			if a.workerID == id {
+				return pub
+			}
+		}
+	}
+	h.t.Fatalf("no pending approval %s", id)
+	return ""
 }
 
 func resolved(v *recViewer) []string {
@@ -66,26 +79,29 @@ func TestApprovalOnceEver(t *testing.T) {
 	in, _ := h.r.Create(v1, "", false)
 	h.r.Resume(v2, in.ID)
 	agentTurn(t, h, v1, in.ID)
-	askApproval(h, "r1")
+	r1 := askApproval(h, "r1")
+	if !strings.HasSuffix(r1, "-r1") || r1 == "r1" {
+		t.Fatalf("the viewers' id of the worker's r1: %q", r1)
+	}
 	for _, v := range []*recViewer{v1, v2} {
 		if evs := v.ofType("approval.request"); len(evs) != 1 || evs[0].Payload.(Approval).Command != "touch r1" {
 			t.Fatalf("approval.request: %+v", evs)
 		}
 	}
-	if res, _ := h.r.Resume(v2, in.ID); len(res.PendingApprovals) != 1 || res.PendingApprovals[0].RequestID != "r1" {
+	if res, _ := h.r.Resume(v2, in.ID); len(res.PendingApprovals) != 1 || res.PendingApprovals[0].RequestID != r1 {
 		t.Fatalf("pending approvals: %+v", res.PendingApprovals)
 	}
-	first, err := h.r.RespondApproval(t.Context(), v1, in.ID, "r1", ChoiceOnce)
-	second, err2 := h.r.RespondApproval(t.Context(), v2, in.ID, "r1", ChoiceDeny)
+	first, err := h.r.RespondApproval(t.Context(), v1, in.ID, r1, ChoiceOnce)
+	second, err2 := h.r.RespondApproval(t.Context(), v2, in.ID, r1, ChoiceDeny)
 	if !first || second || err != nil || err2 != nil {
 		t.Fatalf("answers: %v %v (%v %v), want true then false", first, second, err, err2)
 	}
 	w := h.sp.workers()[0]
-	if got := w.answered(); len(got) != 1 || got[0]["choice"] != "once" || got[0]["by"] != "viewer" {
+	if got := w.answered(); len(got) != 1 || got[0]["choice"] != "once" || got[0]["by"] != "viewer" || got[0]["request_id"] != "r1" {
 		t.Fatalf("the worker was told %+v", got)
 	}
 	for _, v := range []*recViewer{v1, v2} {
-		if got := resolved(v); len(got) != 1 || got[0] != "r1:once:viewer" {
+		if got := resolved(v); len(got) != 1 || got[0] != r1+":once:viewer" {
 			t.Fatalf("approval.resolved: %v", got)
 		}
 	}
@@ -97,10 +113,11 @@ func TestApprovalOnceEver(t *testing.T) {
 		t.Fatalf("tool.complete: %+v", evs)
 	}
 	res, _ := h.r.Resume(v1, in.ID)
-	wantKinds(t, "history", res.History, "prompt:do it", "reply:", "approval_request:touch r1", "approval_resolved:once",
-		"tool_call:touch r1", "tool_result:done")
-	if res.History[1].Status != "complete" || len(res.PendingApprovals) != 0 {
-		t.Fatalf("after the turn: %+v %+v", res.History[1], res.PendingApprovals)
+	// The reply had no text before the tool ran: it comes after it.
+	wantKinds(t, "history", res.History, "prompt:do it", "approval_request:touch r1", "approval_resolved:once",
+		"tool_call:touch r1", "tool_result:done", "reply:")
+	if res.History[5].Status != "complete" || len(res.PendingApprovals) != 0 {
+		t.Fatalf("after the turn: %+v %+v", res.History[5], res.PendingApprovals)
 	}
 	wantKinds(t, "store", stored(t, h, in.ID), kinds(res.History)...)
 }
@@ -128,7 +145,7 @@ func TestApprovalDenied(t *testing.T) {
 				v := &recViewer{}
 				in, _ := h.r.Create(v, "", false)
 				agentTurn(t, h, v, in.ID)
-				askApproval(h, "r")
+				rid := askApproval(h, "r")
 				tt.end(h, v, in.ID)
 				synctest.Wait()
 				// The history says who denied it (after a detach or close no
@@ -140,13 +157,13 @@ func TestApprovalDenied(t *testing.T) {
 						got = append(got, string(e.Data))
 					}
 				}
-				if len(got) != 1 || got[0] != `{"by":"`+tt.by+`","choice":"deny","request_id":"r"}` {
+				if len(got) != 1 || got[0] != `{"by":"`+tt.by+`","choice":"deny","request_id":"`+rid+`"}` {
 					t.Fatalf("approval_resolved entries: %v", got)
 				}
-				if evs := resolved(v); tt.by == ByInterrupt && (len(evs) != 1 || evs[0] != "r:deny:interrupt") {
+				if evs := resolved(v); tt.by == ByInterrupt && (len(evs) != 1 || evs[0] != rid+":deny:interrupt") {
 					t.Fatalf("approval.resolved: %v", evs)
 				}
-				if ok, _ := h.r.RespondApproval(t.Context(), &recViewer{}, in.ID, "r", ChoiceOnce); ok {
+				if ok, _ := h.r.RespondApproval(t.Context(), &recViewer{}, in.ID, rid, ChoiceOnce); ok {
 					t.Fatal("an answer after the denial resolved it")
 				}
 				told := h.sp.workers()[0].answered()
@@ -259,4 +276,37 @@ func TestDetachTurnGrace(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestApprovalIDsUniqueAcrossWorkers: a new worker numbers its requests
+// from the start again; the ids viewers get differ, and an answer goes to
+// the request it names.
+func TestApprovalIDsUniqueAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	agentTurn(t, h, v, in.ID)
+	first := askApproval(h, "a1")
+	h.r.RespondApproval(t.Context(), v, in.ID, first, ChoiceDeny)
+	close(h.sp.events)
+	h.r.Wait()
+	h.sp.workers()[0].crash() // the next turn gets a new worker
+
+	h.sp.events = nil
+	agentTurn(t, h, v, in.ID)
+	second := askApproval(h, "a1")
+	if second == first {
+		t.Fatalf("both workers' a1 is %q to viewers", first)
+	}
+	if ok, _ := h.r.RespondApproval(t.Context(), v, in.ID, first, ChoiceOnce); ok {
+		t.Fatal("the first turn's approval resolved the second's")
+	}
+	if ok, _ := h.r.RespondApproval(t.Context(), v, in.ID, second, ChoiceOnce); !ok {
+		t.Fatal("the second approval was not resolved")
+	}
+	if got := h.sp.workers()[1].answered(); len(got) != 1 || got[0]["request_id"] != "a1" || got[0]["choice"] != "once" {
+		t.Fatalf("the new worker was told %+v", got)
+	}
+	close(h.sp.events)
 }

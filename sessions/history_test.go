@@ -157,8 +157,8 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 		h.sp.stream <- "once upon"
 		h.sp.stream <- " a time"
 		synctest.Wait()
-		if es := stored(t, h, in.ID); len(es) != 2 || es[1].Text != "" || !es[1].Interrupted {
-			t.Fatalf("before the checkpoint, the store holds %+v; want the prompt and an empty interrupted reply", es)
+		if es := stored(t, h, in.ID); len(es) != 2 || es[1].Text != "once upon" || !es[1].Interrupted {
+			t.Fatalf("before the checkpoint, the store holds %+v; want the prompt and the reply's first delta, interrupted", es)
 		}
 		h.advance(250 * time.Millisecond)
 		// The process "dies" here: nothing more reaches the store.

@@ -1128,14 +1128,7 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	s.turn = t
 	s.turns++
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
-	// The reply's place follows its prompt; until it completes, the store
-	// holds it as interrupted with what streamed so far, so a crash leaves
-	// exactly that (see checkpoint).
-	s.entrySeq++
-	t.seq = s.entrySeq
-	if !s.terminalOnly {
-		r.journal.putEntry(s.id, t.reply("", true, nil))
-	}
+	t.promptSeq = s.entrySeq
 	r.mu.Unlock()
 	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
 	return t.id, start, nil

@@ -215,16 +215,12 @@ export class ChatLog {
 	}
 
 	/**
-	 * Starts the reply entry of a turn. The history keeps a reply right
-	 * after its prompt, before the cards (approvals, tool runs) of its turn:
-	 * so does the page, when cards came before the first delta.
+	 * Starts the reply entry of a turn where its text starts, as the
+	 * history keeps it: right after its prompt, or after the cards
+	 * (approvals, tool runs) that came before any of its text.
 	 */
 	#startReply(turnId) {
-		const first = [...this.#el.children].find((n) => n.dataset.turnId === turnId && n.dataset.kind !== 'prompt' && n.dataset.kind !== 'reply');
-		if (!first) return this.entry({ kind: 'reply', text: '', turn_id: turnId });
-		const el = renderEntry({ kind: 'reply', text: '', turn_id: turnId });
-		first.before(el);
-		return el;
+		return this.entry({ kind: 'reply', text: '', turn_id: turnId });
 	}
 
 	/**
