@@ -19,11 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
@@ -98,6 +100,40 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// stateToken is the dashboard token when none is set: made once, kept in
+// <state-dir>/token (0600) and reused by the next start, so that the
+// browser's cookie, and its open tabs, outlive a restart.
+func stateToken(stateDir string) (string, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return "", fmt.Errorf("state dir: %w", err)
+	}
+	path := filepath.Join(stateDir, "token")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	// Two starts at once on one state dir agree on one token.
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("token file %s: lock: %w", path, err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
+	if token := strings.TrimSpace(string(b)); len(token) >= 32 {
+		return token, nil
+	}
+	token := randomToken()
+	if err := f.Truncate(0); err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
+	if _, err := f.WriteAt([]byte(token+"\n"), 0); err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
+	return token, nil
+}
+
 func randomToken() string {
 	var b [24]byte
 	rand.Read(b[:])
@@ -129,7 +165,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 
 	token := cfg.Token
 	if token == "" {
-		token = randomToken()
+		if token, err = stateToken(cfg.StateDir); err != nil {
+			return &startupError{err}
+		}
 	}
 	workerCmd := strings.Fields(cfg.WorkerCmd)
 	var workerEnv []string

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -39,5 +40,27 @@ func TestStoreLease(t *testing.T) {
 	second.Close()
 	if mem, err := openStore(t.Context(), config{StateDir: state, Store: "none"}, log); err != nil || mem.Durable || mem.Path != "" {
 		t.Fatalf("--store none: %+v %v", mem, err)
+	}
+}
+
+// TestStateToken: without --token, the token made at the first start is
+// kept in the state dir (0600) and reused by the next, so a browser's
+// cookie outlives a restart.
+func TestStateToken(t *testing.T) {
+	dir := t.TempDir()
+	first, err := stateToken(dir)
+	if err != nil || len(first) < 32 {
+		t.Fatalf("first token %q, %v", first, err)
+	}
+	again, err := stateToken(dir)
+	if err != nil || again != first {
+		t.Fatalf("next start's token %q, %v; want %q", again, err, first)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "token"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", fi.Mode(), err)
+	}
+	if other, _ := stateToken(t.TempDir()); other == first {
+		t.Fatal("two state dirs share a token")
 	}
 }
