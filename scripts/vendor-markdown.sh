@@ -16,23 +16,13 @@ DOMPURIFY_VERSION="3.5.0"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${repo_root}/static/vendor/markdown"
 
-work="$(mktemp -d)"
-trap 'rm -rf "${work}"' EXIT
-
-fetch() { # fetch <package> <version> <dir>: npm pack and unpack into <dir>
-	local pkg="$1" version="$2" dir="$3"
-	mkdir -p "${work}/${dir}"
-	local tgz
-	tgz="$(cd "${work}" && npm pack --silent "${pkg}@${version}" | tail -n 1)"
-	tar -xzf "${work}/${tgz}" -C "${work}/${dir}" --strip-components=1
-}
+vendor_name="vendor-markdown"
+# shellcheck source=scripts/vendor-lib.sh
+source "${repo_root}/scripts/vendor-lib.sh"
 
 fetch "marked" "${MARKED_VERSION}" marked
 fetch "dompurify" "${DOMPURIFY_VERSION}" dompurify
 
-need() { # need <file>: fail loudly when a package no longer ships a file
-	[[ -f "$1" ]] || { echo "vendor-markdown: missing $1 in the npm package" >&2; exit 1; }
-}
 need "${work}/marked/lib/marked.esm.js"
 need "${work}/marked/LICENSE"
 need "${work}/dompurify/dist/purify.es.mjs"

@@ -14,23 +14,13 @@ FIT_VERSION="0.11.0"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${repo_root}/static/vendor/xterm"
 
-work="$(mktemp -d)"
-trap 'rm -rf "${work}"' EXIT
-
-fetch() { # fetch <package> <version> <dir>: npm pack and unpack into <dir>
-	local pkg="$1" version="$2" dir="$3"
-	mkdir -p "${work}/${dir}"
-	local tgz
-	tgz="$(cd "${work}" && npm pack --silent "${pkg}@${version}" | tail -n 1)"
-	tar -xzf "${work}/${tgz}" -C "${work}/${dir}" --strip-components=1
-}
+vendor_name="vendor-xterm"
+# shellcheck source=scripts/vendor-lib.sh
+source "${repo_root}/scripts/vendor-lib.sh"
 
 fetch "@xterm/xterm" "${XTERM_VERSION}" xterm
 fetch "@xterm/addon-fit" "${FIT_VERSION}" fit
 
-need() { # need <file>: fail loudly when a package no longer ships a file
-	[[ -f "$1" ]] || { echo "vendor-xterm: missing $1 in the npm package" >&2; exit 1; }
-}
 need "${work}/xterm/lib/xterm.js"
 need "${work}/xterm/css/xterm.css"
 need "${work}/xterm/LICENSE"
