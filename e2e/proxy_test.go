@@ -577,3 +577,53 @@ func TestCrossOriginWebSocketThroughNginx(t *testing.T) {
 		})
 	}
 }
+
+// Issue 16 item 7: behind nginx with proxy_read_timeout 3s and pings every
+// second, a chat client that stops reading for 8 s (so its pongs come
+// late) is not cut: dashgate goes on pinging while a ping is unanswered,
+// and nginx sees traffic. One that never answers is ended once its oldest
+// unanswered ping is older than --ws-ping-timeout.
+func TestLatePongsKeepSocketBehindProxy(t *testing.T) {
+	t.Run("late", func(t *testing.T) {
+		_, n := startBehindNginx(t, "3s", "--ws-ping-interval", "1s", "--ws-ping-timeout", "20s")
+		chat := openChat(t, "chat", n.WS(subPath+"ws/chat"), bearer())
+		sid := chat.createSession("late pongs")
+		chat.mustEcho(sid, "warm")
+		stall(t, chat)
+		start := time.Now()
+		pause := time.NewTimer(8 * time.Second)
+		defer pause.Stop()
+		select {
+		case <-chat.Done():
+			t.Fatalf("the socket was cut after %v of not reading: %v\n%s", time.Since(start).Round(time.Millisecond), chat.Err(), n.logs())
+		case <-pause.C:
+		}
+		chat.Resume()
+		chat.mustEcho(sid, "still-here")
+	})
+	t.Run("never", func(t *testing.T) {
+		d, n := startBehindNginx(t, "30s", "--ws-ping-interval", "1s", "--ws-ping-timeout", "3s")
+		chat := openChat(t, "chat", n.WS(subPath+"ws/chat"), bearer())
+		sid := chat.createSession("no pongs")
+		chat.mustEcho(sid, "warm")
+		stall(t, chat)
+		defer chat.Resume()
+		if _, ok := d.waitLog(15*time.Second, func(r logRecord) bool {
+			return r.Msg() == "socket closed" && r.Str("reason") == "ping_timeout"
+		}); !ok {
+			t.Fatalf("no socket closed record with reason ping_timeout:\n%s", d.logText())
+		}
+	})
+}
+
+// stall stops the client reading, as a stalled browser does: it pauses the
+// reader, then sends a request whose reply is the last frame read, so the
+// reader is out of its Read and no ping after it is answered.
+func stall(t *testing.T, chat *chatConn) {
+	t.Helper()
+	chat.Pause()
+	req := `{"jsonrpc":"2.0","id":"stall","method":"session.list"}`
+	if err := chat.Write(t.Context(), websocket.MessageText, []byte(req)); err != nil {
+		t.Fatal(err)
+	}
+}

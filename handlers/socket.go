@@ -107,9 +107,13 @@ func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Dur
 	return err
 }
 
-// pingLoop pings every interval; no pong within the timeout aborts the
-// socket (reason ping_timeout). It runs whatever the bind address
-// (docs/failure-classes.md #15).
+// pingLoop pings every interval, whether or not earlier pings were
+// answered: each ping is traffic, so a proxy's read timeout shorter than
+// the ping timeout never cuts a socket dashgate would keep (a client not
+// reading for a while answers late, but answers). The socket is aborted
+// (reason ping_timeout) when its oldest unanswered ping is older than the
+// timeout: each ping has its own timer. It runs whatever the bind address
+// (docs/failure-classes.md #15) and returns once its pings have.
 func pingLoop(s *socket, cfg SocketConfig) {
 	if cfg.PingInterval <= 0 {
 		return
@@ -118,6 +122,8 @@ func pingLoop(s *socket, cfg SocketConfig) {
 	if timeout <= 0 {
 		timeout = cfg.PingInterval
 	}
+	var pings sync.WaitGroup
+	defer pings.Wait()
 	t := time.NewTicker(cfg.PingInterval)
 	defer t.Stop()
 	for {
@@ -126,14 +132,14 @@ func pingLoop(s *socket, cfg SocketConfig) {
 			return
 		case <-t.C:
 		}
-		pt := time.AfterFunc(timeout, func() { s.abort(errPingTimeout) })
-		err := s.conn.Ping(s.ctx)
-		if !pt.Stop() {
-			return
-		}
-		if err != nil {
-			s.abort(err)
-			return
-		}
+		// At most timeout/interval pings wait at once: past the timeout
+		// the socket ends, and with it every Ping.
+		pings.Go(func() {
+			pt := time.AfterFunc(timeout, func() { s.abort(errPingTimeout) })
+			err := s.conn.Ping(s.ctx)
+			if pt.Stop() && err != nil {
+				s.abort(err)
+			}
+		})
 	}
 }
