@@ -855,7 +855,7 @@ func (r *Registry) finish(s *Session) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Close(wreason) }()
 	}
-	if t != nil {
+	if ptyPID = s.endedPTYPID; t != nil {
 		ptyPID = t.PID()
 		wg.Add(1)
 		go func() { defer wg.Done(); t.end(wreason, false) }()

@@ -149,9 +149,10 @@ type Session struct {
 	turn      *turn
 	turns     int
 
-	worker  Worker
-	term    *Terminal
-	spawnMu *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
+	worker      Worker
+	term        *Terminal
+	endedPTYPID int                 // the pid of its terminal that ended by itself or was reaped
+	spawnMu     *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
 	finished  chan struct{} // closed when its teardown is done and its end stored

@@ -154,6 +154,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		var after func()
 		if s.term == t {
 			s.term = nil
+			s.endedPTYPID = t.PID() // its session's close record names it
 			if s.terminalOnly && s.live() {
 				if r.claimLocked(s, endReason) {
 					after = func() { r.finish(s) }

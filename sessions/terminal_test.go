@@ -149,6 +149,10 @@ func TestTerminalEnds(t *testing.T) {
 					t.Fatalf("program closed with %q, want %q", r, tt.reason)
 				}
 				h.wantOneClose(a.SessionID, tt.want)
+				// Issue 16 item 8: the record names the terminal it ended with.
+				if rec := h.closedRecords(a.SessionID)[0]; rec["pty_pid"] != float64(p.pid) {
+					t.Fatalf("session closed record has pty_pid %v, want %d", rec["pty_pid"], p.pid)
+				}
 				if tt.next != nil {
 					ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 					defer cancel()
