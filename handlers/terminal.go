@@ -177,6 +177,9 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 		case errors.Is(err, sessions.ErrTakenOver):
 			sock.closeWith(err, 4409, "terminal taken over by another attach")
 			return
+		case errors.Is(err, sessions.ErrTerminalShutdown):
+			sock.closeWith(err, websocket.StatusGoingAway, "server shutting down")
+			return
 		case errors.Is(err, sessions.ErrTerminalClosed):
 			sock.closeWith(err, websocket.StatusNormalClosure, "terminal closed")
 			return

@@ -487,3 +487,17 @@ func TestTerminalInputFrameLimit(t *testing.T) {
 	}
 	testkit.WaitFor(t, 5*time.Second, "terminal ended", func() bool { return e.mgr.Count() == 0 })
 }
+
+// TestTerminalClosesGoingAwayAtShutdown: a terminal ended because dashgate
+// shuts down closes its socket with 1001, as PROTOCOL.md §7 says, not 1000
+// (issue 16 item 8).
+func TestTerminalClosesGoingAwayAtShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	p := e.pty(nil)
+	p.waitText("hello")
+	e.reg.Shutdown(t.Context())
+	if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("closed with %v, want 1001", err)
+	}
+}

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,6 +16,9 @@ import (
 var (
 	ErrTakenOver      = errors.New("terminal taken over by another attach") // close 4409
 	ErrTerminalClosed = errors.New("terminal closed")                       // the session or gateway ended it
+	// ErrTerminalShutdown is ErrTerminalClosed when dashgate ended the
+	// terminal because it is shutting down (the socket closes with 1001).
+	ErrTerminalShutdown = fmt.Errorf("%w: dashgate is shutting down", ErrTerminalClosed)
 )
 
 // ExitError is returned by Attachment.Next once the program exited and all
@@ -52,6 +56,7 @@ type Terminal struct {
 	eof       bool // the reader saw the end of the pty
 	ended     bool // end started
 	exited    bool // the program ended by itself
+	shutdown  bool // ended because dashgate is shutting down
 	exitCode  int
 
 	ready      chan struct{} // closed once pty is set
@@ -138,6 +143,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 
 		t.mu.Lock()
 		t.exited = natural || res.Reason == workers.ReasonExited
+		t.shutdown = reason == workers.ReasonShutdown
 		t.exitCode = res.ExitCode
 		if res.Signal != "" {
 			t.exitCode = 128 + int(unix.SignalNum(res.Signal))
@@ -349,6 +355,9 @@ func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 				t.mu.Unlock()
 				if exited {
 					return 0, &ExitError{Code: code}
+				}
+				if t.shutdown {
+					return 0, ErrTerminalShutdown
 				}
 				return 0, ErrTerminalClosed
 			}
