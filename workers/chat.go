@@ -297,34 +297,28 @@ func (w *Worker) protocolError(msg string) {
 var errLineTooLong = errors.New("line too long")
 
 // readLine reads one '\n'-terminated line of at most max bytes (without
-// the newline; a trailing '\r' is dropped too). A longer line is consumed up
-// to its newline and reported as errLineTooLong; the next call reads the
-// line after it.
+// the newline; a trailing '\r' is dropped too). A longer line is reported
+// as errLineTooLong as soon as it passes max, without waiting for its
+// newline (a worker writing an endless line is a protocol error at once,
+// not a timeout later); the rest of it is not read, so the caller gives up
+// on the stream.
 func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	var buf []byte
-	tooLong := false
 	for {
 		frag, err := r.ReadSlice('\n')
-		if !tooLong {
-			buf = append(buf, frag...)
-			content := len(buf)
-			if err == nil {
-				content-- // the newline
-			}
-			if content > max {
-				tooLong, buf = true, nil
-			}
+		buf = append(buf, frag...)
+		content := len(buf)
+		if err == nil {
+			content-- // the newline
+		}
+		if content > max {
+			return nil, errLineTooLong
 		}
 		switch {
 		case err == nil:
-			if tooLong {
-				return nil, errLineTooLong
-			}
 			return bytes.TrimRight(buf, "\r\n"), nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case tooLong:
-			return nil, errLineTooLong
 		case len(buf) > 0 && errors.Is(err, io.EOF):
 			return bytes.TrimRight(buf, "\r"), nil
 		default:

@@ -41,6 +41,8 @@ func TestWorkerProtocolViolations(t *testing.T) {
 		reason  Reason
 	}{
 		{name: "10 MiB line", method: "bigline", failure: FailProtocol, reason: ReasonProtocolError},
+		// Issue 16 item 8: no newline ever; a protocol error, not a timeout.
+		{name: "endless line", method: "endless", failure: FailProtocol, reason: ReasonProtocolError},
 		{name: "garbage", method: "garbage", failure: FailProtocol, reason: ReasonProtocolError},
 		{name: "stdout closed, process alive", method: "closeout", failure: FailCrashed, reason: ReasonExited},
 	}

@@ -154,6 +154,8 @@ func protoHelper(exitOnEOF bool) int {
 			b, _ = json.Marshal(map[string]any{"id": 987654, "ok": true, "result": map[string]any{"stray": true}})
 			write(string(b) + "\n")
 			reply(req.ID, map[string]any{"pid": os.Getpid()})
+		case "endless": // a line that never ends: 4 MiB without a newline, then silence
+			write(strings.Repeat("x", 4<<20))
 		case "bigline":
 			line := bytes.Repeat([]byte{'x'}, 10<<20)
 			write(string(append(line, '\n')))
