@@ -434,7 +434,9 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return false // includes "null"
 	}
-	if strings.EqualFold(u.Host, r.Host) {
+	// The page's own origin: its host and its scheme (as a trusted proxy
+	// forwards them): an https origin is not an http page's.
+	if strings.EqualFold(u.Host, r.Host) && u.Scheme == s.scheme(r) {
 		return true
 	}
 	for _, p := range s.cfg.AllowedOrigins {

@@ -183,6 +183,8 @@ func TestWebSocketOrigin(t *testing.T) {
 		{"allowed pattern", "https://a.allowed.example", true, false, false, 200},
 		{"allowed scheme://host", "https://exact.example", true, false, false, 200},
 		{"allowed host, other scheme", "http://exact.example", true, false, false, 403},
+		// Issue 16 item 8: the own host with another scheme is another origin.
+		{"own host, https origin on an http page", "https://" + host, true, false, false, 403},
 	}
 	for _, tt := range tests {
 		for _, path := range []string{"/ws/chat", "/ws/pty"} {
@@ -207,6 +209,27 @@ func TestWebSocketOrigin(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"origin":"http://evil.example"`) || !strings.Contains(logs.String(), `"level":"WARN"`) {
 		t.Fatal("no WARN record with the refused origin")
+	}
+}
+
+// TestWebSocketOriginSchemeBehindProxy: behind a trusted proxy the page's
+// scheme is the forwarded one: an https origin matches an https page, an
+// http origin does not.
+func TestWebSocketOriginSchemeBehindProxy(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, web.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, tt := range []struct {
+		origin string
+		want   int
+	}{{"https://" + host, 200}, {"http://" + host, 403}} {
+		req := upgradeReq(t, srv.URL+"/ws/chat")
+		req.Header.Set("Origin", tt.origin)
+		req.Header.Set("X-Forwarded-Proto", "https")
+		req.AddCookie(&http.Cookie{Name: "dashgate_token", Value: "secret-token"})
+		if resp := do(t, req); resp.StatusCode != tt.want {
+			t.Fatalf("origin %s behind an https proxy: status %d, want %d", tt.origin, resp.StatusCode, tt.want)
+		}
 	}
 }
 
