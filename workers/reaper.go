@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -253,4 +254,32 @@ func (p *Proc) Descendants() []int {
 		}
 	}
 	return out
+}
+
+// ReapAdopted ends every unowned process (Unowned: a descendant of
+// dashgate, adopted as a subreaper, that no child owns: one that left its
+// worker's or terminal's tree and marker, like `setsid env -i sleep 777 &`),
+// concurrently, each with SIGTERM then SIGKILL after the grace, and waits.
+// It logs one INFO "worker closed" record per process (`process=adopted`,
+// the reason given) and returns how many it ended. dashgate calls it at
+// shutdown, after CloseAll, so nothing reparented to it survives its exit.
+func (m *Manager) ReapAdopted(reason Reason) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	for _, u := range m.Unowned() {
+		wg.Go(func() {
+			start := time.Now()
+			if err := m.ReapUnowned(u.PID); err != nil {
+				return // gone meanwhile
+			}
+			m.log.Info("worker closed", "sid", "", "worker_pid", u.PID, "process", "adopted",
+				"reason", string(reason), "duration_ms", time.Since(start).Milliseconds())
+			mu.Lock()
+			n++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return n
 }

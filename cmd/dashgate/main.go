@@ -286,6 +286,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	mgr.CloseAll(workers.ReasonShutdown) // anything a session did not own
 	reg.Wait()
 	mgr.Wait()
+	// What left its child's tree and marker and was adopted by dashgate (a
+	// subreaper) goes too: nothing reparented to dashgate outlives it.
+	mgr.ReapAdopted(workers.ReasonShutdown)
 	fctx, cancelFlush := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancelFlush()
 	reg.FlushStore(fctx) // logs what it could not write
