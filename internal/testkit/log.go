@@ -178,3 +178,24 @@ func (f LogFile) Tail(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// SyncBuffer is a bytes.Buffer safe for one writer and concurrent readers:
+// a child's or a worker's stderr captured by a test.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers/agent"
 )
 
@@ -164,37 +164,27 @@ type line struct {
 	Truncated  bool            `json:"truncated"`
 }
 
+// answerApproval waits for the worker's next approval event and answers
+// it with choice, as request 2.
+func (w *worker) answerApproval(choice string) {
+	got := w.until(isEvent("approval"))
+	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": choice, "by": "v"})
+}
+
 type worker struct {
 	t      *testing.T
 	in     *io.PipeWriter
 	lines  chan line
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan struct{} // closed when Run returned
 	code   int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func start(t *testing.T, cfg agent.Config) *worker {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	w := &worker{t: t, in: inW, lines: make(chan line, 100), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	w := &worker{t: t, in: inW, lines: make(chan line, 100), stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	go func() {
 		w.code = agent.Run(t.Context(), cfg, inR, outW, w.stderr)
 		outW.Close()
@@ -676,9 +666,8 @@ func TestToolDenied(t *testing.T) {
 	f := toolLLM(t, "echo hi > file")
 	w := start(t, toolCfg(f, dir))
 	w.send(1, "prompt", map[string]any{"text": "make a file"})
-	got := w.until(isEvent("approval"))
-	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": "deny", "by": "v"})
-	got = w.until(isReply(1))
+	w.answerApproval("deny")
+	got := w.until(isReply(1))
 	for _, l := range got {
 		if l.Event == "tool_start" || l.Event == "tool_complete" {
 			t.Errorf("a denied tool ran: %+v", l)
@@ -735,9 +724,8 @@ func TestToolTimeoutKillsGroup(t *testing.T) {
 	cfg.ToolTimeout = 300 * time.Millisecond
 	w := start(t, cfg)
 	w.send(1, "prompt", map[string]any{"text": "wait"})
-	got := w.until(isEvent("approval"))
-	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": "once", "by": "v"})
-	got = w.until(isEvent("tool_complete"))
+	w.answerApproval("once")
+	got := w.until(isEvent("tool_complete"))
 	c := got[len(got)-1]
 	if *c.ExitCode != -1 || c.Output != "started\n" {
 		t.Errorf("tool_complete %+v", c)
@@ -783,12 +771,11 @@ func TestCancelKillsRunningTool(t *testing.T) {
 	f := toolLLM(t, "sh -c 'echo $$ > bg.pid.tmp; mv bg.pid.tmp bg.pid; exec sleep 30' & sleep 30")
 	w := start(t, toolCfg(f, dir))
 	w.send(1, "prompt", map[string]any{"text": "wait"})
-	got := w.until(isEvent("approval"))
-	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": "once", "by": "v"})
+	w.answerApproval("once")
 	w.until(isEvent("tool_start"))
 	pid := waitFile(t, filepath.Join(dir, "bg.pid"))
 	w.send(3, "cancel", map[string]any{"id": 1})
-	got = w.until(isReply(1))
+	got := w.until(isReply(1))
 	if r := got[len(got)-1]; r.Result["status"] != "interrupted" || r.Result["interrupted"] != true {
 		t.Fatalf("reply %+v", r)
 	}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers/builtin"
 )
 
@@ -89,24 +89,7 @@ type rig struct {
 	lines  chan line
 	code   chan int
 	cancel context.CancelFunc
-	errOut *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	errOut *testkit.SyncBuffer
 }
 
 // startRun runs builtin.Run on pipes. Cleanup closes stdin, cancels the
@@ -115,7 +98,7 @@ func startRun(t *testing.T) *rig {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &rig{t: t, in: inW, lines: make(chan line, 1000), code: make(chan int, 1), cancel: cancel, errOut: &syncBuffer{}}
+	r := &rig{t: t, in: inW, lines: make(chan line, 1000), code: make(chan int, 1), cancel: cancel, errOut: &testkit.SyncBuffer{}}
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
