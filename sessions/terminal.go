@@ -50,6 +50,7 @@ type Terminal struct {
 	ring      *Ring
 	notify    chan struct{} // closed and replaced on every change
 	att       *Attachment
+	first     bool // started, its first attachment not yet set: output waits for it
 	keepalive bool
 	token     string
 	parkTimer *time.Timer
@@ -92,7 +93,7 @@ func (t *Terminal) read() {
 	pending := int64(t.r.cfg.PTYPending)
 	for {
 		t.mu.Lock()
-		for t.att != nil && !t.ended && t.ring.End()-t.att.pos >= pending {
+		for !t.ended && t.unsentLocked() >= pending {
 			ch := t.notify
 			t.mu.Unlock()
 			<-ch
@@ -116,6 +117,18 @@ func (t *Terminal) read() {
 			return
 		}
 	}
+}
+
+// unsentLocked is how many output bytes wait for the attachment, or for
+// the first one while it is being set up; a parked terminal has none.
+func (t *Terminal) unsentLocked() int64 {
+	switch {
+	case t.att != nil:
+		return t.ring.End() - t.att.pos
+	case t.first:
+		return t.ring.End() - t.ring.Start()
+	}
+	return 0
 }
 
 // end closes the terminal once: its program's whole tree with escalation,
@@ -288,7 +301,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	if o.Keepalive {
 		a.ResumeToken = t.token
 	}
-	t.att = a
+	t.att, t.first = a, false
 	t.signalLocked()
 	t.mu.Unlock()
 	r.viewLocked(s, a) // cannot fail: a is new and not gone
@@ -299,6 +312,7 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, erro
 	t := &Terminal{
 		r: r, s: s,
 		ring:       NewRing(r.cfg.PTYBuffer),
+		first:      true,
 		notify:     make(chan struct{}),
 		token:      newID(),
 		ready:      make(chan struct{}),
