@@ -90,22 +90,23 @@ func TestUnownedOrphanReaped(t *testing.T) {
 	}
 }
 
-// A worker that exits by itself while a process that escaped its tree
-// still holds its stdout and stderr is closed all the same: the wait for
-// the drains is bounded, Close returns, and the escaped process is left to
-// Unowned and ReapUnowned. Under -race it also checks that the drain
+// A worker that exits by itself while a process that escaped its tree (its
+// marker dropped, a session of its own) still holds its stdout and stderr:
+// the fallback finds the holder by the pipes it holds and ends it with the
+// worker, and Close returns. Under -race it also checks that the drain
 // goroutines are counted before the supervisor may wait for them.
-func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
+func TestWorkerExitEndsEscapedPipeHolder(t *testing.T) {
 	// Not parallel: it runs a reaper (see startReaper).
 	m, _ := newTestManager(t, Config{})
 	startReaper(t, m)
 	closed := make(chan CloseResult, 1)
 	pidFile := filepath.Join(t.TempDir(), "holder")
-	// The holder drops the marker and starts a session of its own: nothing
-	// ties it to the worker once the shell exits. No Call is made: the exit
-	// is noticed by the supervisor alone.
+	// No Call is made: the exit is noticed by the supervisor alone.
+	// The holder publishes its pid once it is in its own session; the
+	// worker exits only then.
 	spec := Spec{SessionID: "s-holder", Path: "/bin/sh", Args: []string{"-c",
-		`env -u ` + EnvWorkerID + ` setsid sleep 300 & printf %s $! >"$0".tmp && mv "$0".tmp "$0"; exit 4`, pidFile}}
+		`env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0" && exec sleep 300' "$0" &
+		while [ ! -e "$0" ]; do :; done; exit 4`, pidFile}}
 	spec.OnClose = func(r CloseResult) { closed <- r }
 	startWorker(t, m, spec)
 	holder := readPidFile(t, pidFile)
@@ -120,19 +121,38 @@ func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
 			return false
 		}
 	})
-	if res.Reason != ReasonExited || res.ExitCode != 4 {
-		t.Errorf("result %+v: want reason exited, exit code 4", res)
-	}
-	if testkit.Gone(holder) {
-		t.Fatalf("the escaped holder died; the test needs it alive")
-	}
-	if !slices.Contains(unownedPIDs(m), holder) {
-		t.Errorf("the escaped holder %d is not in Unowned %v", holder, unownedPIDs(m))
-	}
-	if err := m.ReapUnowned(holder); err != nil {
-		t.Fatal(err)
+	if res.Reason != ReasonExited || res.ExitCode != 4 || res.Descendants != 1 {
+		t.Errorf("result %+v: want reason exited, exit code 4, 1 descendant (the holder)", res)
 	}
 	waitVanished(t, 5*time.Second, holder)
+}
+
+// A process that escaped its worker's tree and holds nothing of it (no
+// marker, a session of its own, its stdio elsewhere) is left to Unowned and
+// ReapUnowned when the worker exits.
+func TestWorkerExitLeavesUnclaimedEscapeToUnowned(t *testing.T) {
+	// Not parallel: it runs a reaper (see startReaper).
+	m, _ := newTestManager(t, Config{})
+	startReaper(t, m)
+	pidFile := filepath.Join(t.TempDir(), "escaped")
+	w := startWorker(t, m, Spec{SessionID: "s-escaped", Path: "/bin/sh", Args: []string{"-c",
+		// The escaped process publishes its pid once it is in its own
+		// session; the worker exits only then.
+		`env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0" && exec sleep 300' "$0" </dev/null >/dev/null 2>&1 &
+		while [ ! -e "$0" ]; do :; done; exit 4`, pidFile}})
+	escaped := readPidFile(t, pidFile)
+	killOnCleanup(t, escaped)
+	<-w.Closed()
+	if testkit.Gone(escaped) {
+		t.Fatalf("the escaped process died; the test needs it alive")
+	}
+	if !slices.Contains(unownedPIDs(m), escaped) {
+		t.Errorf("the escaped process %d is not in Unowned %v", escaped, unownedPIDs(m))
+	}
+	if err := m.ReapUnowned(escaped); err != nil {
+		t.Fatal(err)
+	}
+	waitVanished(t, 5*time.Second, escaped)
 }
 
 // A grandchild that left its worker's group and parent but carries the

@@ -90,6 +90,10 @@ type Config struct {
 	// OnClose, when set, is called once per closed child after it logged;
 	// it must not block (metrics).
 	OnClose func(CloseResult)
+	// Cgroups, when set, contains each child in a cgroup of its own
+	// (SetupCgroups); nil means the fallback. The caller closes it after
+	// the Manager's children.
+	Cgroups *Cgroups
 }
 
 // Spec describes a child to start.
@@ -122,8 +126,9 @@ type CloseResult struct {
 	Signal      string // e.g. "SIGTERM"; "" when it exited
 	Escalation  Escalation
 	Signals     []string // signals sent, in order
-	Descendants int      // processes other than the leader that had to be ended
+	Descendants int      // processes other than the leader that had to be ended (cgroup members, in cgroup mode)
 	Duration    time.Duration
+	Cgroup      string // the child's cgroup directory; "" in the fallback
 }
 
 // Manager starts children and keeps the table of the live ones.
@@ -162,6 +167,11 @@ type Proc struct {
 	pid     int
 	marker  string
 	started time.Time
+	cg      *cgroup // nil in the fallback
+	// stdio names the child's terminal or pipes as /proc/<pid>/fd links
+	// show them ("/dev/pts/3", "pipe:[4711]"): the fallback claims an
+	// adopted process that still holds one.
+	stdio map[string]bool
 
 	pty    *os.File // pty master (KindPTY)
 	stdin  *os.File // write end of the child's stdin (KindChat)
@@ -231,9 +241,22 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	)
 	p.cmd = cmd
 
+	cgfd := -1
+	if c := m.cfg.Cgroups; c != nil {
+		g, err := c.leaf(string(spec.Kind) + "-" + p.marker)
+		if err != nil {
+			return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
+		}
+		if cgfd, err = g.open(); err != nil {
+			os.Remove(g.dir)
+			return nil, fmt.Errorf("start %s %q: open cgroup: %w", spec.Kind, spec.Path, err)
+		}
+		p.cg = g
+	}
+
 	m.spawnMu.Lock()
 	var err error
-	onSpawnThread(func() { err = p.start() })
+	onSpawnThread(func() { err = p.start(cgfd) })
 	if err == nil {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
@@ -242,7 +265,13 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		m.mu.Unlock()
 	}
 	m.spawnMu.Unlock()
+	if cgfd >= 0 {
+		unix.Close(cgfd)
+	}
 	if err != nil {
+		if p.cg != nil {
+			os.Remove(p.cg.dir)
+		}
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
 
@@ -255,8 +284,17 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	return p, nil
 }
 
-func (p *Proc) start() error {
+// start forks the child on the spawning thread; with cgfd >= 0 the child
+// starts inside that cgroup (clone3 with CLONE_INTO_CGROUP), so it never
+// runs outside it.
+func (p *Proc) start(cgfd int) error {
 	cmd := p.cmd
+	attr := func(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+		if cgfd >= 0 {
+			a.UseCgroupFD, a.CgroupFD = true, cgfd
+		}
+		return a
+	}
 	if p.spec.Kind == KindPTY {
 		cols, rows := p.spec.Cols, p.spec.Rows
 		if cols == 0 {
@@ -266,7 +304,7 @@ func (p *Proc) start() error {
 			rows = 24
 		}
 		f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: cols, Rows: rows},
-			&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL})
+			attr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}))
 		if err != nil {
 			return err
 		}
@@ -283,9 +321,12 @@ func (p *Proc) start() error {
 			return fmt.Errorf("pty master non-blocking: %w", err)
 		}
 		p.pty = os.NewFile(uintptr(fd), "/dev/ptmx")
+		if n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN); err == nil {
+			p.stdio = map[string]bool{"/dev/pts/" + strconv.FormatUint(uint64(n), 10): true}
+		}
 		return nil
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = attr(&syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL})
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -308,6 +349,12 @@ func (p *Proc) start() error {
 		return err
 	}
 	p.stdin, p.stdout, p.stderr = inW, outR, errR
+	p.stdio = map[string]bool{}
+	for _, f := range []*os.File{inW, outR, errR} {
+		if ino, ok := inode(f); ok {
+			p.stdio["pipe:["+strconv.FormatUint(ino, 10)+"]"] = true
+		}
+	}
 	return nil
 }
 
@@ -341,6 +388,21 @@ func onSpawnThread(f func()) {
 // SpawnThreadFunction is the spawning goroutine's function, for leak
 // checkers' ignore lists (it lives as long as the process by design).
 const SpawnThreadFunction = "github.com/dashgate/dashgate/workers.spawnLoop"
+
+// inode is f's inode number (fstat through SyscallConn: Fd would put f in
+// blocking mode).
+func inode(f *os.File) (uint64, bool) {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var st unix.Stat_t
+	var serr error
+	if err := sc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), &st) }); err != nil || serr != nil {
+		return 0, false
+	}
+	return st.Ino, true
+}
 
 func closeAll(fs ...*os.File) {
 	for _, f := range fs {
@@ -490,7 +552,11 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		live = p.awaitGone(p.m.cfg.Grace)
 	}
 	if len(live) > 0 {
-		p.signal(live, syscall.SIGKILL)
+		if p.cg != nil {
+			p.cg.kill() // every member at once: a fork racing with it cannot escape
+		} else {
+			p.signal(live, syscall.SIGKILL)
+		}
 		res.Escalation = EscalationKill
 		res.Signals = append(res.Signals, "SIGKILL")
 		for _, pid := range live {
@@ -526,6 +592,13 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		}
 	}
 
+	if p.cg != nil {
+		res.Cgroup = p.cg.dir
+		if err := os.Remove(p.cg.dir); err != nil {
+			p.m.log.Warn("cgroup not removed", "sid", p.spec.SessionID, "worker_pid", p.pid, "cgroup", p.cg.dir, "err", err)
+		}
+	}
+
 	res.ExitCode = -1
 	if st := p.state; reaped && st != nil { // p.state is written before waited closes
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -552,6 +625,9 @@ func (p *Proc) logClose(r CloseResult) {
 		"duration_ms", r.Duration.Milliseconds(),
 		"lifetime_ms", time.Since(p.started).Milliseconds(),
 	)
+	if r.Cgroup != "" {
+		attrs = append(attrs, "cgroup", r.Cgroup)
+	}
 	p.attrMu.Lock()
 	attrs = append(attrs, p.closeAttrs...)
 	p.attrMu.Unlock()
@@ -565,11 +641,15 @@ func signalName(s syscall.Signal) string {
 	return "signal " + strconv.Itoa(int(s))
 }
 
-// tree lists the live (non-zombie) members of the child's tree: the leader
-// until it is reaped, its process group, for a pty its terminal session, its
-// descendants by parent pid, and every process carrying its marker. Zombie
-// orphans of dashgate found on the way are reaped.
+// tree lists the live (non-zombie) members of the child's tree. In cgroup
+// mode that is exactly its cgroup's members (cgroup.procs). In the fallback:
+// the leader until it is reaped, its process group, for a pty its terminal
+// session, its descendants by parent pid, and every process carrying its
+// marker; zombie orphans of dashgate found on the way are reaped.
 func (p *Proc) tree() []int {
+	if p.cg != nil {
+		return p.cg.procs()
+	}
 	self := os.Getpid()
 	leaderReaped := false
 	select {
@@ -583,8 +663,9 @@ func (p *Proc) tree() []int {
 		desc = descendantsOf(procs, p.pid)
 	}
 	// A member that left the group, the session and the parent chain is
-	// found by its marker. It was reparented to dashgate (the subreaper) or,
-	// without one, to init: only those have their environment read.
+	// found by its marker, or, when it dropped its environment (env -i), by
+	// the child's terminal or pipes it still holds. It was reparented to
+	// dashgate (the subreaper) or, without one, to init: only those are read.
 	mine := descendantsOf(procs, self)
 	var out []int
 	for _, st := range procs {
@@ -597,7 +678,7 @@ func (p *Proc) tree() []int {
 		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
 			(p.spec.Kind == KindPTY && st.sid == p.pid)
 		if !member && !st.zombie() && (mine[st.pid] || st.ppid == 1) {
-			member = environValue(st.pid, EnvWorkerID) == p.marker
+			member = environValue(st.pid, EnvWorkerID) == p.marker || holdsAny(st.pid, p.stdio)
 		}
 		if !member {
 			continue
@@ -613,9 +694,12 @@ func (p *Proc) tree() []int {
 	return out
 }
 
-// signal sends sig to the process group and to every listed member.
+// signal sends sig to every listed member and, in the fallback, to the
+// process group (a cgroup's members are all listed).
 func (p *Proc) signal(pids []int, sig syscall.Signal) {
-	unix.Kill(-p.pid, sig)
+	if p.cg == nil {
+		unix.Kill(-p.pid, sig)
+	}
 	for _, pid := range pids {
 		unix.Kill(pid, sig)
 	}
@@ -625,6 +709,12 @@ func (p *Proc) signal(pids []int, sig syscall.Signal) {
 // members still alive. A member counts as gone when it no longer exists or
 // is a zombie; zombies that are dashgate's orphans are reaped here.
 func (p *Proc) awaitGone(d time.Duration) []int {
+	if p.cg != nil {
+		if p.cg.awaitEmpty(d) {
+			return nil
+		}
+		return p.cg.procs()
+	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)

@@ -70,6 +70,29 @@ func environValue(pid int, key string) string {
 	return ""
 }
 
+// holdsAny reports whether pid has a descriptor open on one of the files
+// named in targets (readlink of /proc/<pid>/fd/*: "/dev/pts/3",
+// "pipe:[4711]").
+func holdsAny(pid int, targets map[string]bool) bool {
+	if len(targets) == 0 {
+		return false
+	}
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return false
+	}
+	fds, err := p.FileDescriptorTargets()
+	if err != nil {
+		return false
+	}
+	for _, t := range fds {
+		if targets[t] {
+			return true
+		}
+	}
+	return false
+}
+
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	st, ok := readStat(pid)

@@ -117,9 +117,13 @@ func (m *Manager) Unowned() []Unowned {
 	m.mu.Lock()
 	owners := make([]int, 0, len(m.procs))
 	markers := make(map[string]bool, len(m.procs))
+	var cgroups []*cgroup
 	for pid, p := range m.procs {
 		owners = append(owners, pid)
 		markers[p.marker] = true
+		if p.cg != nil {
+			cgroups = append(cgroups, p.cg)
+		}
 	}
 	m.mu.Unlock()
 	owned := map[int]bool{}
@@ -127,6 +131,11 @@ func (m *Manager) Unowned() []Unowned {
 		owned[pid] = true
 		for d := range descendantsOf(procs, pid) {
 			owned[d] = true
+		}
+	}
+	for _, g := range cgroups { // a member of a child's cgroup is that child's, wherever it went
+		for _, pid := range g.procs() {
+			owned[pid] = true
 		}
 	}
 	var out []Unowned

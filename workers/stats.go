@@ -49,12 +49,19 @@ type ProcInfo struct {
 	StartedAt   time.Time
 	Descendants []int
 	Stats
+	// Cgroup is the child's cgroup directory and CgroupStats its figures;
+	// "" and zero in the fallback.
+	Cgroup      string
+	CgroupStats CgroupStats
 }
 
 // Table lists every live child with its stats and descendants. The stats
 // are read after the child list was copied, never under a lock.
 func (m *Manager) Table(ctx context.Context) []ProcInfo {
 	procs := m.Procs()
+	if m.cfg.Cgroups != nil {
+		return m.cgroupTable(ctx, procs)
+	}
 	all := listProcs() // one scan for every row
 	// Descendants of dashgate that left their worker's group and parent are
 	// found by their marker; only those are read (/proc/<pid>/environ).
@@ -78,12 +85,8 @@ func (m *Manager) Table(ctx context.Context) []ProcInfo {
 				tree = append(tree, st.pid)
 			}
 		}
-		state := "running"
-		if p.Closing() {
-			state = "closing"
-		}
 		out = append(out, ProcInfo{
-			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: state,
+			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: p.tableState(),
 			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid),
 		})
 	}
@@ -92,3 +95,40 @@ func (m *Manager) Table(ctx context.Context) []ProcInfo {
 
 // SelfStats reads dashgate's own figures.
 func SelfStats(ctx context.Context) Stats { return ReadStats(ctx, os.Getpid()) }
+
+// cgroupTable is Table in cgroup mode: each child's tree is its cgroup's
+// member list, with no walk of /proc.
+func (m *Manager) cgroupTable(ctx context.Context, procs []*Proc) []ProcInfo {
+	out := make([]ProcInfo, 0, len(procs))
+	for _, p := range procs {
+		var tree []int
+		for _, pid := range p.cg.procs() {
+			if pid != p.pid {
+				tree = append(tree, pid)
+			}
+		}
+		out = append(out, ProcInfo{
+			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: p.tableState(),
+			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid),
+			Cgroup: p.cg.dir, CgroupStats: p.cg.stats(),
+		})
+	}
+	return out
+}
+
+// tableState is "running" or "closing", for the process table.
+func (p *Proc) tableState() string {
+	if p.Closing() {
+		return "closing"
+	}
+	return "running"
+}
+
+// Containment describes how children are contained: "cgroup" with the
+// instance's cgroup directory, or "fallback" with "".
+func (m *Manager) Containment() (mode, dir string) {
+	if c := m.cfg.Cgroups; c != nil {
+		return "cgroup", c.Dir
+	}
+	return "fallback", ""
+}

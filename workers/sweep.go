@@ -60,13 +60,15 @@ type SweepResult struct {
 }
 
 // Sweep ends the processes left by dead instances: for every lock file in
-// <state-dir>/instances whose flock is free (its owner is gone), every
-// process whose environment carries DASHGATE_INSTANCE=<id> gets SIGTERM,
-// then SIGKILL after grace, and the lock file is removed. Each ended process
-// is logged at INFO with reason=startup_sweep. Processes of live instances,
-// whose lock is held, are never touched. It blocks until the processes are
-// gone or the grace plus killWait passed.
-func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepResult, error) {
+// <state-dir>/instances whose flock is free (its owner is gone), the
+// instance's cgroup directory (cg.Base/dashgate-<id>, when cg is not nil) is
+// killed with cgroup.kill and removed, then every process whose environment
+// carries DASHGATE_INSTANCE=<id> gets SIGTERM, then SIGKILL after grace, and
+// the lock file is removed. Each ended process is logged at INFO with
+// reason=startup_sweep. Processes and cgroups of live instances, whose lock
+// is held, are never touched. It blocks until the processes are gone or the
+// grace plus killWait passed.
+func Sweep(stateDir, self string, grace time.Duration, cg *Cgroups, log *slog.Logger) (SweepResult, error) {
 	var res SweepResult
 	dir := filepath.Join(stateDir, "instances")
 	entries, err := os.ReadDir(dir)
@@ -101,6 +103,11 @@ func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepR
 	res.Instances = len(dead)
 	if len(dead) == 0 {
 		return res, nil
+	}
+	if cg != nil {
+		for id := range dead {
+			res.Processes += sweepCgroup(filepath.Join(cg.Base, InstancePrefix+id), id, log)
+		}
 	}
 
 	type victim struct {
@@ -155,8 +162,42 @@ func Sweep(stateDir, self string, grace time.Duration, log *slog.Logger) (SweepR
 			"reason", string(ReasonStartupSweep), "instance", v.instance,
 			"escalation", string(escalation), "duration_ms", time.Since(started).Milliseconds())
 	}
-	res.Processes = len(victims)
+	res.Processes += len(victims)
 	return res, nil
+}
+
+// sweepCgroup kills a dead instance's cgroup directory with cgroup.kill,
+// logs one record per process it held, removes it, and returns how many
+// processes it ended.
+func sweepCgroup(dir, instance string, log *slog.Logger) int {
+	type victim struct {
+		pid             int
+		session, cgroup string
+	}
+	var victims []victim
+	leaves, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	for _, e := range leaves {
+		if !e.IsDir() {
+			continue
+		}
+		g := cgroupAt(filepath.Join(dir, e.Name()))
+		for _, pid := range g.procs() {
+			victims = append(victims, victim{pid, environValue(pid, EnvSessionID), g.dir})
+		}
+	}
+	started := time.Now()
+	if err := removeTree(dir, killWait); err != nil {
+		log.Warn("startup sweep: cgroup not removed", "instance", instance, "cgroup", dir, "err", err)
+	}
+	for _, v := range victims {
+		log.Info("worker closed", "sid", v.session, "worker_pid", v.pid, "process", "orphan",
+			"reason", string(ReasonStartupSweep), "instance", instance, "escalation", string(EscalationKill),
+			"cgroup", v.cgroup, "duration_ms", time.Since(started).Milliseconds())
+	}
+	return len(victims)
 }
 
 func anyAlive[T any](xs []T, pid func(T) int) bool {

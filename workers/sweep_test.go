@@ -69,7 +69,7 @@ func TestSweep(t *testing.T) {
 	selfPid, selfReaped := startInstanceProc(t, self.ID, true)
 
 	log, lb := testkit.NewLogger()
-	res, err := Sweep(stateDir, self.ID, testGrace, log)
+	res, err := Sweep(stateDir, self.ID, testGrace, nil, log)
 	if err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestSweep(t *testing.T) {
 	}
 
 	// A second sweep finds nothing to do.
-	if res, err := Sweep(stateDir, self.ID, testGrace, slog.New(slog.DiscardHandler)); err != nil || res != (SweepResult{}) {
+	if res, err := Sweep(stateDir, self.ID, testGrace, nil, slog.New(slog.DiscardHandler)); err != nil || res != (SweepResult{}) {
 		t.Errorf("second Sweep: %+v %v, want nothing", res, err)
 	}
 }
@@ -129,7 +129,7 @@ func TestSweep(t *testing.T) {
 // A state directory that does not exist yet is not an error.
 func TestSweepNoStateDir(t *testing.T) {
 	t.Parallel()
-	res, err := Sweep(filepath.Join(t.TempDir(), "missing"), "x", testGrace, slog.New(slog.DiscardHandler))
+	res, err := Sweep(filepath.Join(t.TempDir(), "missing"), "x", testGrace, nil, slog.New(slog.DiscardHandler))
 	if err != nil || res != (SweepResult{}) {
 		t.Errorf("Sweep of a missing dir: %+v %v", res, err)
 	}
@@ -145,7 +145,7 @@ func TestAcquireInstanceHoldsLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sweeping from another instance id treats a held lock as live.
-	if res, err := Sweep(dir, "other", testGrace, slog.New(slog.DiscardHandler)); err != nil || res.Instances != 0 {
+	if res, err := Sweep(dir, "other", testGrace, nil, slog.New(slog.DiscardHandler)); err != nil || res.Instances != 0 {
 		t.Errorf("Sweep found %+v (%v), want no dead instance", res, err)
 	}
 	if _, err := os.Stat(in.path); err != nil {

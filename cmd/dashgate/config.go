@@ -11,6 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/dashgate/dashgate/workers"
 )
 
 // config is every setting of `dashgate serve`. Each flag can also be given
@@ -58,6 +62,11 @@ type config struct {
 	MaxConnsPerIP    int
 	LogLevel         string
 	LogFormat        string
+	Cgroup           string
+	CgroupRoot       string
+	ChildMemoryMax   string // as given; ChildMemoryBytes parsed
+	ChildMemoryBytes uint64
+	ChildPidsMax     int
 }
 
 func defaultStateDir() string {
@@ -120,6 +129,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 50, "open WebSockets per client address (0: no limit)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.Cgroup, "cgroup", "auto", "contain each child in a cgroup v2 of its own: auto (when a writable hierarchy is found), on (refuse to start without), off")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", "", "cgroup v2 directory to create dashgate-<instance> in (default: dashgate's own cgroup when delegated, else the cgroup2 mount's root as root)")
+	fs.StringVar(&c.ChildMemoryMax, "child-memory-max", "", "memory.max of each child's cgroup, e.g. 512MiB (empty: no limit; needs the memory controller)")
+	fs.IntVar(&c.ChildPidsMax, "child-pids-max", 0, "pids.max of each child's cgroup: processes one worker or terminal may have (0: no limit; needs the pids controller)")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -140,6 +153,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.TokenExplicit = c.Token != ""
+	if c.ChildMemoryMax != "" {
+		n, err := humanize.ParseBytes(c.ChildMemoryMax)
+		if err != nil || n == 0 {
+			return c, fmt.Errorf("--child-memory-max %q: want a size such as 512MiB", c.ChildMemoryMax)
+		}
+		c.ChildMemoryBytes = n
+	}
 	return c, c.validate()
 }
 
@@ -170,6 +190,12 @@ func (c config) validate() error {
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))
+	}
+	if _, err := workers.ParseCgroupMode(c.Cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ChildPidsMax < 0 {
+		errs = append(errs, errors.New("--child-pids-max must not be negative"))
 	}
 	if strings.TrimSpace(c.PTYCmd) == "" {
 		errs = append(errs, errors.New("--pty-cmd is empty"))

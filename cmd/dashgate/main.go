@@ -140,6 +140,35 @@ func randomToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// setupCgroups sets up containment per --cgroup and logs the mode once:
+// INFO "containment" with mode=cgroup and the instance's cgroup, or
+// mode=fallback and why; one WARN per limit whose controller is missing.
+// With --cgroup on and no usable hierarchy it refuses to start.
+func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgroups, error) {
+	mode, _ := workers.ParseCgroupMode(cfg.Cgroup)
+	cg, err := workers.SetupCgroups(workers.CgroupOptions{
+		Mode: mode, Root: cfg.CgroupRoot, Instance: instance,
+		MemoryMax: int64(cfg.ChildMemoryBytes), PidsMax: int64(cfg.ChildPidsMax),
+	})
+	switch {
+	case err != nil && mode == workers.CgroupOn:
+		return nil, &startupError{fmt.Errorf("--cgroup on: %w", err)}
+	case err != nil:
+		log.Info("containment", "mode", "fallback", "err", err)
+		return nil, nil
+	case cg == nil:
+		log.Info("containment", "mode", "fallback", "err", "--cgroup off")
+		return nil, nil
+	}
+	log.Info("containment", "mode", "cgroup", "cgroup", cg.Dir, "delegated", cg.Delegated,
+		"controllers", strings.Join(cg.Controllers, ","))
+	for _, ctl := range cg.Missing {
+		flag := map[string]string{"memory": "--child-memory-max", "pids": "--child-pids-max"}[ctl]
+		log.Warn("cgroup controller missing: limit not applied", "controller", ctl, "flag", flag, "cgroup", cg.Base)
+	}
+	return cg, nil
+}
+
 // run serves until ctx ends, then closes every session (end_reason=shutdown)
 // and reaps every child before it returns.
 func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
@@ -151,7 +180,16 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		return err
 	}
 	defer inst.Release()
-	if res, err := workers.Sweep(cfg.StateDir, inst.ID, cfg.WorkerGrace, log); err != nil {
+	cg, err := setupCgroups(cfg, inst.ID, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cg.Close(); err != nil {
+			log.Warn("cgroup not removed at exit", "cgroup", cg.Dir, "err", err)
+		}
+	}()
+	if res, err := workers.Sweep(cfg.StateDir, inst.ID, cfg.WorkerGrace, cg, log); err != nil {
 		log.Warn("startup sweep", "err", err)
 	} else if res.Instances > 0 {
 		log.Info("startup sweep done", "dead_instances", res.Instances, "processes", res.Processes)
@@ -203,7 +241,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	var metrics *handlers.Metrics
 	mgr := workers.NewManager(workers.Config{
 		Instance: inst.ID, Grace: cfg.WorkerGrace, MaxWorkers: cfg.MaxWorkers, Log: log,
-		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) },
+		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) }, Cgroups: cg,
 	})
 	reg := sessions.New(sessions.Config{
 		Spawner: sessions.ProcSpawner{
