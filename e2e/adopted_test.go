@@ -12,14 +12,16 @@ import (
 
 // TestAdoptedProcessEndsWithDashgate (issue 16 item 5, fallback mode): a
 // process typed in a terminal that leaves the terminal's process group,
-// session, parent chain and marker — `(setsid env -i /bin/sleep 777 &)` —
-// is adopted by dashgate (a subreaper) and listed as unowned; it does not
+// session, parent chain and marker and drops the terminal too —
+// `(setsid env -i /bin/sleep 777 </dev/null >/dev/null 2>&1 &)`, so not
+// even the fallback's check of the descriptors it holds finds it — is
+// adopted by dashgate (a subreaper) and listed as unowned; it does not
 // outlive dashgate's SIGTERM, and its end is one INFO record.
 func TestAdoptedProcessEndsWithDashgate(t *testing.T) {
 	t.Parallel()
-	d := startDashgate(t)
+	d := startDashgate(t, "--cgroup", "off")
 	pty := openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
-	if err := pty.write(websocket.MessageBinary, []byte("(setsid env -i /bin/sleep 777 &)\r")); err != nil {
+	if err := pty.write(websocket.MessageBinary, []byte("(setsid env -i /bin/sleep 777 </dev/null >/dev/null 2>&1 &)\r")); err != nil {
 		t.Fatal(err)
 	}
 	var pid int

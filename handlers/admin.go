@@ -36,6 +36,9 @@ type AdminProcs interface {
 	Table(ctx context.Context) []workers.ProcInfo
 	Unowned() []workers.Unowned
 	ReapUnowned(pid int) error
+	// Containment is "cgroup" with the instance's cgroup directory, or
+	// "fallback" with "".
+	Containment() (mode, dir string)
 }
 
 // Admin serves /admin, its actions and /admin/api (PROTOCOL.md §5). Auth
@@ -72,6 +75,12 @@ type WorkerJSON struct {
 	NumFDs     int32     `json:"num_fds"`
 	NumThreads int32     `json:"num_threads"`
 	Children   []int     `json:"children"`
+	// Cgroup and its figures, in cgroup mode only; a figure whose
+	// controller is not enabled is omitted.
+	Cgroup       string `json:"cgroup,omitempty"`
+	CgroupCPUUs  *int64 `json:"cgroup_cpu_usec,omitempty"`
+	CgroupMemory *int64 `json:"cgroup_memory_bytes,omitempty"`
+	CgroupPids   *int64 `json:"cgroup_pids,omitempty"`
 }
 
 func (h *Admin) workersJSON(ctx context.Context) []WorkerJSON {
@@ -82,10 +91,44 @@ func (h *Admin) workersJSON(ctx context.Context) []WorkerJSON {
 		if children == nil {
 			children = []int{}
 		}
-		out = append(out, WorkerJSON{p.PID, string(p.Kind), p.SessionID, p.State, p.StartedAt, p.RSSBytes, p.CPUPercent, p.NumFDs, p.NumThreads, children})
+		row := WorkerJSON{PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State, StartedAt: p.StartedAt,
+			RSSBytes: p.RSSBytes, CPUPercent: p.CPUPercent, NumFDs: p.NumFDs, NumThreads: p.NumThreads, Children: children}
+		if p.Cgroup != "" {
+			row.Cgroup = p.Cgroup
+			row.CgroupCPUUs, row.CgroupMemory, row.CgroupPids = known(p.CgroupStats.CPUUsec), known(p.CgroupStats.MemoryBytes), known(p.CgroupStats.Pids)
+		}
+		out = append(out, row)
 	}
 	slices.SortFunc(out, func(a, b WorkerJSON) int { return a.PID - b.PID })
 	return out
+}
+
+// known is &v, or nil for -1 (a figure that could not be read).
+func known(v int64) *int64 {
+	if v < 0 {
+		return nil
+	}
+	return &v
+}
+
+// cgroupSummary is a child cgroup's figures for the page: "cpu 1.2s · 12 MiB · 3 pids",
+// as far as they are known; "–" in the fallback.
+func cgroupSummary(p workers.ProcInfo) string {
+	if p.Cgroup == "" {
+		return "–"
+	}
+	s := p.CgroupStats
+	var parts []string
+	if s.CPUUsec >= 0 {
+		parts = append(parts, "cpu "+(time.Duration(s.CPUUsec)*time.Microsecond).Round(time.Millisecond).String())
+	}
+	if s.MemoryBytes >= 0 {
+		parts = append(parts, humanBytes(uint64(s.MemoryBytes)))
+	}
+	if s.Pids >= 0 {
+		parts = append(parts, fmt.Sprintf("%d pids", s.Pids))
+	}
+	return strings.Join(parts, " · ")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -131,6 +174,7 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 		SelfRSS: humanBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
 		SelfFDs: self.NumFDs, Goroutines: runtime.NumGoroutine(),
 	}
+	v.Containment, v.ContainmentDir = h.Procs.Containment()
 	states := map[string]int{}
 	for _, s := range list {
 		states[string(s.State)]++
@@ -150,6 +194,7 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 			Age: humanDuration(now.Sub(p.StartedAt)), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
 			RSS: humanBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
 			CPU: fmt.Sprintf("%.1f%%", p.CPUPercent), FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
+			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p),
 		})
 	}
 	for _, u := range unowned {

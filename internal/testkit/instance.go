@@ -314,7 +314,8 @@ type APIWorker struct {
 	SessionID string `json:"session_id"`
 	State     string `json:"state"`
 	RSSBytes  uint64 `json:"rss_bytes"`
-	Children  []int  `json:"children"` // its descendants and group members
+	Children  []int  `json:"children"` // its descendants and group members (its cgroup's members in cgroup mode)
+	Cgroup    string `json:"cgroup"`   // its cgroup directory; "" in the fallback
 }
 
 // APISession is a row of /admin/api/sessions (PROTOCOL.md §5).
