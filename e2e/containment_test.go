@@ -24,9 +24,17 @@ import (
 // written (not root, no cgroup2 mount).
 func requireCgroups(t *testing.T) {
 	t.Helper()
+	if why := cgroupProblem(); why != "" {
+		t.Skip("cgroup mode cannot be tested here: " + why)
+	}
+}
+
+// cgroupProblem says why this process cannot create cgroups under the
+// cgroup2 mount, or "" when it can.
+func cgroupProblem() string {
 	mounts, err := procfs.GetMounts()
 	if err != nil {
-		t.Skipf("cgroup mode cannot be tested here: %v", err)
+		return err.Error()
 	}
 	for _, m := range mounts {
 		if m.FSType != "cgroup2" {
@@ -34,12 +42,12 @@ func requireCgroups(t *testing.T) {
 		}
 		probe := filepath.Join(m.MountPoint, fmt.Sprintf("dashgate-e2e-probe-%d", os.Getpid()))
 		if err := os.Mkdir(probe, 0o755); err != nil && !os.IsExist(err) {
-			t.Skipf("cgroup mode cannot be tested here: %s is not writable: %v", m.MountPoint, err)
+			return fmt.Sprintf("%s is not writable: %v", m.MountPoint, err)
 		}
 		os.Remove(probe)
-		return
+		return ""
 	}
-	t.Skip("cgroup mode cannot be tested here: no cgroup2 mount")
+	return "no cgroup2 mount"
 }
 
 // terminalEscapes are typed into a terminal; the sleep's argument tags

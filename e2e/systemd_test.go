@@ -131,6 +131,12 @@ func setFlag(t *testing.T, args []string, name, value string) []string {
 
 const unitBinary = "/usr/local/bin/dashgate"
 
+// args0 is the unit's ExecStart split into words.
+func args0(t *testing.T, u unitFile) []string {
+	t.Helper()
+	return strings.Fields(strings.TrimLeft(u.get("Service", "ExecStart"), "-@:+!"))
+}
+
 // Case 7: deploy/systemd/dashgate.service is consistent with dashgate's own
 // stop (KillMode=mixed, a TimeoutStopSec above what dashgate may take, a
 // StateDirectory for --state-dir), and its ExecStart line, run as it is
@@ -153,6 +159,12 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if ks := unit.get("Service", "KillSignal"); ks != "" && ks != "SIGTERM" && ks != "TERM" && ks != "15" {
 		t.Errorf("KillSignal=%q: dashgate stops cleanly on SIGTERM (or SIGINT)", ks)
+	}
+	if got := unit.get("Service", "Delegate"); got != "yes" {
+		t.Errorf("Delegate=%q, want yes: dashgate puts each child in a cgroup of its own under the unit's (README, Containment)", got)
+	}
+	if v, _ := flagValue(args0(t, unit), "cgroup"); v != "on" {
+		t.Errorf("ExecStart --cgroup %q, want on: with Delegate=yes, a unit without containment is a broken unit", v)
 	}
 	stateDir := unit.get("Service", "StateDirectory")
 	if stateDir == "" {
@@ -247,6 +259,11 @@ func runExecStart(t *testing.T, unitArgs []string, timeoutStop time.Duration) {
 		args[i] = strings.NewReplacer("${STATE_DIRECTORY}", stateDir, "$STATE_DIRECTORY", stateDir).Replace(a)
 	}
 	args = setFlag(t, args, "addr", "127.0.0.1:0")
+	if why := cgroupProblem(); why != "" {
+		// systemd would delegate the unit's cgroup; this test cannot.
+		t.Logf("--cgroup auto instead of on: %s", why)
+		args = setFlag(t, args, "cgroup", "auto")
+	}
 	t.Logf("ExecStart: %s %s", dashgateBin, strings.Join(args, " "))
 
 	// The unit's command line as is (only --addr-file added), systemd's

@@ -323,39 +323,52 @@ func (g *cgroup) kill() error {
 }
 
 // awaitEmpty waits until cgroup.events says populated 0 or d passed, and
-// reports whether it is empty. The kernel signals every change of that file
-// as a modification (cgroup-v2.rst), so it sleeps in inotify, not a timer
-// loop.
+// reports whether it is empty. It sleeps in poll(2) on an inotify watch of
+// cgroup.events (the kernel signals each change of that file as a
+// modification) and on a pidfd of every member (readable once it exited),
+// never on a timer: the kernel holds back a cgroup file's notifications
+// for up to 10 ms after the previous one (CGROUP_FILE_NOTIFY_MIN_INTV), and
+// the members' pidfds say at once that the last one is gone. Members that
+// fork meanwhile are found on the next round.
 func (g *cgroup) awaitEmpty(d time.Duration) bool {
-	events := filepath.Join(g.dir, "cgroup.events")
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return g.pollEmpty(d)
+	deadline := time.Now().Add(d)
+	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err == nil {
+		defer unix.Close(ino)
+		if _, err := unix.InotifyAddWatch(ino, filepath.Join(g.dir, "cgroup.events"), unix.IN_MODIFY); err != nil {
+			return !g.populated() // the cgroup is gone, or unreadable
+		}
 	}
-	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: reads go through the poller
-	defer f.Close()
-	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
-		return !g.populated() // the cgroup is gone, or unreadable
-	}
-	f.SetReadDeadline(time.Now().Add(d))
 	buf := make([]byte, 4096)
 	for g.populated() { // looked at after the watch is set: no change is missed
-		if _, err := f.Read(buf); err != nil {
-			return !g.populated()
-		}
-	}
-	return true
-}
-
-// pollEmpty is awaitEmpty without inotify (out of inotify instances).
-func (g *cgroup) pollEmpty(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for g.populated() {
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return false
 		}
-		t := time.NewTimer(5 * time.Millisecond)
-		<-t.C
+		var fds []unix.PollFd
+		if ino >= 0 {
+			fds = append(fds, unix.PollFd{Fd: int32(ino), Events: unix.POLLIN})
+		} else {
+			left = min(left, 10*time.Millisecond) // no inotify: look again now and then
+		}
+		for _, pid := range g.procs() {
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+			}
+		}
+		unix.Poll(fds, int(left/time.Millisecond)+1)
+		for _, f := range fds {
+			if int(f.Fd) != ino {
+				unix.Close(int(f.Fd))
+			}
+		}
+		if ino >= 0 {
+			for {
+				if _, err := unix.Read(ino, buf); err != nil {
+					break // drained (EAGAIN)
+				}
+			}
+		}
 	}
 	return true
 }
