@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/internal/testkit"
 )
@@ -285,4 +287,82 @@ func TestKillNineThenRestartSweepsCgroups(t *testing.T) {
 func TestCgroupOnRefusesWithoutHierarchy(t *testing.T) {
 	t.Parallel()
 	refuse(t, "--cgroup on", "--state-dir", t.TempDir(), "--cgroup", "on", "--cgroup-root", t.TempDir())
+}
+
+// TestDelegatedCgroup: started in a cgroup delegated to it (systemd's
+// Delegate=yes marks it with the trusted.delegate xattr), dashgate moves
+// itself into the leaf <own>/gateway, as cgroup v2's rule for a cgroup with
+// children wants, and puts its children under <own>/dashgate-<instance>.
+func TestDelegatedCgroup(t *testing.T) {
+	t.Parallel()
+	requireCgroups(t)
+	mounts, _ := procfs.GetMounts()
+	var own string
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" {
+			own = filepath.Join(m.MountPoint, fmt.Sprintf("dashgate-e2e-delegated-%d", os.Getpid()))
+			break
+		}
+	}
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, dir := range []string{filepath.Join(own, "gateway"), own} {
+			if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+				t.Errorf("remove %s: %v", dir, err)
+			}
+		}
+	})
+	if err := unix.Setxattr(own, "trusted.delegate", []byte("1"), 0); err != nil {
+		t.Skipf("cannot mark %s delegated as systemd does: %v", own, err)
+	}
+	fd, err := unix.Open(own, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	d := launch(t, testkit.Options{Sub: "serve", Args: []string{"--cgroup", "on", "--log-level", "debug", "--pty-cmd", "/bin/bash --noprofile --norc"},
+		SysProcAttr: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}})
+
+	rec, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "containment" })
+	want := filepath.Join(own, "dashgate-"+d.ID)
+	if !ok || rec.Str("mode") != "cgroup" || rec["delegated"] != true || rec.Str("cgroup") != want {
+		t.Fatalf("containment record %v: want mode cgroup, delegated, cgroup %s", rec, want)
+	}
+	if self := readCgroup(t, d.PID()); self != "/"+filepath.Base(own)+"/gateway" {
+		t.Errorf("dashgate runs in %s, want %s/gateway", self, own)
+	}
+	openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
+	var w apiWorker
+	testkit.WaitFor(t, 10*time.Second, "the terminal's row", func() bool {
+		ws := d.Workers()
+		if len(ws) == 1 {
+			w = ws[0]
+		}
+		return len(ws) == 1
+	})
+	if !strings.HasPrefix(w.Cgroup, want+"/pty-") {
+		t.Errorf("the terminal's cgroup is %s, want one under %s", w.Cgroup, want)
+	}
+	d.stop()
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Errorf("the instance's cgroup %s outlived dashgate: %v", want, err)
+	}
+}
+
+// readCgroup is pid's cgroup v2 path (the "0::" line of /proc/<pid>/cgroup).
+func readCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			return p
+		}
+	}
+	t.Fatalf("no cgroup v2 line in %q", b)
+	return ""
 }
