@@ -575,6 +575,12 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	}
 	delete(ended, p.pid)
 	res.Descendants = len(ended)
+	if res.Descendants > 0 {
+		// Members that died after their parent were reparented to dashgate
+		// (the subreaper) as zombies: reap them now, not at the next
+		// SIGCHLD round.
+		p.m.reapZombieOrphans()
+	}
 
 	// Drains end at EOF, once every holder of the write ends is gone; bound
 	// the wait, then close the read ends under them.
@@ -675,21 +681,23 @@ func (p *Proc) tree() []int {
 		if leaderReaped && st.pid == p.pid {
 			continue
 		}
-		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
-			(p.spec.Kind == KindPTY && st.sid == p.pid)
-		if !member && !st.zombie() && (mine[st.pid] || st.ppid == 1) {
-			member = environValue(st.pid, EnvWorkerID) == p.marker || holdsAny(st.pid, p.stdio)
-		}
-		if !member {
-			continue
-		}
 		if st.zombie() {
+			// Gone. An adopted orphan's zombie is reaped whoever it belonged
+			// to: a member killed here (its marker unreadable once it is a
+			// zombie) must not wait for the next SIGCHLD round.
 			if st.ppid == self && st.pid != p.pid {
 				p.m.reapOrphan(st.pid)
 			}
 			continue
 		}
-		out = append(out, st.pid)
+		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
+			(p.spec.Kind == KindPTY && st.sid == p.pid)
+		if !member && (mine[st.pid] || st.ppid == 1) {
+			member = environValue(st.pid, EnvWorkerID) == p.marker || holdsAny(st.pid, p.stdio)
+		}
+		if member {
+			out = append(out, st.pid)
+		}
 	}
 	return out
 }
