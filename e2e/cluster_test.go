@@ -51,6 +51,7 @@ func (d *dashgate) checkKilled() {
 		}
 		return len(left) == 0
 	})
+	removeInstanceCgroups(t, d.ID) // a restart on its state dir would sweep them; none comes
 	if len(left) > 0 {
 		slices.Sort(left)
 		t.Errorf("processes of the killed dashgate still running 5s after it died: %s", strings.Join(left, ", "))

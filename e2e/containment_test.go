@@ -366,3 +366,26 @@ func readCgroup(t *testing.T, pid int) string {
 	t.Fatalf("no cgroup v2 line in %q", b)
 	return ""
 }
+
+// removeInstanceCgroups removes the (empty) cgroups a killed dashgate left
+// under the cgroup2 mount, leaves first; it fails the test if one still
+// holds a process.
+func removeInstanceCgroups(t *testing.T, instance string) {
+	t.Helper()
+	mounts, _ := procfs.GetMounts()
+	for _, m := range mounts {
+		if m.FSType != "cgroup2" {
+			continue
+		}
+		dir := filepath.Join(m.MountPoint, "dashgate-"+instance)
+		leaves, _ := filepath.Glob(filepath.Join(dir, "*-*"))
+		for _, leaf := range append(leaves, dir) {
+			if fi, err := os.Stat(leaf); err != nil || !fi.IsDir() {
+				continue
+			}
+			if err := os.Remove(leaf); err != nil {
+				t.Errorf("the killed dashgate's cgroup %s: %v", leaf, err)
+			}
+		}
+	}
+}
