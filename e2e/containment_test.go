@@ -110,6 +110,10 @@ func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 			}
 			base := map[string]int{"on": 77100, "off": 77200}[mode]
 			d := startDashgate(t, "--cgroup", mode)
+			wantMode := map[string]string{"on": "cgroup", "off": "fallback"}[mode]
+			if rec, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "containment" }); !ok || rec.Str("mode") != wantMode {
+				t.Errorf("containment record %v: want mode %s", rec, wantMode)
+			}
 			pty := openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
 			tags := tagsFrom(base, len(terminalEscapes))
 			var line strings.Builder

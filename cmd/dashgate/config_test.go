@@ -35,6 +35,9 @@ func TestConfigRefusals(t *testing.T) {
 		{"zero grace", []string{"--worker-grace", "0s"}, "must be positive"},
 		{"stray argument", []string{"extra"}, "unexpected argument"},
 		{"negative retention", []string{"--history-retention", "-1h"}, "--history-retention"},
+		{"unknown cgroup mode", []string{"--cgroup", "yes"}, "--cgroup"},
+		{"memory limit not a size", []string{"--child-memory-max", "lots"}, "--child-memory-max"},
+		{"negative pids limit", []string{"--child-pids-max", "-1"}, "--child-pids-max"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,5 +57,15 @@ func TestConfigRefusals(t *testing.T) {
 		return ""
 	}, io.Discard); err == nil || !strings.Contains(err.Error(), "DASHGATE_WORKER_GRACE") {
 		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+func TestConfigCgroupLimits(t *testing.T) {
+	cfg, err := parseConfig([]string{"--child-memory-max", "512MiB", "--child-pids-max", "64", "--cgroup", "on"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ChildMemoryBytes != 512<<20 || cfg.ChildPidsMax != 64 || cfg.Cgroup != "on" {
+		t.Fatalf("cfg = %+v", cfg)
 	}
 }
