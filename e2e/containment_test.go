@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,6 +145,12 @@ func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 				for tag, pid := range pids {
 					if !slices.Contains(w.Children, pid) {
 						t.Errorf("/admin does not list sleep %d (pid %d) among the terminal's processes %v", tag, pid, w.Children)
+					}
+				}
+				page := adminPage(t, d)
+				for _, want := range []string{`containment <b>cgroup</b>`, `title="` + w.Cgroup + `">cpu `} {
+					if !strings.Contains(page, want) {
+						t.Errorf("/admin does not show %q", want)
 					}
 				}
 			}
@@ -392,4 +400,24 @@ func removeInstanceCgroups(t *testing.T, instance string) {
 			}
 		}
 	}
+}
+
+// adminPage is the HTML of GET /admin.
+func adminPage(t *testing.T, d *dashgate) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, d.URL("admin/"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /admin: %d %v", res.StatusCode, err)
+	}
+	return string(b)
 }
