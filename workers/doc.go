@@ -4,13 +4,20 @@
 // Ownership. A [Manager] owns every child it starts. Each child is a [Proc]:
 // exactly one goroutine calls cmd.Wait for it, and one supervisor goroutine
 // runs its teardown when the child exits by itself or asks to be recycled.
-// [Proc.Close] is idempotent; it ends the child's whole tree (its process
-// group, for a pty its terminal session, its descendants by parent pid, and
-// every process that still carries its DASHGATE_WORKER_ID marker) with
-// escalation (SIGHUP for a pty, then SIGTERM, then SIGKILL, each step only for
-// what is still alive after the grace), and returns only once the child is
-// reaped and its drain goroutines have returned. It logs exactly one INFO
+// [Proc.Close] is idempotent; it ends the child's whole tree with escalation
+// (SIGHUP for a pty, then SIGTERM, then the kill, each step only for what is
+// still alive after the grace), and returns only once the tree is gone, the
+// child reaped and its drain goroutines returned. It logs exactly one INFO
 // record, msg="worker closed".
+//
+// The tree. In cgroup mode ([Config.Cgroups], [SetupCgroups]) each child
+// starts inside a cgroup v2 of its own (clone3 with CLONE_INTO_CGROUP), its
+// tree is that cgroup's members, the kill is cgroup.kill, and gone means
+// populated 0 (docs/containment.md). In the fallback it is the process
+// group, for a pty the terminal session, the descendants by parent pid,
+// every process that still carries the child's DASHGATE_WORKER_ID marker,
+// and every adopted process that holds the child's terminal or pipes; the
+// kill is SIGKILL to each.
 //
 // A [Worker] is a Proc speaking the JSON-lines worker protocol over pipes
 // (PROTOCOL.md §4); a pty Proc exposes the pty master through [Proc.PTY].
@@ -28,5 +35,6 @@
 // those by pid, never with wait(-1), which would steal os/exec's statuses.
 //
 // Crash recovery. [AcquireInstance] takes a flock in the state directory;
-// [Sweep] ends the processes of instances whose lock is free.
+// [Sweep] ends the processes of instances whose lock is free, by their
+// cgroups first, then by their DASHGATE_INSTANCE variable.
 package workers
