@@ -104,88 +104,75 @@ func tagsFrom(base, n int) []int {
 // record names the cgroup and counts them.
 func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"on", "off"} {
-		t.Run("cgroup "+mode, func(t *testing.T) {
-			t.Parallel()
-			if mode == "on" {
-				requireCgroups(t)
-			}
-			base := map[string]int{"on": 77100, "off": 77200}[mode]
-			d := startDashgate(t, "--cgroup", mode)
-			wantMode := map[string]string{"on": "cgroup", "off": "fallback"}[mode]
-			if rec, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "containment" }); !ok || rec.Str("mode") != wantMode {
-				t.Errorf("containment record %v: want mode %s", rec, wantMode)
-			}
-			pty := openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
-			tags := tagsFrom(base, len(terminalEscapes))
-			var line strings.Builder
-			for i, e := range terminalEscapes {
-				fmt.Fprintf(&line, e+"\r", tags[i])
-			}
-			if err := pty.write(websocket.MessageBinary, []byte(line.String())); err != nil {
-				t.Fatal(err)
-			}
-			pids := sleepers(t, tags)
-			starts := map[int]uint64{}
-			for tag, pid := range pids {
-				starts[tag] = d.remember(pid)
-			}
-			if mode == "on" {
-				var w apiWorker
-				testkit.WaitFor(t, 10*time.Second, "the terminal's row", func() bool {
-					ws := d.Workers()
-					if len(ws) == 1 {
-						w = ws[0]
-					}
-					return len(ws) == 1
-				})
-				if !strings.Contains(w.Cgroup, "/dashgate-"+d.ID+"/pty-") {
-					t.Errorf("the terminal's cgroup is %q, want one under dashgate-%s", w.Cgroup, d.ID)
-				}
-				for tag, pid := range pids {
-					if !slices.Contains(w.Children, pid) {
-						t.Errorf("/admin does not list sleep %d (pid %d) among the terminal's processes %v", tag, pid, w.Children)
-					}
-				}
-				page := adminPage(t, d)
-				for _, want := range []string{`containment <b>cgroup</b>`, `title="` + w.Cgroup + `">cpu `} {
-					if !strings.Contains(page, want) {
-						t.Errorf("/admin does not show %q", want)
-					}
-				}
-			}
-			mark := d.logMark()
-
-			pty.Close() // the tab goes
-
-			claimed := len(pids)
-			if mode == "off" {
-				// Checked by the stop: it must not outlive dashgate.
-				claimed--
-				delete(pids, tags[claimed])
+	bothModes(t, func(t *testing.T, mode string) {
+		base := map[string]int{"on": 77100, "off": 77200}[mode]
+		d := startDashgate(t, "--cgroup", mode)
+		wantMode := map[string]string{"on": "cgroup", "off": "fallback"}[mode]
+		if rec, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "containment" }); !ok || rec.Str("mode") != wantMode {
+			t.Errorf("containment record %v: want mode %s", rec, wantMode)
+		}
+		pty := openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
+		tags := tagsFrom(base, len(terminalEscapes))
+		var line strings.Builder
+		for i, e := range terminalEscapes {
+			fmt.Fprintf(&line, e+"\r", tags[i])
+		}
+		if err := pty.write(websocket.MessageBinary, []byte(line.String())); err != nil {
+			t.Fatal(err)
+		}
+		pids := sleepers(t, tags)
+		starts := map[int]uint64{}
+		for tag, pid := range pids {
+			starts[tag] = d.remember(pid)
+		}
+		if mode == "on" {
+			w := oneWorker(t, d)
+			if !strings.Contains(w.Cgroup, "/dashgate-"+d.ID+"/pty-") {
+				t.Errorf("the terminal's cgroup is %q, want one under dashgate-%s", w.Cgroup, d.ID)
 			}
 			for tag, pid := range pids {
-				if !gone(pid, starts[tag], 10*time.Second) {
-					t.Errorf("sleep %d (pid %d, %s) outlived its terminal's socket", tag, pid, testkit.Describe(pid))
+				if !slices.Contains(w.Children, pid) {
+					t.Errorf("/admin does not list sleep %d (pid %d) among the terminal's processes %v", tag, pid, w.Children)
 				}
 			}
-			rec, ok := d.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
-				return r.Msg() == "worker closed" && r.Str("kind") == "pty"
-			})
-			if !ok {
-				t.Fatalf("no worker closed record for the terminal:\n%s", d.logText())
+			page := adminPage(t, d)
+			for _, want := range []string{`containment <b>cgroup</b>`, `title="` + w.Cgroup + `">cpu `} {
+				if !strings.Contains(page, want) {
+					t.Errorf("/admin does not show %q", want)
+				}
 			}
-			if n, _ := rec["descendants"].(float64); int(n) < claimed {
-				t.Errorf("record %v: descendants %v, want at least %d", rec, rec["descendants"], claimed)
+		}
+		mark := d.logMark()
+
+		pty.Close() // the tab goes
+
+		claimed := len(pids)
+		if mode == "off" {
+			// Checked by the stop: it must not outlive dashgate.
+			claimed--
+			delete(pids, tags[claimed])
+		}
+		for tag, pid := range pids {
+			if !gone(pid, starts[tag], 10*time.Second) {
+				t.Errorf("sleep %d (pid %d, %s) outlived its terminal's socket", tag, pid, testkit.Describe(pid))
 			}
-			switch cg := rec.Str("cgroup"); {
-			case mode == "on" && !strings.Contains(cg, "/dashgate-"+d.ID+"/pty-"):
-				t.Errorf("record %v: want the terminal's cgroup", rec)
-			case mode == "off" && cg != "":
-				t.Errorf("record %v: a cgroup in the fallback", rec)
-			}
+		}
+		rec, ok := d.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
+			return r.Msg() == "worker closed" && r.Str("kind") == "pty"
 		})
-	}
+		if !ok {
+			t.Fatalf("no worker closed record for the terminal:\n%s", d.logText())
+		}
+		if n, _ := rec["descendants"].(float64); int(n) < claimed {
+			t.Errorf("record %v: descendants %v, want at least %d", rec, rec["descendants"], claimed)
+		}
+		switch cg := rec.Str("cgroup"); {
+		case mode == "on" && !strings.Contains(cg, "/dashgate-"+d.ID+"/pty-"):
+			t.Errorf("record %v: want the terminal's cgroup", rec)
+		case mode == "off" && cg != "":
+			t.Errorf("record %v: a cgroup in the fallback", rec)
+		}
+	})
 }
 
 // TestWorkerEscapesEndWithTheSocket: a chat worker whose program starts
@@ -194,56 +181,50 @@ func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 // adopted and end at dashgate's SIGTERM at the latest (the checking stop).
 func TestWorkerEscapesEndWithTheSocket(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"on", "off"} {
-		t.Run("cgroup "+mode, func(t *testing.T) {
-			t.Parallel()
-			if mode == "on" {
-				requireCgroups(t)
-			}
-			base := map[string]int{"on": 77300, "off": 77400}[mode]
-			tags := tagsFrom(base, 3)
-			script := filepath.Join(t.TempDir(), "worker.sh")
-			body := fmt.Sprintf(`#!/bin/sh
+	bothModes(t, func(t *testing.T, mode string) {
+		base := map[string]int{"on": 77300, "off": 77400}[mode]
+		tags := tagsFrom(base, 3)
+		script := filepath.Join(t.TempDir(), "worker.sh")
+		body := fmt.Sprintf(`#!/bin/sh
 setsid env -i /bin/sleep %d </dev/null >/dev/null 2>&1 &
 ( setsid sh -c "trap '' HUP TERM; exec sleep %d" </dev/null >/dev/null 2>&1 & ) &
 nohup sleep %d </dev/null >/dev/null 2>&1 &
 exec %s worker
 `, tags[0], tags[1], tags[2], dashgateBin)
-			if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := startDashgate(t, "--cgroup", mode, "--worker-cmd", script)
-			c := d.chat(t)
-			sid := c.createSession("escapes")
-			c.mustEcho(sid, "hello")
-			pids := sleepers(t, tags)
-			starts := map[int]uint64{}
-			for tag, pid := range pids {
-				starts[tag] = d.remember(pid)
-			}
-			mark := d.logMark()
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		d := startDashgate(t, "--cgroup", mode, "--worker-cmd", script)
+		c := d.chat(t)
+		sid := c.createSession("escapes")
+		c.mustEcho(sid, "hello")
+		pids := sleepers(t, tags)
+		starts := map[int]uint64{}
+		for tag, pid := range pids {
+			starts[tag] = d.remember(pid)
+		}
+		mark := d.logMark()
 
-			c.Close()
+		c.Close()
 
-			rec, ok := d.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
-				return r.Msg() == "worker closed" && r.Str("kind") == "chat"
-			})
-			if !ok {
-				t.Fatalf("no worker closed record:\n%s", d.logText())
-			}
-			if mode == "off" {
-				return // the checking stop fails the test if any survives dashgate
-			}
-			for tag, pid := range pids {
-				if !gone(pid, starts[tag], 10*time.Second) {
-					t.Errorf("sleep %d (pid %d) outlived its worker's socket", tag, pid)
-				}
-			}
-			if rec.Str("reason") != "detach" || !strings.Contains(rec.Str("cgroup"), "/dashgate-"+d.ID+"/chat-") {
-				t.Errorf("record %v: want reason detach and the worker's cgroup", rec)
-			}
+		rec, ok := d.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
+			return r.Msg() == "worker closed" && r.Str("kind") == "chat"
 		})
-	}
+		if !ok {
+			t.Fatalf("no worker closed record:\n%s", d.logText())
+		}
+		if mode == "off" {
+			return // the checking stop fails the test if any survives dashgate
+		}
+		for tag, pid := range pids {
+			if !gone(pid, starts[tag], 10*time.Second) {
+				t.Errorf("sleep %d (pid %d) outlived its worker's socket", tag, pid)
+			}
+		}
+		if rec.Str("reason") != "detach" || !strings.Contains(rec.Str("cgroup"), "/dashgate-"+d.ID+"/chat-") {
+			t.Errorf("record %v: want reason detach and the worker's cgroup", rec)
+		}
+	})
 }
 
 // TestKillNineThenRestartSweepsCgroups: after kill -9, what escaped a
@@ -262,14 +243,7 @@ func TestKillNineThenRestartSweepsCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := sleepers(t, tags)
-	var cgroup string
-	testkit.WaitFor(t, 10*time.Second, "the terminal's cgroup", func() bool {
-		ws := d.Workers()
-		if len(ws) == 1 {
-			cgroup = ws[0].Cgroup
-		}
-		return cgroup != ""
-	})
+	cgroup := oneWorker(t, d).Cgroup
 	d.kill()
 	for tag, pid := range pids {
 		if !alive(pid, d.startTime(pid)) {
@@ -346,14 +320,7 @@ func TestDelegatedCgroup(t *testing.T) {
 		t.Errorf("dashgate runs in %s, want %s/gateway", self, own)
 	}
 	openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
-	var w apiWorker
-	testkit.WaitFor(t, 10*time.Second, "the terminal's row", func() bool {
-		ws := d.Workers()
-		if len(ws) == 1 {
-			w = ws[0]
-		}
-		return len(ws) == 1
-	})
+	w := oneWorker(t, d)
 	if !strings.HasPrefix(w.Cgroup, want+"/pty-") {
 		t.Errorf("the terminal's cgroup is %s, want one under %s", w.Cgroup, want)
 	}
@@ -420,4 +387,33 @@ func adminPage(t *testing.T, d *dashgate) string {
 		t.Fatalf("GET /admin: %d %v", res.StatusCode, err)
 	}
 	return string(b)
+}
+
+// bothModes runs f as a parallel subtest with --cgroup on (skipped where
+// cgroup v2 cannot be written) and off.
+func bothModes(t *testing.T, f func(t *testing.T, mode string)) {
+	for _, mode := range []string{"on", "off"} {
+		t.Run("cgroup "+mode, func(t *testing.T) {
+			t.Parallel()
+			if mode == "on" {
+				requireCgroups(t)
+			}
+			f(t, mode)
+		})
+	}
+}
+
+// oneWorker waits until /admin/api/workers lists exactly one child and
+// returns it.
+func oneWorker(t *testing.T, d *dashgate) apiWorker {
+	t.Helper()
+	var w apiWorker
+	testkit.WaitFor(t, 10*time.Second, "one worker row", func() bool {
+		ws := d.Workers()
+		if len(ws) == 1 {
+			w = ws[0]
+		}
+		return len(ws) == 1
+	})
+	return w
 }
