@@ -222,6 +222,13 @@ func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 // ErrCapacity, workers.ErrCapacity and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
 	terminalOnly := sid == ""
+	if terminalOnly && r.cfg.PTYSpare {
+		if sp := r.takeSpare(o); sp != nil {
+			if a, ok, err := r.attachSpare(ctx, sp, o); ok || ctx.Err() != nil {
+				return a, errors.Join(err, ctx.Err())
+			}
+		}
+	}
 	if terminalOnly {
 		in, err := r.create(nil, "terminal", false, true)
 		if err != nil {
@@ -258,7 +265,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	fresh := false
 	if t == nil {
 		var err error
-		if t, err = r.startTerminal(s, o); err != nil {
+		if t, err = r.startTerminal(s, o, false); err != nil {
 			return nil, err
 		}
 		fresh = true
@@ -308,7 +315,9 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	return a, nil
 }
 
-func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, error) {
+// startTerminal starts s's terminal program; isSpare says it is the spare
+// (which never ends itself to make room).
+func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
 	t := &Terminal{
 		r: r, s: s,
 		ring:       NewRing(r.cfg.PTYBuffer),
@@ -320,14 +329,18 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, erro
 		endDone:    make(chan struct{}),
 		onOutput:   r.cfg.OnPTYOutput,
 	}
-	pty, err := r.cfg.Spawner.SpawnPTY(SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
+	req := SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
 		OnClose: func(res workers.CloseResult) {
 			if res.Reason == workers.ReasonExited {
 				// the program ended by itself: end the terminal, off the
 				// closing goroutine
 				r.goTracked(func() { <-t.ready; t.end(res.Reason, true) })
 			}
-		}})
+		}}
+	pty, err := r.cfg.Spawner.SpawnPTY(req)
+	if errors.Is(err, workers.ErrCapacity) && !isSpare && r.dropSpare() {
+		pty, err = r.cfg.Spawner.SpawnPTY(req) // the spare held the last slot
+	}
 	if err != nil {
 		return nil, err
 	}
