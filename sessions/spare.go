@@ -63,8 +63,9 @@ func (r *Registry) takeSpare(o TerminalOptions) *spare {
 		close(next.ready)
 	})
 	if sp != nil && (sp.cols != cols || sp.rows != rows) {
-		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
-		sp = nil
+		other := sp
+		r.goTracked(func() { other.end(workers.ReasonSpareUnused) })
+		return nil
 	}
 	return sp
 }
