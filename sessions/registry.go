@@ -210,8 +210,8 @@ type Registry struct {
 	viewing  map[Viewer]map[*Session]struct{}
 	ended    map[string]bool // recently closed ids, for session.close -> closed:false
 	endedQ   []string
-	closing  bool   // Shutdown started
-	spare    *spare // the terminal started ahead for the next new terminal session (Config.PTYSpare)
+	closing  bool     // Shutdown started
+	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
 
 	journal *journal // writes to cfg.Store
 	tracked tracker  // teardowns, turns and terminal readers
@@ -654,10 +654,10 @@ func (r *Registry) ReapDetached() int {
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
-	if sp := r.spare; sp != nil {
-		r.spare = nil
+	for _, sp := range r.spares {
 		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
 	}
+	r.spares = nil
 	all := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		all = append(all, s)
@@ -986,8 +986,8 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 		})
 	}
 	w, err := spawn()
-	if errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
-		w, err = spawn() // the spare terminal held the last slot
+	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
+		w, err = spawn() // a spare terminal held the last slot
 	}
 	if errors.Is(err, workers.ErrCapacity) {
 		return nil, err

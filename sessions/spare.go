@@ -12,7 +12,8 @@ import (
 // the program's own start before its first output (a shell's prompt):
 // most of the time from a WebSocket dial to its first output byte. The
 // spare pays that before the request comes: an attach without a session
-// at the spare's size takes it, and starts the next one at that size.
+// at the spare's size takes it, and once its first output went out the
+// next one is started at that size.
 //
 // The spare is an ordinary Terminal of a Session that is not in the
 // registry yet: its program was spawned through the Spawner like any
@@ -21,10 +22,10 @@ import (
 // waits within PTYPending for the first attachment, as any new
 // terminal's does, so its output from offset 0 is there when the
 // session is registered with it. Until then nothing in the registry
-// points at it but r.spare: a spare whose program ends by itself is
-// simply not used (end finds no session holding it). There is at most
-// one; Shutdown ends it, and a spawn that finds the workers at
-// capacity ends it and tries again.
+// points at it but r.spares: a spare whose program ends by itself is
+// simply not used (end finds no session holding it). There are at most
+// spareCount, all of one size; Shutdown ends them, and a spawn that
+// finds the workers at capacity ends one and tries again.
 type spare struct {
 	s          *Session // not registered until taken
 	cols, rows uint16
@@ -45,29 +46,54 @@ func (o TerminalOptions) size() (cols, rows uint16) {
 	return cols, rows
 }
 
-// takeSpare returns the spare when it has o's size (nil otherwise: one of
-// another size is ended) and starts the next one at o's size. The one
-// returned may still be starting: see (*spare).wait.
+// spareCount is how many spares are kept: two, so that terminals opened
+// back to back each find one started a whole request earlier, its first
+// output there already (with one, the next request often waited for the
+// spare started right before it: see refill).
+const spareCount = 2
+
+// takeSpare returns the oldest spare when it has o's size (nil otherwise:
+// spares of another size are ended). The one returned may still be
+// starting: see (*spare).wait. It starts no new one: see refill.
 func (r *Registry) takeSpare(o TerminalOptions) *spare {
 	cols, rows := o.size()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closing {
+	if r.closing || len(r.spares) == 0 {
 		return nil
 	}
-	sp := r.spare
-	next := &spare{s: newSession("terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
-	r.spare = next
-	r.goTracked(func() {
-		next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)
-		close(next.ready)
-	})
-	if sp != nil && (sp.cols != cols || sp.rows != rows) {
-		other := sp
-		r.goTracked(func() { other.end(workers.ReasonSpareUnused) })
-		return nil
+	if sp := r.spares[0]; sp.cols == cols && sp.rows == rows {
+		r.spares = r.spares[1:]
+		return sp
 	}
-	return sp
+	for _, sp := range r.spares {
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	}
+	r.spares = nil
+	return nil
+}
+
+// refill starts spares of cols×rows until there are spareCount (unless
+// dashgate is shutting down). An attach without a session calls it once
+// its first output was handed to the socket (see Attachment.onFirst): a
+// spawn started earlier runs beside that request's own path (fork holds
+// the spawn thread's P until exec, and the request's goroutines wait
+// behind it: 1.7 ms of the WebSocket accept in BenchmarkTerminalConnect),
+// and would hold up a request that has to spawn its own terminal.
+func (r *Registry) refill(cols, rows uint16) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.spares) > 0 && (r.spares[0].cols != cols || r.spares[0].rows != rows) {
+		return // the next request of that size takes them or ends them
+	}
+	for !r.closing && len(r.spares) < spareCount {
+		next := &spare{s: newSession("terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
+		r.spares = append(r.spares, next)
+		r.goTracked(func() {
+			next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)
+			close(next.ready)
+		})
+	}
 }
 
 // wait returns the spare's terminal once started, or nil when it could
@@ -90,13 +116,16 @@ func (sp *spare) end(reason workers.Reason) {
 	}
 }
 
-// dropSpare ends the spare, if there is one, and reports whether there
-// was: a spawn that met workers.ErrCapacity may then try again. The next
-// spare is started by the next attach without a session.
+// dropSpare ends a spare, if there is one (the newest), and reports
+// whether it held a slot: a spawn that met workers.ErrCapacity may then
+// try again. Spares come back with the next attach without a session.
 func (r *Registry) dropSpare() bool {
 	r.mu.Lock()
-	sp := r.spare
-	r.spare = nil
+	var sp *spare
+	if n := len(r.spares); n > 0 {
+		sp = r.spares[n-1]
+		r.spares = r.spares[:n-1]
+	}
 	r.mu.Unlock()
 	if sp == nil {
 		return false
