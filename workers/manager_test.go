@@ -102,10 +102,13 @@ func TestWorkerExitWithEscapedPipeHolder(t *testing.T) {
 	closed := make(chan CloseResult, 1)
 	pidFile := filepath.Join(t.TempDir(), "holder")
 	// The holder drops the marker and starts a session of its own: nothing
-	// ties it to the worker once the shell exits. No Call is made: the exit
-	// is noticed by the supervisor alone.
+	// ties it to the worker once the shell exits. It writes its pid once in
+	// its own session, and the shell exits only then (a fifo): before
+	// setsid the holder is still in the worker's process group, and a
+	// teardown scanning then ends it with the group. No Call is made: the
+	// exit is noticed by the supervisor alone.
 	spec := Spec{SessionID: "s-holder", Path: "/bin/sh", Args: []string{"-c",
-		`env -u ` + EnvWorkerID + ` setsid sleep 300 & printf %s $! >"$0".tmp && mv "$0".tmp "$0"; exit 4`, pidFile}}
+		`mkfifo "$0".fifo || exit 9; env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0"; echo >"$0".fifo; exec sleep 300' "$0" & read _ <"$0".fifo; exit 4`, pidFile}}
 	spec.OnClose = func(r CloseResult) { closed <- r }
 	startWorker(t, m, spec)
 	holder := readPidFile(t, pidFile)
