@@ -172,8 +172,10 @@ var _ http.Handler = (*Terminal)(nil)
 // BenchmarkTerminalConnect is the connect → first output byte figure of
 // cmd/dashgate-bench in one process: a WebSocket dial of /ws/pty (a new
 // session running /bin/sh) until the first binary frame, then the socket
-// closed, in sequence. Trace it with -trace to see where the time goes
-// (regions "spawn pty", "attach terminal").
+// closed, in sequence: cold (a terminal started per request, as without
+// --pty-spare) and with spares. Trace it with -trace to see where the time
+// goes (regions "attach terminal", "spawn pty", "wait for spare"; `go tool
+// trace -d=parsed` lists them).
 func BenchmarkTerminalConnect(b *testing.B) {
 	for _, spare := range []bool{false, true} {
 		b.Run(map[bool]string{false: "cold", true: "spare"}[spare], func(b *testing.B) {

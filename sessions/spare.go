@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"runtime/trace"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -139,7 +140,9 @@ func (r *Registry) dropSpare() bool {
 // nothing registered, when the spare cannot serve: it did not start, or
 // its program ended already; the caller then starts a terminal as usual.
 func (r *Registry) attachSpare(ctx context.Context, sp *spare, o TerminalOptions) (a *Attachment, ok bool, err error) {
+	region := trace.StartRegion(ctx, "wait for spare")
 	t := sp.wait(ctx, r)
+	region.End()
 	if t == nil {
 		return nil, false, ctx.Err()
 	}

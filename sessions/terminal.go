@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"sync"
 	"time"
 
@@ -224,6 +225,7 @@ func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 // attachment must be Detached when the socket ends. Errors: ErrNotFound,
 // ErrCapacity, workers.ErrCapacity and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
 	terminalOnly := sid == ""
 	if terminalOnly && r.cfg.PTYSpare {
 		a, err := r.attachTerminalOnly(ctx, o)
@@ -341,6 +343,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 // startTerminal starts s's terminal program; isSpare says it is the spare
 // (which never ends itself to make room).
 func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
+	defer trace.StartRegion(context.Background(), "spawn pty").End()
 	t := &Terminal{
 		r: r, s: s,
 		ring:       NewRing(r.cfg.PTYBuffer),
