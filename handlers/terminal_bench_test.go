@@ -33,12 +33,16 @@ func rawCat(src string) []string {
 }
 
 // ptyServer serves /ws/pty over a registry whose terminals run cmd.
-func ptyServer(b *testing.B, cmd []string) (url string) {
+func ptyServer(b *testing.B, cmd []string, opts ...func(*sessions.Config)) (url string) {
 	b.Helper()
 	mgr := workers.NewManager(workers.Config{Grace: 300 * time.Millisecond, Instance: "bench"})
-	reg := sessions.New(sessions.Config{
+	cfg := sessions.Config{
 		Spawner: sessions.ProcSpawner{Manager: mgr, PTYCmd: cmd, Env: []string{"PATH=" + os.Getenv("PATH")}},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	reg := sessions.New(cfg)
 	srv := httptest.NewServer(&Terminal{Registry: reg, Socket: SocketConfig{WriteTimeout: 10 * time.Second}})
 	b.Cleanup(func() {
 		srv.CloseClientConnections()
@@ -164,3 +168,58 @@ func BenchmarkTerminalKeystroke(b *testing.B) {
 }
 
 var _ http.Handler = (*Terminal)(nil)
+
+// BenchmarkTerminalConnect is the connect → first output byte figure of
+// cmd/dashgate-bench in one process: a WebSocket dial of /ws/pty (a new
+// session running /bin/sh) until the first binary frame, then the socket
+// closed, in sequence: cold (a terminal started per request, as without
+// --pty-spare) and with spares. Trace it with -trace to see where the time
+// goes (regions "attach terminal", "spawn pty", "wait for spare"; `go tool
+// trace -d=parsed` lists them).
+func BenchmarkTerminalConnect(b *testing.B) {
+	for _, spare := range []bool{false, true} {
+		b.Run(map[bool]string{false: "cold", true: "spare"}[spare], func(b *testing.B) {
+			benchConnect(b, ptyServer(b, []string{"/bin/sh"}, func(c *sessions.Config) { c.PTYSpare = spare }))
+		})
+	}
+}
+
+func benchConnect(b *testing.B, url string) {
+	ctx := context.Background()
+	for range b.N {
+		c, _, err := websocket.Dial(ctx, url, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			typ, p, err := c.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if typ == websocket.MessageBinary && len(p) > 0 {
+				break
+			}
+		}
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// BenchmarkPlainPTYStart is its baseline: /bin/sh started on a pty of the
+// benchmark's own until its first output byte, then killed and waited for.
+func BenchmarkPlainPTYStart(b *testing.B) {
+	buf := make([]byte, 32<<10)
+	for range b.N {
+		cmd := exec.Command("/bin/sh")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		f, err := pty.Start(cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+		cmd.Process.Kill()
+		f.Close()
+		cmd.Wait()
+	}
+}

@@ -9,6 +9,11 @@
 // viewers only queues an [Event] (a [Viewer]'s Deliver must not block; the
 // viewer's writer encodes it, once for all viewers, with Event.Encode).
 //
+// Spares. With Config.PTYSpare the registry also owns up to two terminals
+// started ahead of the sessions they will serve (spare.go): not in the
+// registry until an attach without a session takes one, ended by Shutdown
+// or to free a worker slot.
+//
 // Who views what. The registry is the only record of which viewer views
 // which session; it enforces Config.MaxViewed per viewer, and a session
 // that ends by any path leaves every viewer's count at once. Transports

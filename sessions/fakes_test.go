@@ -150,6 +150,27 @@ type fakeSpawner struct {
 
 	ptyFlood int // output each fake terminal writes, bytes
 	ptys     []*fakePTY
+	maxLive  int // when > 0, spawns fail with workers.ErrCapacity once this many children are not closed
+}
+
+// liveLocked counts the children not closed. s.mu must be held.
+func (s *fakeSpawner) liveLocked() int {
+	n := 0
+	for _, w := range s.all {
+		select {
+		case <-w.closed:
+		default:
+			n++
+		}
+	}
+	for _, p := range s.ptys {
+		select {
+		case <-p.closed:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
@@ -161,6 +182,9 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.maxLive > 0 && s.liveLocked() >= s.maxLive {
+		return nil, workers.ErrCapacity
+	}
 	s.next++
 	w := &fakeWorker{pid: 100000 + s.next, onClose: req.OnClose, hang: s.hang, stream: s.stream, events: s.events, acked: s.acked, closed: make(chan struct{})}
 	s.all = append(s.all, w)
@@ -172,8 +196,11 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 func (s *fakeSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.maxLive > 0 && s.liveLocked() >= s.maxLive {
+		return nil, workers.ErrCapacity
+	}
 	s.next++
-	p := &fakePTY{pid: 200000 + s.next, onClose: req.OnClose, left: s.ptyFlood,
+	p := &fakePTY{pid: 200000 + s.next, req: req, onClose: req.OnClose, left: s.ptyFlood,
 		closed: make(chan struct{}), released: make(chan struct{})}
 	s.ptys = append(s.ptys, p)
 	return p, nil
@@ -189,6 +216,7 @@ func (s *fakeSpawner) terminals() []*fakePTY {
 // as it is read, then waits for its end. It counts what Read handed out.
 type fakePTY struct {
 	pid     int
+	req     SpawnRequest
 	onClose func(workers.CloseResult)
 
 	mu       sync.Mutex

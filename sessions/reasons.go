@@ -49,11 +49,12 @@ var EndReasons = []EndReason{
 //	ping_timeout      the viewer's socket stopped answering pings
 //	startup_sweep     a dead instance's leftover, ended at start
 //	interrupted       it did not stop an interrupted turn within --interrupt-grace; recycled
+//	spare_unused      a terminal started ahead of its session (--pty-spare) was ended unused
 var WorkerReasons = []workers.Reason{
 	workers.ReasonDetach, workers.ReasonSessionClosed, workers.ReasonAdminReap, workers.ReasonExited,
 	workers.ReasonTimeout, workers.ReasonProtocolError, workers.ReasonShutdown, workers.ReasonKeepaliveExpired,
 	workers.ReasonSuperseded, workers.ReasonWriteTimeout, workers.ReasonPingTimeout, workers.ReasonStartupSweep,
-	workers.ReasonInterrupted,
+	workers.ReasonInterrupted, workers.ReasonSpareUnused,
 }
 
 // childReason is the reason a session's worker and terminal close with when

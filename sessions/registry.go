@@ -142,6 +142,11 @@ type Config struct {
 	// OnPTYOutput, when set, is called with the size of each pty read; it
 	// must not block (metrics).
 	OnPTYOutput func(int)
+	// PTYSpare keeps one terminal program started ahead, once a terminal
+	// was asked for without a session: the next such attach at the same
+	// size takes it (its first output is there already) instead of
+	// waiting for a spawn. See spare.go.
+	PTYSpare bool
 }
 
 func (c *Config) defaults() {
@@ -205,7 +210,8 @@ type Registry struct {
 	viewing  map[Viewer]map[*Session]struct{}
 	ended    map[string]bool // recently closed ids, for session.close -> closed:false
 	endedQ   []string
-	closing  bool // Shutdown started
+	closing  bool     // Shutdown started
+	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
 
 	journal *journal // writes to cfg.Store
 	tracked tracker  // teardowns, turns and terminal readers
@@ -428,7 +434,23 @@ func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info,
 }
 
 func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+	return r.register(v, newSession(title, closeOnDisconnect, terminalOnly), nil)
+}
+
+// newSession returns a session not yet in the registry (see register).
+func newSession(title string, closeOnDisconnect, terminalOnly bool) *Session {
+	return &Session{
+		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
+		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
+	}
+}
+
+// register adds s, made by newSession, viewed by v, with the terminal t
+// already started for it (a spare; nil for none). It fails like Create,
+// and with ErrNotFound when t ended before it could be given to s.
+func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 	now := time.Now()
+	s.createdAt, s.liveSince, s.lastActive = now, now, now
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -442,16 +464,24 @@ func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnl
 		r.mu.Unlock()
 		return Info{}, err
 	}
+	if t != nil {
+		// Lock order: r.mu, then t.mu. A terminal that ended already has
+		// run the part of end that looks at its session (which did not
+		// hold it); one that ends later finds it there and ends s.
+		t.mu.Lock()
+		ended := t.ended
+		t.mu.Unlock()
+		if ended {
+			r.mu.Unlock()
+			return Info{}, ErrNotFound
+		}
+	}
 	evict, err := r.makeRoomLocked()
 	if err != nil {
 		r.mu.Unlock()
 		return Info{}, err
 	}
-	s := &Session{
-		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
-		createdAt: now, liveSince: now, lastActive: now, state: StateCreated,
-		viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
-	}
+	s.term = t
 	r.sessions[s.id] = s
 	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
@@ -624,6 +654,10 @@ func (r *Registry) ReapDetached() int {
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
+	for _, sp := range r.spares {
+		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
+	}
+	r.spares = nil
 	all := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		all = append(all, s)
@@ -945,10 +979,16 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	s.worker = nil
 	r.mu.Unlock()
 
-	w, err := r.cfg.Spawner.SpawnWorker(SpawnRequest{
-		SessionID: s.id, CancelGrace: r.cfg.InterruptGrace,
-		OnClose: func(res workers.CloseResult) { r.workerGone(s, res) },
-	})
+	spawn := func() (Worker, error) {
+		return r.cfg.Spawner.SpawnWorker(SpawnRequest{
+			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace,
+			OnClose: func(res workers.CloseResult) { r.workerGone(s, res) },
+		})
+	}
+	w, err := spawn()
+	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
+		w, err = spawn() // a spare terminal held the last slot
+	}
 	if errors.Is(err, workers.ErrCapacity) {
 		return nil, err
 	}

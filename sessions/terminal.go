@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/trace"
 	"sync"
 	"time"
 
@@ -192,10 +193,13 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 // Attachment is one socket attached to a terminal. It is also a Viewer of
 // the session (it receives no chat events).
 type Attachment struct {
-	t      *Terminal
-	pos    int64 // next output offset to hand out; guarded by t.mu
-	kicked chan struct{}
-	gone   chan struct{} // closed by Detach
+	t   *Terminal
+	pos int64 // next output offset to hand out; guarded by t.mu
+	// onFirst, guarded by t.mu, runs once when Next first hands out
+	// output, or at Detach if it never did (the spare's refill).
+	onFirst func()
+	kicked  chan struct{}
+	gone    chan struct{} // closed by Detach
 
 	// Hello fields (PROTOCOL.md §3).
 	SessionID   string
@@ -221,7 +225,16 @@ func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 // attachment must be Detached when the socket ends. Errors: ErrNotFound,
 // ErrCapacity, workers.ErrCapacity and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
 	terminalOnly := sid == ""
+	if terminalOnly && r.cfg.PTYSpare {
+		a, err := r.attachTerminalOnly(ctx, o)
+		if a != nil {
+			cols, rows := o.size()
+			a.setOnFirst(func() { r.refill(cols, rows) })
+		}
+		return a, err
+	}
 	if terminalOnly {
 		in, err := r.create(nil, "terminal", false, true)
 		if err != nil {
@@ -232,6 +245,25 @@ func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOpt
 	a, err := r.attachTerminal(ctx, sid, o)
 	if err != nil && terminalOnly {
 		r.Close(sid, EndCloseOnDisconnect)
+	}
+	return a, err
+}
+
+// attachTerminalOnly is AttachTerminal without a session when spares are
+// on: the spare when it fits, else a terminal started now.
+func (r *Registry) attachTerminalOnly(ctx context.Context, o TerminalOptions) (*Attachment, error) {
+	if sp := r.takeSpare(o); sp != nil {
+		if a, ok, err := r.attachSpare(ctx, sp, o); ok || ctx.Err() != nil {
+			return a, errors.Join(err, ctx.Err())
+		}
+	}
+	in, err := r.create(nil, "terminal", false, true)
+	if err != nil {
+		return nil, err
+	}
+	a, err := r.attachTerminal(ctx, in.ID, o)
+	if err != nil {
+		r.Close(in.ID, EndCloseOnDisconnect)
 	}
 	return a, err
 }
@@ -258,7 +290,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	fresh := false
 	if t == nil {
 		var err error
-		if t, err = r.startTerminal(s, o); err != nil {
+		if t, err = r.startTerminal(s, o, false); err != nil {
 			return nil, err
 		}
 		fresh = true
@@ -308,7 +340,10 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 	return a, nil
 }
 
-func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, error) {
+// startTerminal starts s's terminal program; isSpare says it is the spare
+// (which never ends itself to make room).
+func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
+	defer trace.StartRegion(context.Background(), "spawn pty").End()
 	t := &Terminal{
 		r: r, s: s,
 		ring:       NewRing(r.cfg.PTYBuffer),
@@ -320,14 +355,18 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions) (*Terminal, erro
 		endDone:    make(chan struct{}),
 		onOutput:   r.cfg.OnPTYOutput,
 	}
-	pty, err := r.cfg.Spawner.SpawnPTY(SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
+	req := SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
 		OnClose: func(res workers.CloseResult) {
 			if res.Reason == workers.ReasonExited {
 				// the program ended by itself: end the terminal, off the
 				// closing goroutine
 				r.goTracked(func() { <-t.ready; t.end(res.Reason, true) })
 			}
-		}})
+		}}
+	pty, err := r.cfg.Spawner.SpawnPTY(req)
+	for errors.Is(err, workers.ErrCapacity) && !isSpare && r.dropSpare() {
+		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare held the last slot
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +394,12 @@ func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 		if n := t.ring.ReadAt(buf, a.pos); n > 0 {
 			a.pos += int64(n)
 			t.signalLocked() // the reader may wait for room
+			first := a.onFirst
+			a.onFirst = nil
 			t.mu.Unlock()
+			if first != nil {
+				first()
+			}
 			return n, nil
 		}
 		if a.pos < t.ring.Start() { // rolled out while we were away
@@ -398,6 +442,13 @@ func (t *Terminal) endDoneClosed() bool {
 	}
 }
 
+// setOnFirst sets the attachment's onFirst.
+func (a *Attachment) setOnFirst(f func()) {
+	a.t.mu.Lock()
+	a.onFirst = f
+	a.t.mu.Unlock()
+}
+
 // Write sends input to the program, waiting at most until ctx ends.
 func (a *Attachment) Write(ctx context.Context, p []byte) error { return a.t.pty.Write(ctx, p) }
 
@@ -416,6 +467,8 @@ func (a *Attachment) Detach(reason workers.Reason) {
 		close(a.gone)
 		t, r := a.t, a.t.r
 		t.mu.Lock()
+		first := a.onFirst
+		a.onFirst = nil
 		current := t.att == a
 		park := false
 		if current {
@@ -439,5 +492,8 @@ func (a *Attachment) Detach(reason workers.Reason) {
 			r.goTracked(func() { t.end(reason, false) })
 		}
 		r.DetachViewer(a, reason)
+		if first != nil {
+			first()
+		}
 	})
 }

@@ -101,12 +101,14 @@ func TestWorkerExitEndsEscapedPipeHolder(t *testing.T) {
 	startReaper(t, m)
 	closed := make(chan CloseResult, 1)
 	pidFile := filepath.Join(t.TempDir(), "holder")
-	// No Call is made: the exit is noticed by the supervisor alone.
-	// The holder publishes its pid once it is in its own session; the
-	// worker exits only then.
+	// The holder drops the marker and starts a session of its own: nothing
+	// ties it to the worker once the shell exits. It writes its pid once in
+	// its own session, and the shell exits only then (a fifo): before
+	// setsid the holder is still in the worker's process group, and a
+	// teardown scanning then ends it with the group. No Call is made: the
+	// exit is noticed by the supervisor alone.
 	spec := Spec{SessionID: "s-holder", Path: "/bin/sh", Args: []string{"-c",
-		`env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0" && exec sleep 300' "$0" &
-		while [ ! -e "$0" ]; do :; done; exit 4`, pidFile}}
+		`mkfifo "$0".fifo || exit 9; env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0"; echo >"$0".fifo; exec sleep 300' "$0" & read _ <"$0".fifo; exit 4`, pidFile}}
 	spec.OnClose = func(r CloseResult) { closed <- r }
 	startWorker(t, m, spec)
 	holder := readPidFile(t, pidFile)
@@ -137,9 +139,8 @@ func TestWorkerExitLeavesUnclaimedEscapeToUnowned(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "escaped")
 	w := startWorker(t, m, Spec{SessionID: "s-escaped", Path: "/bin/sh", Args: []string{"-c",
 		// The escaped process publishes its pid once it is in its own
-		// session; the worker exits only then.
-		`env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0" && exec sleep 300' "$0" </dev/null >/dev/null 2>&1 &
-		while [ ! -e "$0" ]; do :; done; exit 4`, pidFile}})
+		// session; the worker exits only then (a fifo).
+		`mkfifo "$0".fifo || exit 9; env -u ` + EnvWorkerID + ` setsid sh -c 'printf %s $$ >"$0".tmp && mv "$0".tmp "$0"; echo >"$0".fifo; exec sleep 300' "$0" </dev/null >/dev/null 2>&1 & read _ <"$0".fifo; exit 4`, pidFile}})
 	escaped := readPidFile(t, pidFile)
 	killOnCleanup(t, escaped)
 	<-w.Closed()

@@ -49,6 +49,10 @@ const (
 	// ReasonInterrupted: the worker did not finish an interrupted turn within
 	// a second and was recycled. An addition to PROTOCOL.md §6.
 	ReasonInterrupted Reason = "interrupted"
+	// ReasonSpareUnused: a terminal started ahead of its session (the
+	// spare, sessions.Config.PTYSpare) was ended unused. An addition to
+	// PROTOCOL.md §6.
+	ReasonSpareUnused Reason = "spare_unused"
 )
 
 // Escalation says how far a close had to go.

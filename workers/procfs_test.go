@@ -180,3 +180,73 @@ func BenchmarkListProcs(b *testing.B) {
 		listProcs()
 	}
 }
+
+// listProcs and environValue read /proc with raw syscalls (issue 18): the
+// scan finds this process and a child with the fields readStat gives, and
+// a variable is found behind an environment larger than the first buffer.
+func TestListProcsAndLargeEnviron(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	big := strings.Repeat("x", 100<<10)
+	cmd := exec.Command(helperPath(t))
+	cmd.Env = append(os.Environ(), "DASHGATE_TEST_BIG="+big, helperEnv+"=linger", pidFileEnv+"="+pidFile, "DASHGATE_TEST_LAST=found")
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := readPidFile(t, pidFile)
+
+	var self, child procStat
+	for _, st := range listProcs() {
+		switch st.pid {
+		case os.Getpid():
+			self = st
+		case pid:
+			child = st
+		}
+	}
+	if want, _ := readStat(os.Getpid()); self.pid == 0 || self.ppid != want.ppid || self.pgrp != want.pgrp || self.sid != want.sid {
+		t.Errorf("listProcs: self is %+v, readStat says %+v", self, want)
+	}
+	if child.pid != pid || child.ppid != os.Getpid() || child.pgrp != pid || child.zombie() {
+		t.Errorf("listProcs: child is %+v, want pid %d, ppid %d, pgrp %d, alive", child, pid, os.Getpid(), pid)
+	}
+	if got := environValue(pid, "DASHGATE_TEST_LAST"); got != "found" {
+		t.Errorf("environValue after a 100 KiB variable = %q, want found", got)
+	}
+	if got := environValue(pid, "DASHGATE_TEST_BIG"); got != big {
+		t.Errorf("environValue of the 100 KiB variable: %d bytes, want %d", len(got), len(big))
+	}
+	if got := environValue(pid, "DASHGATE_TEST"); got != "" {
+		t.Errorf("environValue of a prefix of a name = %q, want \"\"", got)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, line string
+		want       procStat
+		ok         bool
+	}{
+		{"plain", "42 (sh) S 1 42 42 34816 42 4194560 ...", procStat{pid: 42, ppid: 1, pgrp: 42, sid: 42, state: 'S'}, true},
+		{"comm with parens and spaces", "7 (a) b (c) Z 3 4 5 0", procStat{pid: 7, ppid: 3, pgrp: 4, sid: 5, state: 'Z'}, true},
+		{"exactly four fields", "9 (x) R 1 2 3", procStat{pid: 9, ppid: 1, pgrp: 2, sid: 3, state: 'R'}, true},
+		{"truncated", "9 (x) R 1 2", procStat{}, false},
+		{"no comm", "9 x R 1 2 3", procStat{}, false},
+		{"bad pid", "x9 (x) R 1 2 3", procStat{}, false},
+		{"bad ppid", "9 (x) R one 2 3", procStat{}, false},
+		{"empty", "", procStat{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := parseStat([]byte(tt.line))
+			if ok != tt.ok || got != tt.want {
+				t.Errorf("parseStat(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ type config struct {
 	MaxWorkers       int
 	PTYKeepalive     time.Duration
 	PTYBuffer        int
+	PTYSpare         bool
 	PingInterval     time.Duration
 	PingTimeout      time.Duration
 	WriteTimeout     time.Duration
@@ -105,6 +106,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
 	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
 	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
+	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep one terminal program started ahead for the next terminal opened without a session (its first output is there at once)")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "WebSocket ping interval (0: no pings)")
 	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
 	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")

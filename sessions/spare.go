@@ -1,0 +1,163 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"runtime/trace"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// A spare is a terminal program started ahead of the /ws/pty that will
+// want it (Config.PTYSpare). Starting a program costs a fork, an exec and
+// the program's own start before its first output (a shell's prompt):
+// most of the time from a WebSocket dial to its first output byte. The
+// spare pays that before the request comes: an attach without a session
+// at the spare's size takes it, and once its first output went out the
+// next one is started at that size.
+//
+// The spare is an ordinary Terminal of a Session that is not in the
+// registry yet: its program was spawned through the Spawner like any
+// other (the same thread, Pdeathsig, marker and placement, and
+// DASHGATE_SESSION_ID naming the session it will serve); its reader
+// waits within PTYPending for the first attachment, as any new
+// terminal's does, so its output from offset 0 is there when the
+// session is registered with it. Until then nothing in the registry
+// points at it but r.spares: a spare whose program ends by itself is
+// simply not used (end finds no session holding it). There are at most
+// spareCount, all of one size; Shutdown ends them, and a spawn that
+// finds the workers at capacity ends one and tries again.
+type spare struct {
+	s          *Session // not registered until taken
+	cols, rows uint16
+	ready      chan struct{} // closed once t or err is set
+	t          *Terminal
+	err        error
+}
+
+// size is o's terminal size with the defaults of PROTOCOL.md §3.
+func (o TerminalOptions) size() (cols, rows uint16) {
+	cols, rows = o.Cols, o.Rows
+	if cols == 0 {
+		cols = 80
+	}
+	if rows == 0 {
+		rows = 24
+	}
+	return cols, rows
+}
+
+// spareCount is how many spares are kept: two, so that terminals opened
+// back to back each find one started a whole request earlier, its first
+// output there already (with one, the next request often waited for the
+// spare started right before it: see refill).
+const spareCount = 2
+
+// takeSpare returns the oldest spare when it has o's size (nil otherwise:
+// spares of another size are ended). The one returned may still be
+// starting: see (*spare).wait. It starts no new one: see refill.
+func (r *Registry) takeSpare(o TerminalOptions) *spare {
+	cols, rows := o.size()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing || len(r.spares) == 0 {
+		return nil
+	}
+	if sp := r.spares[0]; sp.cols == cols && sp.rows == rows {
+		r.spares = r.spares[1:]
+		return sp
+	}
+	for _, sp := range r.spares {
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	}
+	r.spares = nil
+	return nil
+}
+
+// refill starts spares of cols×rows until there are spareCount (unless
+// dashgate is shutting down). An attach without a session calls it once
+// its first output was handed to the socket (see Attachment.onFirst): a
+// spawn started earlier runs beside that request's own path (fork holds
+// the spawn thread's P until exec, and the request's goroutines wait
+// behind it: 1.7 ms of the WebSocket accept in BenchmarkTerminalConnect),
+// and would hold up a request that has to spawn its own terminal.
+func (r *Registry) refill(cols, rows uint16) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.spares) > 0 && (r.spares[0].cols != cols || r.spares[0].rows != rows) {
+		return // the next request of that size takes them or ends them
+	}
+	for !r.closing && len(r.spares) < spareCount {
+		next := &spare{s: newSession("terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
+		r.spares = append(r.spares, next)
+		r.goTracked(func() {
+			next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)
+			close(next.ready)
+		})
+	}
+}
+
+// wait returns the spare's terminal once started, or nil when it could
+// not start or ctx ended first (then the spare is ended when it is).
+func (sp *spare) wait(ctx context.Context, r *Registry) *Terminal {
+	select {
+	case <-sp.ready:
+		return sp.t
+	case <-ctx.Done():
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+		return nil
+	}
+}
+
+// end ends the spare's terminal, once it started, with reason.
+func (sp *spare) end(reason workers.Reason) {
+	<-sp.ready
+	if sp.t != nil {
+		sp.t.end(reason, false)
+	}
+}
+
+// dropSpare ends a spare, if there is one (the newest), and reports
+// whether it held a slot: a spawn that met workers.ErrCapacity may then
+// try again. Spares come back with the next attach without a session.
+func (r *Registry) dropSpare() bool {
+	r.mu.Lock()
+	var sp *spare
+	if n := len(r.spares); n > 0 {
+		sp = r.spares[n-1]
+		r.spares = r.spares[:n-1]
+	}
+	r.mu.Unlock()
+	if sp == nil {
+		return false
+	}
+	sp.end(workers.ReasonSpareUnused)
+	return sp.t != nil
+}
+
+// attachSpare registers a new terminal-only session with the spare sp
+// (taken by takeSpare) and attaches to it. It returns ok false, with
+// nothing registered, when the spare cannot serve: it did not start, or
+// its program ended already; the caller then starts a terminal as usual.
+func (r *Registry) attachSpare(ctx context.Context, sp *spare, o TerminalOptions) (a *Attachment, ok bool, err error) {
+	region := trace.StartRegion(ctx, "wait for spare")
+	t := sp.wait(ctx, r)
+	region.End()
+	if t == nil {
+		return nil, false, ctx.Err()
+	}
+	in, err := r.register(nil, sp.s, t)
+	if errors.Is(err, ErrNotFound) { // its program ended before it was taken
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+		return nil, false, nil
+	}
+	if err != nil {
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+		return nil, true, err
+	}
+	a, err = r.attachTerminal(ctx, in.ID, o)
+	if err != nil {
+		r.Close(in.ID, EndCloseOnDisconnect)
+	}
+	return a, true, err
+}
