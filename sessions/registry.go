@@ -142,12 +142,20 @@ type Config struct {
 	// OnPTYOutput, when set, is called with the size of each pty read; it
 	// must not block (metrics).
 	OnPTYOutput func(int)
-	// PTYSpare keeps one terminal program started ahead, once a terminal
+	// PTYSpare keeps two terminal programs started ahead, once a terminal
 	// was asked for without a session: the next such attach at the same
-	// size takes it (its first output is there already) instead of
+	// size takes one (its first output is there already) instead of
 	// waiting for a spawn. See spare.go.
 	PTYSpare bool
+	// PTYSpareIdle ends the spares (reason spare_unused) once no terminal
+	// was asked for without a session for this long: a spare's reason is a
+	// terminal about to open, and it does not outlive that reason by more.
+	// 0 means DefaultSpareIdle.
+	PTYSpareIdle time.Duration
 }
+
+// DefaultSpareIdle is Config.PTYSpareIdle's default.
+const DefaultSpareIdle = time.Minute
 
 func (c *Config) defaults() {
 	if c.Log == nil {
@@ -195,6 +203,9 @@ func (c *Config) defaults() {
 	if c.PruneInterval <= 0 {
 		c.PruneInterval = time.Hour
 	}
+	if c.PTYSpareIdle <= 0 {
+		c.PTYSpareIdle = DefaultSpareIdle
+	}
 	if c.DescribeError == nil {
 		c.DescribeError = func(err error) (int, string) { return 0, err.Error() }
 	}
@@ -212,6 +223,8 @@ type Registry struct {
 	endedQ   []string
 	closing  bool     // Shutdown started
 	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
+	// spareIdle ends the spares PTYSpareIdle after the last refill.
+	spareIdle *time.Timer
 
 	journal *journal // writes to cfg.Store
 	tracked tracker  // teardowns, turns and terminal readers
@@ -654,6 +667,9 @@ func (r *Registry) ReapDetached() int {
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
+	if r.spareIdle != nil {
+		r.spareIdle.Stop()
+	}
 	for _, sp := range r.spares {
 		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime/trace"
+	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -95,6 +96,29 @@ func (r *Registry) refill(cols, rows uint16) {
 			close(next.ready)
 		})
 	}
+	if r.closing {
+		return
+	}
+	if r.spareIdle == nil {
+		r.spareIdle = time.AfterFunc(r.cfg.PTYSpareIdle, r.expireSpares)
+	} else {
+		r.spareIdle.Reset(r.cfg.PTYSpareIdle)
+	}
+}
+
+// expireSpares ends the spares (reason spare_unused): no terminal was asked
+// for without a session for PTYSpareIdle. The next such attach starts its
+// own terminal, and spares again once its first output went out.
+func (r *Registry) expireSpares() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return // Shutdown ends them
+	}
+	for _, sp := range r.spares {
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	}
+	r.spares = nil
 }
 
 // wait returns the spare's terminal once started, or nil when it could

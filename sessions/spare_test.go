@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -201,6 +202,31 @@ func TestTerminalSpareEnded(t *testing.T) {
 			}
 			if _, ok := h.r.Get(sp.req.SessionID); ok {
 				t.Errorf("the ended spare's session %s is listed", sp.req.SessionID)
+			}
+		}
+	})
+}
+
+// TestTerminalSpareIdle: the spares end (spare_unused) once no terminal was
+// asked for without a session for PTYSpareIdle, and not before: each such
+// request starts the wait again.
+func TestTerminalSpareIdle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := termHarness(t, 5, func(c *Config) { c.PTYSpare, c.PTYSpareIdle = true, time.Minute })
+		a1 := h.attachFirst(TerminalOptions{})
+		a1.Detach(workers.ReasonDetach) // the tab goes; its spares stay for a while
+		h.advance(time.Minute - time.Millisecond)
+		first := h.sparesOf(spareCount)
+		a2 := h.attachFirst(TerminalOptions{}) // takes one; the wait starts again
+		a2.Detach(workers.ReasonDetach)
+		h.advance(time.Minute - time.Millisecond)
+		h.sparesOf(spareCount)
+		h.advance(2 * time.Millisecond)
+		h.sparesOf(0)
+		for _, sp := range first {
+			if sp.pid != a2.PID() && sp.reason() != workers.ReasonSpareUnused {
+				t.Errorf("spare %d ended with %q, want spare_unused", sp.pid, sp.reason())
 			}
 		}
 	})

@@ -39,6 +39,7 @@ type config struct {
 	PTYKeepalive     time.Duration
 	PTYBuffer        int
 	PTYSpare         bool
+	PTYSpareIdle     time.Duration
 	PingInterval     time.Duration
 	PingTimeout      time.Duration
 	WriteTimeout     time.Duration
@@ -106,7 +107,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
 	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
 	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
-	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep one terminal program started ahead for the next terminal opened without a session (its first output is there at once)")
+	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep two terminal programs started ahead for the next terminals opened without a session (their first output is there at once)")
+	fs.DurationVar(&c.PTYSpareIdle, "pty-spare-idle", time.Minute, "spares are ended once no terminal was opened without a session for this long")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "WebSocket ping interval (0: no pings)")
 	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
 	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")
@@ -170,8 +172,8 @@ func (c config) validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat))
 	}
-	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 || c.InterruptGrace <= 0 {
-		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout, --ws-write-timeout and --interrupt-grace must be positive"))
+	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 || c.InterruptGrace <= 0 || c.PTYSpareIdle <= 0 {
+		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout, --ws-write-timeout, --interrupt-grace and --pty-spare-idle must be positive"))
 	}
 	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
 		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))

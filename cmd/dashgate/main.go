@@ -250,7 +250,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		},
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
-		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer, PTYSpare: cfg.PTYSpare,
+		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer, PTYSpare: cfg.PTYSpare, PTYSpareIdle: cfg.PTYSpareIdle,
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
 		DescribeError:   handlers.DescribeError,
 		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
