@@ -126,7 +126,7 @@ func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 			starts[tag] = d.remember(pid)
 		}
 		if mode == "on" {
-			w := oneWorker(t, d)
+			w := sessionWorker(t, d, pty.Hello.SessionID)
 			if !strings.Contains(w.Cgroup, "/dashgate-"+d.ID+"/pty-") {
 				t.Errorf("the terminal's cgroup is %q, want one under dashgate-%s", w.Cgroup, d.ID)
 			}
@@ -158,7 +158,7 @@ func TestTerminalEscapesEndWithTheTab(t *testing.T) {
 			}
 		}
 		rec, ok := d.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
-			return r.Msg() == "worker closed" && r.Str("kind") == "pty"
+			return r.Msg() == "worker closed" && r.Str("sid") == pty.Hello.SessionID
 		})
 		if !ok {
 			t.Fatalf("no worker closed record for the terminal:\n%s", d.logText())
@@ -243,7 +243,7 @@ func TestKillNineThenRestartSweepsCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := sleepers(t, tags)
-	cgroup := oneWorker(t, d).Cgroup
+	cgroup := sessionWorker(t, d, pty.Hello.SessionID).Cgroup
 	d.kill()
 	for tag, pid := range pids {
 		if !alive(pid, d.startTime(pid)) {
@@ -319,8 +319,8 @@ func TestDelegatedCgroup(t *testing.T) {
 	if self := readCgroup(t, d.PID()); self != "/"+filepath.Base(own)+"/gateway" {
 		t.Errorf("dashgate runs in %s, want %s/gateway", self, own)
 	}
-	openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
-	w := oneWorker(t, d)
+	pty := openPTY(t, "pty", d.WSURL("ws/pty"), bearer())
+	w := sessionWorker(t, d, pty.Hello.SessionID)
 	if !strings.HasPrefix(w.Cgroup, want+"/pty-") {
 		t.Errorf("the terminal's cgroup is %s, want one under %s", w.Cgroup, want)
 	}
@@ -403,17 +403,19 @@ func bothModes(t *testing.T, f func(t *testing.T, mode string)) {
 	}
 }
 
-// oneWorker waits until /admin/api/workers lists exactly one child and
-// returns it.
-func oneWorker(t *testing.T, d *dashgate) apiWorker {
+// sessionWorker waits until /admin/api/workers lists a child of session sid
+// and returns it (spare terminals of no session yet may be listed too).
+func sessionWorker(t *testing.T, d *dashgate, sid string) apiWorker {
 	t.Helper()
 	var w apiWorker
-	testkit.WaitFor(t, 10*time.Second, "one worker row", func() bool {
-		ws := d.Workers()
-		if len(ws) == 1 {
-			w = ws[0]
+	testkit.WaitFor(t, 10*time.Second, "the row of session "+sid, func() bool {
+		for _, x := range d.Workers() {
+			if x.SessionID == sid {
+				w = x
+				return true
+			}
 		}
-		return len(ws) == 1
+		return false
 	})
 	return w
 }
