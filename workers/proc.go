@@ -176,6 +176,9 @@ type Proc struct {
 	// show them ("/dev/pts/3", "pipe:[4711]"): the fallback claims an
 	// adopted process that still holds one.
 	stdio map[string]bool
+	// groupGone: the leader was reaped and nothing had its pid as group or
+	// session any more (tree), so that pid may name someone else's group.
+	groupGone atomic.Bool
 
 	pty    *os.File // pty master (KindPTY)
 	stdin  *os.File // write end of the child's stdin (KindChat)
@@ -677,6 +680,13 @@ func (p *Proc) tree() []int {
 	// the child's terminal or pipes it still holds. It was reparented to
 	// dashgate (the subreaper) or, without one, to init: only those are read.
 	mine := descendantsOf(procs, self)
+	// After the leader was reaped, its pid stays out of reach of new
+	// processes only while some process (a zombie too) still has it as its
+	// group or session (the kernel keeps a pid in use while it names one).
+	// Once the group was seen empty, a process with that group is someone
+	// else's: the group is no longer matched, nor signalled.
+	useGroup := !p.groupGone.Load()
+	grouped := false
 	var out []int
 	for _, st := range procs {
 		if st.pid == self {
@@ -684,6 +694,9 @@ func (p *Proc) tree() []int {
 		}
 		if leaderReaped && st.pid == p.pid {
 			continue
+		}
+		if st.pgrp == p.pid || st.sid == p.pid {
+			grouped = true
 		}
 		if st.zombie() {
 			// Gone. An adopted orphan's zombie is reaped whoever it belonged
@@ -694,8 +707,8 @@ func (p *Proc) tree() []int {
 			}
 			continue
 		}
-		member := st.pid == p.pid || st.pgrp == p.pid || desc[st.pid] ||
-			(p.spec.Kind == KindPTY && st.sid == p.pid)
+		member := st.pid == p.pid || desc[st.pid] ||
+			(useGroup && (st.pgrp == p.pid || (p.spec.Kind == KindPTY && st.sid == p.pid)))
 		if !member && (mine[st.pid] || st.ppid == 1) {
 			member = environValue(st.pid, EnvWorkerID) == p.marker || holdsAny(st.pid, p.stdio)
 		}
@@ -703,13 +716,16 @@ func (p *Proc) tree() []int {
 			out = append(out, st.pid)
 		}
 	}
+	if leaderReaped && !grouped {
+		p.groupGone.Store(true)
+	}
 	return out
 }
 
 // signal sends sig to every listed member and, in the fallback, to the
 // process group (a cgroup's members are all listed).
 func (p *Proc) signal(pids []int, sig syscall.Signal) {
-	if p.cg == nil {
+	if p.cg == nil && !p.groupGone.Load() {
 		unix.Kill(-p.pid, sig)
 	}
 	for _, pid := range pids {
