@@ -37,6 +37,13 @@ type ChatRegistry interface {
 	Configure(v sessions.Viewer, sid, model string) error
 }
 
+// SessionWatcher is what a chat socket needs to hear of every session's
+// changes (event session.changed, docs/PROTOCOL.md §7); a ChatRegistry that
+// is one gets every socket as a watcher.
+type SessionWatcher interface {
+	Watch(v sessions.Viewer) (stop func())
+}
+
 // ModelLister lists the models of the model server (model.list): their
 // ids and the default. Errors are *workers.Error (5004) naming why.
 type ModelLister func(ctx context.Context) (models []string, def string, err error)
@@ -135,6 +142,10 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer h.OnConn(-1)
 	}
 	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version}}))
+	unwatch := func() {}
+	if w, ok := h.Registry.(SessionWatcher); ok {
+		unwatch = w.Watch(c)
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -144,6 +155,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cause := sock.cause()
 	reason := sessions.ViewerEndReason(cause)
 	close(c.done)
+	unwatch()
 	h.Registry.DetachViewer(c, reason)
 	wg.Wait()
 	c.log.Debug("socket closed", "reason", string(reason), "err", cause)

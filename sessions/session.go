@@ -144,6 +144,7 @@ type Session struct {
 	approvals map[string]*approval // pending, by request id
 	grace     *turnGrace           // a detached session's turn let finish, nil when none
 	execs     int                  // slash commands running
+	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
 	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
 	model     string               // "" for the worker's default
 	turn      *turn
