@@ -135,7 +135,7 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 	for _, s := range list {
 		states[string(s.State)]++
 		v.Sessions = append(v.Sessions, templates.SessionRow{
-			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Viewers,
+			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
 			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID,
@@ -221,7 +221,7 @@ func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, h.logger(), err)
 	default:
 		h.audit(r, target, "reaped")
-		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "end_reason": sessions.EndAdminReap})
 	}
 }
 
@@ -235,7 +235,7 @@ func (h *Admin) logger() *slog.Logger {
 func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
 	n := h.Sessions.ReapDetached()
 	h.audit(r, "detached sessions", fmt.Sprintf("reaped %d", n))
-	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n})
+	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
 func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
@@ -250,7 +250,7 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	err = h.Sessions.ReapWorker(pid)
 	if err == nil {
 		h.audit(r, target, "reaped")
-		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "reason": workers.ReasonAdminReap})
 		return
 	}
 	if !errors.Is(err, sessions.ErrNotFound) {

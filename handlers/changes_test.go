@@ -14,12 +14,12 @@ import (
 func (cc *chatClient) changes(sid string) []string {
 	var out []string
 	for _, ev := range cc.Events() {
-		if ev.Type() != "session.changed" || ev.SessionID() != sid {
+		p := ev.Payload()
+		if ev.Type() != "session.changed" || p["session_id"] != sid {
 			continue
 		}
-		p := ev.Payload()
-		if p["session_id"] != sid {
-			cc.t.Errorf("session.changed of %s carries session_id %v", sid, p["session_id"])
+		if ev.SessionID() != "" {
+			cc.t.Errorf("session.changed carries params.session_id %q: it is not one of the session's events", ev.SessionID())
 		}
 		if seq, _ := ev["seq"].(float64); seq != 0 {
 			cc.t.Errorf("session.changed has seq %v, want 0 (not one of the session's numbered events)", seq)

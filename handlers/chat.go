@@ -95,7 +95,11 @@ type chatConn struct {
 	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
 	sock *socket
 	done chan struct{} // closed when the socket is gone, before DetachViewer
+	page string        // the page (tab) the socket named (?page=), for sessions.Info.Pages
 }
+
+// Page implements sessions.PageViewer.
+func (c *chatConn) Page() string { return c.page }
 
 // frameBytes is the text frame of a queued item of out.
 func frameBytes(f any) []byte {
@@ -136,6 +140,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
+		page: r.URL.Query().Get("page"),
 	}
 	if h.OnConn != nil {
 		h.OnConn(1)

@@ -6,8 +6,9 @@ package sessions
 // reopened or deleted, whichever socket or path caused it (an admin reap,
 // the TTL), so every dashboard's list stays current without polling.
 //
-// The event is not one of a session's numbered events: its seq is 0 (like
-// gateway.ready), so the per-session seq of its viewers keeps no gaps.
+// The event is not one of a session's numbered events: like gateway.ready
+// it has no params.session_id and seq 0 (the session is in its payload), so
+// the per-session seq its viewers count keeps no gaps.
 
 // StateDeleted is the state session.changed reports for a deleted session.
 const StateDeleted State = "deleted"
@@ -47,7 +48,7 @@ func (r *Registry) announceLocked(c Change) {
 	if len(r.watchers) == 0 {
 		return
 	}
-	ev := NewEvent("session.changed", c.SessionID, 0, c)
+	ev := NewEvent("session.changed", "", 0, c)
 	for v := range r.watchers {
 		v.Deliver(ev)
 	}

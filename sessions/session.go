@@ -183,7 +183,8 @@ type Info struct {
 	ID         string    `json:"session_id"`
 	Title      string    `json:"title"`
 	State      State     `json:"state"`
-	Viewers    int       `json:"viewers"`
+	Viewers    int       `json:"viewers"` // sockets
+	Pages      int       `json:"pages"`   // browser tabs: a tab's chat and terminal sockets count once (pages.go)
 	CreatedAt  time.Time `json:"created_at"`
 	LastActive time.Time `json:"last_active"`
 	Running    bool      `json:"running"`
@@ -195,7 +196,7 @@ type Info struct {
 
 func (s *Session) info() Info {
 	in := Info{
-		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers),
+		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers), Pages: pagesOf(s.viewers),
 		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns, Model: s.model,
 	}
 	if s.worker != nil {

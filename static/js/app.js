@@ -52,14 +52,19 @@ const els = {
 	pendingText: byTestId('pending-text'),
 };
 
+// This page's id, sent on both sockets (?page=): the admin page counts a
+// tab's chat and terminal sockets as one viewer (docs/PROTOCOL.md §7).
+const pageId = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now());
+
 const chat = new ChatLog(els.log);
 const terminal = new TerminalPane(els.terminal, base, {
+	page: pageId,
 	status: byTestId('terminal-status'),
 	text: byTestId('terminal-status-text'),
 	restart: byTestId('terminal-restart'),
 });
 initLayout(() => terminal.refit());
-const rpc = new ChatClient(wsURL(base, 'ws/chat'), { onReady, onEvent, onStatus });
+const rpc = new ChatClient(wsURL(base, 'ws/chat?page=' + encodeURIComponent(pageId)), { onReady, onEvent, onStatus });
 
 let current = null; // id of the current session
 let currentGone = false; // the current session was closed under us
@@ -107,9 +112,23 @@ function setCurrent(id, explicit) {
 	terminal.attach(id, explicit);
 }
 
+// What the lists were last rendered from: an unchanged list is not
+// rendered again (a click must not land on a node that was just replaced).
+let renderedLive = '';
+let renderedClosed = '';
+
 function renderLists() {
-	renderSessions(els.list, sessions, current, resumeErrors);
-	renderClosed(els.closedList, closed, current, resumeErrors);
+	const errors = [...resumeErrors];
+	const live = JSON.stringify([sessions, current, errors]);
+	if (live !== renderedLive) {
+		renderedLive = live;
+		renderSessions(els.list, sessions, current, resumeErrors);
+	}
+	const gone = JSON.stringify([closed, current, errors]);
+	if (gone !== renderedClosed) {
+		renderedClosed = gone;
+		renderClosed(els.closedList, closed, current, resumeErrors);
+	}
 	els.closedCount.textContent = closed.length ? `(${closed.length}${closedMore ? '+' : ''})` : '';
 	els.closedMore.hidden = !closedMore;
 }

@@ -62,7 +62,7 @@ export class TerminalPane {
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement}} ui the status line
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement}} ui the page's id (?page=) and the status line
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
@@ -211,6 +211,7 @@ export class TerminalPane {
 		this.#fitNow();
 		const { cols, rows } = this.term;
 		const q = new URLSearchParams({ session_id: sid, cols: String(cols), rows: String(rows), keepalive: '1' });
+		if (this.#ui.page) q.set('page', this.#ui.page);
 		const stored = loadStored(sid);
 		const resuming = Boolean(stored?.resume_token);
 		if (resuming) {
