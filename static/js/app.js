@@ -603,6 +603,12 @@ els.input.addEventListener('keydown', (ev) => {
 	}
 });
 
+// A keypress of Enter after its keydown was taken (a real browser sends
+// none; synthetic key events may) must not put a newline into the input.
+els.input.addEventListener('keypress', (ev) => {
+	if (ev.key === 'Enter' && !ev.shiftKey && !ev.altKey) ev.preventDefault();
+});
+
 els.stop.addEventListener('click', () => {
 	stop();
 	els.input.focus();

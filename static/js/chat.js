@@ -110,7 +110,7 @@ export function errorSentence(code, message) {
 	else if (code === -32603) s = m === 'request cancelled' ? 'The request was cancelled.' : 'Something went wrong inside dashgate.';
 	if (!s) s = 'Something went wrong.';
 	s = s.charAt(0).toUpperCase() + s.slice(1);
-	return /[.!?)]$/.test(s) ? s : s + '.';
+	return /[.!?]$/.test(s) ? s : s + '.';
 }
 
 /**
@@ -225,7 +225,9 @@ export class ChatLog {
 			if (n.querySelector('[data-streaming="true"]')) return false;
 		}
 		const rendered = stored.map(renderEntry);
-		const key = (n) => n.dataset.kind + '\u0000' + n.textContent;
+		// An error is known by its code and sentence: the stderr tail in its
+		// details is live only.
+		const key = (n) => n.dataset.kind + '\u0000' + (n.dataset.code ?? '') + '\u0000' + (n.querySelector('.error-sentence')?.textContent ?? n.textContent);
 		const a = shown.map(key).sort();
 		const b = rendered.map(key).sort();
 		if (a.length !== b.length || a.some((k, i) => k !== b[i])) return false;

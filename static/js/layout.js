@@ -5,7 +5,8 @@
 // State lives on <body>:
 //   data-sidebar="open|closed"   the sessions pane (the toggle in the top bar)
 //   data-view="chat|terminal"    which pane the phone layout shows (tabs)
-//   --chat-size                  the chat's share of chat + terminal (0.2..0.8)
+//   --chat-size                  the chat's share of chat + terminal (0.2..0.8),
+//   --chat-fr / --term-fr        the same as grid track sizes
 //
 // localStorage keys:
 //   dashgate.sidebar  "open" | "closed" (absent: open, closed on a phone)
@@ -65,6 +66,8 @@ export function initLayout(onView) {
 	const setSplit = (f, remember) => {
 		const v = Math.min(MAX_SPLIT, Math.max(MIN_SPLIT, f));
 		body.style.setProperty('--chat-size', String(v));
+		body.style.setProperty('--chat-fr', `${Math.round(v * 1000)}fr`);
+		body.style.setProperty('--term-fr', `${1000 - Math.round(v * 1000)}fr`);
 		divider.setAttribute('aria-valuenow', String(Math.round(v * 100)));
 		if (remember) localStorage.setItem(SPLIT_KEY, String(v));
 		onView();
@@ -81,6 +84,12 @@ export function initLayout(onView) {
 		const term = byTestId('terminal').closest('.pane').getBoundingClientRect();
 		if (STACKED.matches) return (ev.clientY - chat.top) / (term.bottom - chat.top);
 		return (ev.clientX - chat.left) / (term.right - chat.left);
+	};
+	// The chat's share as laid out now (before any drag: the CSS default).
+	const shareNow = () => {
+		const chat = byTestId('chat-log').closest('.pane').getBoundingClientRect();
+		const term = byTestId('terminal').closest('.pane').getBoundingClientRect();
+		return STACKED.matches ? chat.height / (chat.height + term.height) : chat.width / (chat.width + term.width);
 	};
 	divider.addEventListener('pointerdown', (ev) => {
 		ev.preventDefault();
@@ -100,7 +109,7 @@ export function initLayout(onView) {
 	});
 	// Keyboard: arrows move the divider by 5%.
 	divider.addEventListener('keydown', (ev) => {
-		const cur = Number(getComputedStyle(body).getPropertyValue('--chat-size')) || 0.45;
+		const cur = Number(body.style.getPropertyValue('--chat-size')) || shareNow();
 		const back = ev.key === 'ArrowLeft' || ev.key === 'ArrowUp';
 		const fwd = ev.key === 'ArrowRight' || ev.key === 'ArrowDown';
 		if (!back && !fwd) return;

@@ -262,6 +262,16 @@ export class TerminalPane {
 				this.term.write(`${DIM}[press a key to start a new terminal]${PLAIN}\r\n`);
 				return;
 			}
+			if (hello && ev.code === CLOSE_NORMAL) {
+				// Ended without an exit of its own: ended from outside (an
+				// administrator's reap, or its session closing, which
+				// stop() then says). Not restarted behind the user's back.
+				this.#halted = 'exit';
+				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
+				this.term.write(`\r\n${DIM}[terminal ended]${PLAIN}\r\n`);
+				this.#status('ended', this.#endNote || 'The terminal was ended.', 'Start a new terminal');
+				return;
+			}
 			if (!hello) {
 				// Refused before it started: the program could not start,
 				// capacity, or the server is away. It is retried.
