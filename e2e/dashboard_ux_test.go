@@ -138,7 +138,9 @@ func TestChatInputLinesHistoryAndCurrentSession(t *testing.T) {
 	sendChat(t, tb, "/echo third")
 	waitAssistant(t, tb, "third", 1)
 
-	value := func() string { return mustEval[string](tb, `document.querySelector('[data-testid="chat-input"]').value`) }
+	value := func() string {
+		return mustEval[string](tb, `document.querySelector('[data-testid="chat-input"]').value`)
+	}
 	tb.Do("Up", chromedp.SendKeys(in, kb.ArrowUp))
 	if v := value(); v != "/echo third" {
 		t.Errorf("after Up the input holds %q, want the last line sent", v)
