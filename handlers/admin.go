@@ -47,6 +47,8 @@ type Admin struct {
 	Log      *slog.Logger
 	Version  string
 	BasePath func(*http.Request) string // the request's base path, "/..."
+
+	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
 
 // Routes mounts the admin endpoints on r (relative to /admin).
@@ -55,6 +57,7 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Get("/api/sessions", h.apiSessions)
 	r.Get("/api/workers", h.apiWorkers)
 	r.Get("/api/unowned", h.apiUnowned)
+	r.Get("/api/samples", h.apiSamples)
 	r.Post("/sessions/reap-detached", h.reapDetached)
 	r.Post("/sessions/{id}/reap", h.reapSession)
 	r.Post("/workers/{pid}/reap", h.reapWorker)

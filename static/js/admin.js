@@ -8,6 +8,14 @@
 // then posts with Accept: application/json and says what happened in
 // data-testid="admin-result" (data-state ok|error), with the reason the log
 // records. Without JavaScript the forms post as they are (303 back).
+//
+// Plots: the last 15 minutes of GET /admin/api/samples (sampled by the
+// server every few seconds into a bounded ring), drawn with the vendored
+// uPlot: live sessions, workers, their total RSS, and session closes per
+// minute by end_reason. The plots section carries data-samples (how many
+// samples are drawn) and data-last (the newest sample, JSON) for tests.
+import uPlot from '../vendor/uplot/uPlot.esm.js';
+
 const base = document.body.dataset.basePath || '/';
 const everyMs = 2000;
 const dialog = document.querySelector('[data-testid="confirm-dialog"]');
@@ -107,4 +115,66 @@ document.addEventListener('submit', async (ev) => {
 	refresh();
 });
 
+const plotsEl = document.querySelector('[data-testid="plots"]');
+const plots = {}; // name -> {u: uPlot, key: the series' labels}
+const COLORS = ['#5fa8d3', '#e5a54b', '#9fe0b4', '#f07178', '#c792ea', '#82aaff', '#ffcb6b', '#89ddff'];
+const AXIS = { stroke: '#7b8594', grid: { stroke: '#2a3140', width: 1 }, ticks: { stroke: '#2a3140', width: 1 } };
+
+function plot(name, labels, data) {
+	const el = document.querySelector(`[data-testid="plot-${name}"]`);
+	if (!el) return;
+	const key = labels.join('\u0000');
+	const width = Math.max(200, el.clientWidth - 16);
+	let p = plots[name];
+	if (p && p.key !== key) {
+		p.u.destroy();
+		p = null;
+	}
+	if (!p) {
+		const u = new uPlot(
+			{
+				width,
+				height: 130,
+				cursor: { drag: { x: false, y: false } },
+				scales: { x: { time: true } },
+				axes: [AXIS, { ...AXIS, size: 44 }],
+				series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: false } }))],
+			},
+			data,
+			el,
+		);
+		plots[name] = p = { u, key };
+	} else {
+		p.u.setData(data);
+		if (Math.abs(p.u.width - width) > 4) p.u.setSize({ width, height: 130 });
+	}
+}
+
+async function drawPlots() {
+	if (!plotsEl || document.hidden) return;
+	let body;
+	try {
+		const res = await fetch(base + 'admin/api/samples', { credentials: 'same-origin', cache: 'no-store' });
+		if (!res.ok) return;
+		body = await res.json();
+	} catch (e) {
+		console.warn('admin samples failed', e);
+		return;
+	}
+	const samples = Array.isArray(body.samples) ? body.samples : [];
+	const everyMin = (Number(body.interval_ms) || 5000) / 60000;
+	const t = samples.map((s) => Date.parse(s.t) / 1000);
+	plot('sessions', ['sessions'], [t, samples.map((s) => s.sessions)]);
+	plot('workers', ['workers'], [t, samples.map((s) => s.workers)]);
+	plot('rss', ['MiB'], [t, samples.map((s) => Math.round(((s.rss_bytes ?? 0) / 1048576) * 10) / 10)]);
+	const reasons = [...new Set(samples.flatMap((s) => Object.keys(s.closes ?? {})))].sort();
+	const closes = reasons.length ? reasons : ['closes'];
+	plot('closes', closes, [t, ...closes.map((r) => samples.map((s) => Math.round(((s.closes?.[r] ?? 0) / everyMin) * 10) / 10))]);
+	plotsEl.dataset.samples = String(samples.length);
+	plotsEl.dataset.last = samples.length ? JSON.stringify(samples[samples.length - 1]) : '';
+	document.querySelector('[data-testid="plots-empty"]').hidden = samples.length > 0;
+}
+
+drawPlots();
+setInterval(drawPlots, 5000);
 setInterval(refresh, everyMs);

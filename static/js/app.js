@@ -23,6 +23,8 @@ const LIST_REFRESH_DELAY_MS = 150;
 const SEARCH_DELAY_MS = 200;
 const HISTORY_PAGE = 200;
 const SENT_KEY = 'dashgate.sent';
+// Stands for the running turn of a session resumed mid-turn (its id is not known).
+const RESUMED_TURN = '(resumed)';
 // The notice of an administrator's end of the session's terminal (sessions/reasons.go).
 const TERMINAL_REAP_NOTICE = 'terminal ended by an administrator';
 const SENT_MAX = 100;
@@ -215,7 +217,14 @@ function show(id, r, explicit) {
 	setModel(typeof r.model === 'string' ? r.model : '');
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
-	if (r.running) chat.add('system', 'a reply is still being written');
+	if (r.running) {
+		// Its turn is not known here: Stop and the pending line show
+		// until the next message.complete.
+		streaming.add(RESUMED_TURN);
+		setPending('a reply is still being written…');
+		updateBusy();
+		chat.add('system', 'a reply is still being written');
+	}
 }
 
 /** Prepends the page of history before the oldest entry shown. */
@@ -336,6 +345,7 @@ function onEvent(ev) {
 			break;
 		case 'message.complete':
 			streaming.delete(p.turn_id);
+			streaming.delete(RESUMED_TURN);
 			chat.complete(p.turn_id, p.text, Boolean(p.interrupted), p.status);
 			updateBusy();
 			refreshSoon();
@@ -685,8 +695,8 @@ function renderModels() {
 	els.chatModel.textContent = echo ? 'echo agent' : currentModel || def || 'default model';
 	els.input.placeholder =
 		models !== null && !echo
-			? `Ask ${currentModel || def || 'the model'}, or /help (Shift+Enter: new line)`
-			: 'Type /help, or a prompt (Shift+Enter: new line)';
+			? `Ask ${currentModel || def || 'the model'} (or /help)`
+			: 'Type /help, or a prompt';
 	els.chatModel.dataset.model = echo ? '' : currentModel;
 }
 
