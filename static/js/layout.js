@@ -116,6 +116,7 @@ export function initLayout(onView) {
 		ev.preventDefault();
 		setSplit(cur + (fwd ? 0.05 : -0.05), true);
 	});
+	if (!divider.hasAttribute('aria-valuenow')) divider.setAttribute('aria-valuenow', String(Math.round(shareNow() * 100)));
 	STACKED.addEventListener('change', () => divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical'));
 	divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical');
 }
