@@ -536,3 +536,42 @@ func release(t *testing.T, fifo string) {
 		t.Fatalf("release %s: nobody read it within 10s", fifo)
 	}
 }
+
+// Output recorded at one width and replayed at another (a reload in a
+// wider window) is reflowed, not laid out for the old width: a command
+// line typed at a narrow width reads whole after the reload.
+func TestTerminalReplayAtAnotherWidth(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	viewport := func(w, h int64) {
+		t.Helper()
+		if _, err := chromedp.Call(tb.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+			Width: w, Height: h, DeviceScaleFactor: 1,
+		}); err != nil {
+			t.Fatalf("emulation.setDeviceMetricsOverride: %v", err)
+		}
+	}
+	viewport(420, 800)
+	tb.Do("open the dashboard", chromedp.Navigate(d.LoginURL("/")))
+	tb.mustWaitJS(15*time.Second, "the dashboard", `!!(window.dashgate && window.dashgate.currentSession())`, dashboardState)
+	tb.Do("show the terminal", chromedp.Click(chromedp.CSS(byTestID("tab-terminal"))))
+	waitDashboard(t, tb)
+	narrow := mustEval[int](tb, `window.dashgate.term.cols`)
+	// A command longer than the narrow width: the shell's line editor
+	// wraps it for that width.
+	word := strings.Repeat("y", narrow+20)
+	typeInTerminal(t, tb, "echo "+word)
+	if _, err := waitTerminalOutput(t, tb, "echo "+word, exactly(word), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	viewport(1280, 800)
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	tb.mustWaitJS(10*time.Second, "the terminal is wider now",
+		fmt.Sprintf(`window.dashgate.term.cols > %d`, narrow+15), dashboardState)
+	tb.mustWaitJS(10*time.Second, "the replayed command line reads whole",
+		fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js("echo "+word)),
+		`window.dashgate.terminalText()`)
+}
