@@ -23,13 +23,6 @@
 // by an administrator", its exit code) with a "Start a new terminal" button
 // (data-testid="terminal-restart"). A new terminal started after one ended
 // keeps the old one's scrollback above a separator.
-//
-// Replay at another width: the stored record also keeps the columns the
-// program had ("cols"). A page that reattaches at another width (a reload
-// in a wider or narrower window) first writes the replay up to the stored
-// offset at those columns, then fits the terminal to its element, so
-// xterm.js reflows the wrapped lines instead of showing output laid out
-// for another width; only then is the new size sent to the program.
 
 import { Backoff, socketState, wsURL } from './net.js';
 
@@ -65,9 +58,6 @@ export class TerminalPane {
 	#ui; // {status, text, restart} elements of the status line
 	#endNote = ''; // why the terminal ended, when the chat said (an admin's reap)
 	#keep = false; // the next program starts below the old scrollback
-	#replayCols = 0; // the columns the replay was recorded at (0: no reflow)
-	#replayUpTo = 0; // the stream offset up to which it was
-	#replaying = false; // writing the replay at #replayCols
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
@@ -224,11 +214,6 @@ export class TerminalPane {
 		if (this.#ui.page) q.set('page', this.#ui.page);
 		const stored = loadStored(sid);
 		const resuming = Boolean(stored?.resume_token);
-		// A fresh screen (a reload, a switch back) replays output recorded
-		// at the stored width.
-		this.#replayCols = resuming && this.#pos === 0 ? Number(stored.cols) || 0 : 0;
-		this.#replayUpTo = Number(stored?.offset) || 0;
-		this.#replaying = false;
 		if (resuming) {
 			q.set('resume_token', stored.resume_token);
 			q.set('offset', String(this.#pos));
@@ -266,10 +251,6 @@ export class TerminalPane {
 		ws.addEventListener('close', (ev) => {
 			if (this.#ws !== ws) return;
 			this.#ws = null;
-			if (this.#replaying) {
-				this.#replaying = false;
-				this.#endReplay();
-			}
 			this.#save();
 			if (ev.code === CLOSE_TAKEN_OVER) {
 				this.#halted = 'takeover';
@@ -317,14 +298,9 @@ export class TerminalPane {
 				this.#skip = resuming ? Math.max(0, this.#pos - offset) : 0;
 				this.#pos = offset;
 				if (msg.resume_token) {
-					storeToken(this.#sessionId, msg.resume_token, this.#pos, this.#replayCols || this.term.cols);
+					storeToken(this.#sessionId, msg.resume_token, this.#pos);
 				} else {
 					localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
-				}
-				if (resuming && this.#replayCols > 0 && this.#replayCols !== this.term.cols && this.#replayUpTo > offset) {
-					this.#replaying = true;
-					this.term.resize(this.#replayCols, this.term.rows);
-					break; // the size is sent once the replay is reflowed
 				}
 				this.#sendSize();
 				break;
@@ -357,15 +333,6 @@ export class TerminalPane {
 			this.#skip -= n;
 			bytes = bytes.subarray(n);
 		}
-		if (this.#replaying && this.#pos >= this.#replayUpTo) {
-			// The end of what was recorded at the old width: write it, then
-			// reflow to this width (in the write's callback, before what
-			// follows is parsed) and tell the program.
-			const cut = Math.max(0, Math.min(bytes.byteLength, bytes.byteLength - (this.#pos - this.#replayUpTo)));
-			this.term.write(bytes.subarray(0, cut), () => this.#endReplay());
-			bytes = bytes.subarray(cut);
-			this.#replaying = false;
-		}
 		if (bytes.byteLength > 0) this.term.write(bytes);
 		if (!this.#saveTimer) {
 			this.#saveTimer = setTimeout(() => {
@@ -387,14 +354,7 @@ export class TerminalPane {
 		}
 	}
 
-	#endReplay() {
-		this.#replayCols = 0;
-		this.#fitNow();
-		this.#sendSize();
-	}
-
 	#fitNow() {
-		if (this.#replaying) return; // at the replay's width until it is written
 		try {
 			this.#fit.fit();
 		} catch (err) {
@@ -403,7 +363,6 @@ export class TerminalPane {
 	}
 
 	#sendSize() {
-		if (this.#replaying) return; // the program keeps its size until the replay is reflowed
 		const ws = this.#ws;
 		const { cols, rows } = this.term;
 		if (!ws || ws.readyState !== WebSocket.OPEN) return;
@@ -417,8 +376,7 @@ export class TerminalPane {
 		const sid = this.#sessionId;
 		if (!sid) return;
 		const stored = loadStored(sid);
-		const cols = this.#sentSize.cols || this.term.cols;
-		if (stored?.resume_token && (stored.offset !== this.#pos || stored.cols !== cols)) storeToken(sid, stored.resume_token, this.#pos, cols);
+		if (stored?.resume_token && stored.offset !== this.#pos) storeToken(sid, stored.resume_token, this.#pos);
 	}
 
 	#disconnect() {
@@ -449,8 +407,8 @@ function loadStored(sid) {
 	}
 }
 
-function storeToken(sid, token, offset, cols) {
-	localStorage.setItem(PTY_STORAGE_PREFIX + sid, JSON.stringify({ resume_token: token, offset, cols }));
+function storeToken(sid, token, offset) {
+	localStorage.setItem(PTY_STORAGE_PREFIX + sid, JSON.stringify({ resume_token: token, offset }));
 }
 
 // CSP shims. The page's CSP is default-src 'self' (no 'unsafe-inline'), and
