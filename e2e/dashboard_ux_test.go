@@ -53,7 +53,7 @@ func TestRunningCommandShowsPendingAndStop(t *testing.T) {
 		idle+` && document.querySelectorAll('[data-testid="entry"][data-kind="error"]').length === 2`, dashboardState)
 
 	// A prompt's turn shows the same until its reply completes.
-	sendChat(t, tb, "a prompt"+strings.Repeat(" word", 300))
+	sendChat(t, tb, "a prompt"+strings.Repeat(" word", 150))
 	tb.mustWaitJS(5*time.Second, "while the reply streams: pending and Stop", running, dashboardState)
 	tb.Do("click Stop during the reply", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
 	tb.mustWaitJS(10*time.Second, "the reply interrupted, idle again",

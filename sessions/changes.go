@@ -43,9 +43,11 @@ func (r *Registry) changedLocked(s *Session) {
 	r.announceLocked(Change{SessionID: s.id, State: s.state, Title: s.title, EndReason: s.endReason})
 }
 
-// announceLocked delivers c to every watcher. r.mu must be held.
+// announceLocked delivers c to every watcher. r.mu must be held. Once
+// Shutdown started nothing is announced: every socket is about to close
+// (1001), and its last frames are the session.closed of its sessions.
 func (r *Registry) announceLocked(c Change) {
-	if len(r.watchers) == 0 {
+	if len(r.watchers) == 0 || r.closing {
 		return
 	}
 	ev := NewEvent("session.changed", "", 0, c)
