@@ -31,6 +31,18 @@ func workerRow(pid int) string {
 
 func exists(sel string) string { return fmt.Sprintf(`!!document.querySelector(%s)`, js(sel)) }
 
+// confirmReap clicks the reap button sel, waits for the question and
+// confirms it; it returns the question.
+func confirmReap(t *testing.T, admin *tab, what, sel string) string {
+	t.Helper()
+	admin.Do(what+": click reap", chromedp.Click(chromedp.CSS(sel)))
+	admin.mustWaitJS(5*time.Second, what+": the question is asked",
+		`document.querySelector('[data-testid="confirm-dialog"]')?.open === true`, adminState)
+	q := mustEval[string](admin, `document.querySelector('[data-testid="confirm-text"]').textContent`)
+	admin.Do(what+": confirm", chromedp.Click(chromedp.CSS(`[data-testid="confirm-yes"]`)))
+	return q
+}
+
 // Case 6: the admin page reaps a session (its row goes, its worker is gone)
 // and a worker (its session stays and respawns a worker on the next call).
 func TestAdminReapsSessionAndWorker(t *testing.T) {
@@ -70,7 +82,7 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 		adminState)
 
 	// Reap session one.
-	admin.Do("click reap on session one", chromedp.Click(chromedp.CSS(sessionRow(one)+` [data-testid="reap-session"]`)))
+	confirmReap(t, admin, "reap session one", sessionRow(one)+` [data-testid="reap-session"]`)
 	admin.mustWaitJS(3*time.Second, "session one's row gone",
 		adminLoaded+" && !"+exists(sessionRow(one))+" && "+exists(sessionRow(two)), adminState)
 	if !gone(w1.PID, w1Start, time.Second+workerGrace) {
@@ -92,7 +104,7 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 
 	// Reap session two's worker: the session stays.
 	admin.mustWaitJS(5*time.Second, "worker two listed", adminLoaded+" && "+exists(workerRow(w2.PID)), adminState)
-	admin.Do("click reap on worker two", chromedp.Click(chromedp.CSS(workerRow(w2.PID)+` [data-testid="reap-worker"]`)))
+	confirmReap(t, admin, "reap worker two", workerRow(w2.PID)+` [data-testid="reap-worker"]`)
 	admin.mustWaitJS(3*time.Second, "worker two's row gone, session two's row kept",
 		adminLoaded+" && !"+exists(workerRow(w2.PID))+" && "+exists(sessionRow(two)), adminState)
 	if !gone(w2.PID, w2Start, time.Second+workerGrace) {

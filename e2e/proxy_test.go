@@ -75,7 +75,9 @@ func get(t *testing.T, c *http.Client, u string, header http.Header) (*http.Resp
 var (
 	attrURL      = regexp.MustCompile(`\s(src|href|action)="([^"]*)"`)
 	dataBasePath = regexp.MustCompile(`\sdata-base-path="([^"]*)"`)
-	jsImport     = regexp.MustCompile(`(?m)(?:^\s*import\s*|\bfrom\s*|\bimport\s*\(\s*)['"]([^'"]+)['"]`)
+	// A module specifier holds no white space: a comment's quoted "from"
+	// (uPlot has `// is a "from" band edge`) is no import.
+	jsImport = regexp.MustCompile(`(?m)(?:^\s*import\s*|\bfrom\s*|\bimport\s*\(\s*)['"]([^'"\s]+)['"]`)
 	// A route written as a root-absolute literal in a script ignores the
 	// base path (docs/failure-classes.md #16): every URL must be built from it.
 	rootRoute = regexp.MustCompile("[\"'`](/(?:ws|static|admin|healthz|metrics)\\b[^\"'`]*)")

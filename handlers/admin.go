@@ -50,6 +50,8 @@ type Admin struct {
 	Log      *slog.Logger
 	Version  string
 	BasePath func(*http.Request) string // the request's base path, "/..."
+
+	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
 
 // Routes mounts the admin endpoints on r (relative to /admin).
@@ -58,6 +60,7 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Get("/api/sessions", h.apiSessions)
 	r.Get("/api/workers", h.apiWorkers)
 	r.Get("/api/unowned", h.apiUnowned)
+	r.Get("/api/samples", h.apiSamples)
 	r.Post("/sessions/reap-detached", h.reapDetached)
 	r.Post("/sessions/{id}/reap", h.reapSession)
 	r.Post("/workers/{pid}/reap", h.reapWorker)
@@ -179,7 +182,7 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 	for _, s := range list {
 		states[string(s.State)]++
 		v.Sessions = append(v.Sessions, templates.SessionRow{
-			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Viewers,
+			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
 			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID,
@@ -266,7 +269,7 @@ func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, h.logger(), err)
 	default:
 		h.audit(r, target, "reaped")
-		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "end_reason": sessions.EndAdminReap})
 	}
 }
 
@@ -280,7 +283,7 @@ func (h *Admin) logger() *slog.Logger {
 func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
 	n := h.Sessions.ReapDetached()
 	h.audit(r, "detached sessions", fmt.Sprintf("reaped %d", n))
-	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n})
+	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
 func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +298,7 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	err = h.Sessions.ReapWorker(pid)
 	if err == nil {
 		h.audit(r, target, "reaped")
-		h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "reason": workers.ReasonAdminReap})
 		return
 	}
 	if !errors.Is(err, sessions.ErrNotFound) {

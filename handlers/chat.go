@@ -37,6 +37,13 @@ type ChatRegistry interface {
 	Configure(v sessions.Viewer, sid, model string) error
 }
 
+// SessionWatcher is what a chat socket needs to hear of every session's
+// changes (event session.changed, docs/PROTOCOL.md §7); a ChatRegistry that
+// is one gets every socket as a watcher.
+type SessionWatcher interface {
+	Watch(v sessions.Viewer) (stop func())
+}
+
 // ModelLister lists the models of the model server (model.list): their
 // ids and the default. Errors are *workers.Error (5004) naming why.
 type ModelLister func(ctx context.Context) (models []string, def string, err error)
@@ -88,7 +95,11 @@ type chatConn struct {
 	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
 	sock *socket
 	done chan struct{} // closed when the socket is gone, before DetachViewer
+	page string        // the page (tab) the socket named (?page=), for sessions.Info.Pages
 }
+
+// Page implements sessions.PageViewer.
+func (c *chatConn) Page() string { return c.page }
 
 // frameBytes is the text frame of a queued item of out.
 func frameBytes(f any) []byte {
@@ -129,12 +140,17 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
+		page: r.URL.Query().Get("page"),
 	}
 	if h.OnConn != nil {
 		h.OnConn(1)
 		defer h.OnConn(-1)
 	}
 	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version}}))
+	unwatch := func() {}
+	if w, ok := h.Registry.(SessionWatcher); ok {
+		unwatch = w.Watch(c)
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -144,6 +160,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cause := sock.cause()
 	reason := sessions.ViewerEndReason(cause)
 	close(c.done)
+	unwatch()
 	h.Registry.DetachViewer(c, reason)
 	wg.Wait()
 	c.log.Debug("socket closed", "reason", string(reason), "err", cause)

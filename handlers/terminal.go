@@ -94,7 +94,7 @@ func terminalOptions(q url.Values) (sessions.TerminalOptions, error) {
 	}
 	return sessions.TerminalOptions{
 		Cols: cols, Rows: rows, Keepalive: q.Get("keepalive") == "1",
-		ResumeToken: q.Get("resume_token"), Offset: offset,
+		ResumeToken: q.Get("resume_token"), Offset: offset, Page: q.Get("page"),
 	}, nil
 }
 

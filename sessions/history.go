@@ -158,6 +158,7 @@ func (r *Registry) Delete(ctx context.Context, sid string) error {
 	if !found && s == nil {
 		return ErrNotFound
 	}
+	r.announce(Change{SessionID: sid, State: StateDeleted})
 	r.log.Info("session deleted", "sid", sid)
 	return nil
 }
@@ -169,6 +170,7 @@ func (r *Registry) Rename(ctx context.Context, sid, title string) error {
 	if s := r.sessions[sid]; s != nil && s.live() {
 		s.title = title
 		r.saveLocked(s)
+		r.changedLocked(s)
 		r.mu.Unlock()
 		return nil
 	}
@@ -182,6 +184,7 @@ func (r *Registry) Rename(ctx context.Context, sid, title string) error {
 	if err := r.cfg.Store.Apply(ctx, store.Batch{Sessions: []store.Session{row}}); err != nil {
 		return &StoreError{err}
 	}
+	r.announce(Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
 	return nil
 }
 

@@ -221,8 +221,9 @@ type Registry struct {
 	viewing  map[Viewer]map[*Session]struct{}
 	ended    map[string]bool // recently closed ids, for session.close -> closed:false
 	endedQ   []string
-	closing  bool     // Shutdown started
-	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
+	closing  bool                // Shutdown started
+	watchers map[Viewer]struct{} // sockets told of every session change (changes.go)
+	spares   []*spare            // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
 	// spareIdle ends the spares PTYSpareIdle after the last refill.
 	spareIdle *time.Timer
 
@@ -302,7 +303,9 @@ func (r *Registry) setState(s *Session, next State) {
 		if testing.Testing() {
 			panic(err)
 		}
+		return
 	}
+	r.changedLocked(s)
 }
 
 // Run sweeps detached sessions past their TTL every SweepInterval until ctx
@@ -851,8 +854,8 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 	if !s.live() {
 		return false
 	}
+	s.endReason = reason // before the state: session.changed carries it
 	r.setState(s, StateClosing)
-	s.endReason = reason
 	if g := s.grace; g != nil { // finish closes the worker
 		g.timer.Stop()
 		s.grace = nil
@@ -1065,13 +1068,17 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	// conversation: a resumed session shows them. The command is shown
 	// when it is sent; its result, unless the session ended meanwhile or
 	// the caller went.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	r.mu.Lock()
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
 	s.execs++
+	unregister := r.execStopLocked(s, cancel)
 	r.mu.Unlock()
 	out, err := r.exec(ctx, s, command)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	unregister()
 	shown := !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled)
 	if s.live() && shown {
 		if err != nil {
@@ -1329,8 +1336,17 @@ func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
 	r.mu.Lock()
 	t := s.turn
 	r.denyApprovalsLocked(s, ByInterrupt)
+	// Running slash commands are cancelled too (the worker is asked to
+	// stop them, as a prompt).
+	stopped := len(s.execStops)
+	for c := range s.execStops {
+		(*c)()
+	}
 	r.mu.Unlock()
 	if t == nil {
+		if stopped > 0 {
+			return "interrupted", nil
+		}
 		return "idle", nil
 	}
 	t.cancel()

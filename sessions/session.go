@@ -144,6 +144,7 @@ type Session struct {
 	approvals map[string]*approval // pending, by request id
 	grace     *turnGrace           // a detached session's turn let finish, nil when none
 	execs     int                  // slash commands running
+	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
 	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
 	model     string               // "" for the worker's default
 	turn      *turn
@@ -182,7 +183,8 @@ type Info struct {
 	ID         string    `json:"session_id"`
 	Title      string    `json:"title"`
 	State      State     `json:"state"`
-	Viewers    int       `json:"viewers"`
+	Viewers    int       `json:"viewers"` // sockets
+	Pages      int       `json:"pages"`   // browser tabs: a tab's chat and terminal sockets count once (pages.go)
 	CreatedAt  time.Time `json:"created_at"`
 	LastActive time.Time `json:"last_active"`
 	Running    bool      `json:"running"`
@@ -194,7 +196,7 @@ type Info struct {
 
 func (s *Session) info() Info {
 	in := Info{
-		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers),
+		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers), Pages: pagesOf(s.viewers),
 		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns, Model: s.model,
 	}
 	if s.worker != nil {

@@ -37,6 +37,7 @@ type TerminalOptions struct {
 	Keepalive   bool   // park the terminal on disconnect
 	ResumeToken string // reattach to a parked terminal
 	Offset      int64  // output bytes the client already has
+	Page        string // the page (tab) of the socket, for Info.Pages
 }
 
 // Terminal is a session's pty program, its output ring buffer and at most
@@ -207,6 +208,7 @@ type Attachment struct {
 	ResumeToken string // set when keepalive was asked for
 	Reset       bool   // the client must clear its screen before the replay
 	detachOnce  sync.Once
+	page        string
 }
 
 // Deliver implements Viewer: a terminal socket carries no chat events.
@@ -305,7 +307,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 		return nil, ErrNotFound
 	}
 	s.term = t
-	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id}
+	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page}
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()

@@ -141,7 +141,7 @@ func Dashboard(v DashboardView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\"><header class=\"topbar\"><span class=\"brand\">dashgate</span> ")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\"><header class=\"topbar\"><button type=\"button\" class=\"btn sidebar-toggle\" data-testid=\"sidebar-toggle\" aria-controls=\"sessions-pane\" aria-expanded=\"true\" title=\"Show or hide the sessions\">Sessions</button> <span class=\"brand\">dashgate</span> ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -153,7 +153,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var10 string
 			templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 32, Col: 51}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 33, Col: 51}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var10))
 			if templ_7745c5c3_Err != nil {
@@ -172,7 +172,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var11 string
 			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 35, Col: 47}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 36, Col: 47}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 			if templ_7745c5c3_Err != nil {
@@ -190,13 +190,13 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var12 string
 		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 53}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 40, Col: 53}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\">admin</a></header><main class=\"layout\"><aside class=\"pane sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><input type=\"text\" class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" placeholder=\"Type /help, or a prompt\" aria-label=\"Message\" autofocus> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal\" data-testid=\"terminal\"></div></section></main></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\">admin</a></header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal\" data-testid=\"terminal\"></div></section></main></body></html>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

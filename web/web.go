@@ -118,6 +118,12 @@ func New(cfg Config, h Handlers) (*Server, error) {
 
 	app := chi.NewRouter()
 	app.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	// The stylesheet of the login and "not found" pages, which a browser
+	// without a token loads: nothing secret in it.
+	app.Get("/static/css/page.css", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, static.FS, "css/page.css")
+	})
+	app.NotFound(s.notFound)
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
@@ -137,6 +143,7 @@ func New(cfg Config, h Handlers) (*Server, error) {
 
 	root := chi.NewRouter()
 	root.Use(s.proxy, middleware.Recoverer, s.headers, s.requestLog)
+	root.NotFound(s.notFound)
 	if cfg.BasePath == "/" {
 		root.Mount("/", app)
 	} else {
@@ -215,6 +222,18 @@ func (s *Server) base(r *http.Request) string {
 		return strings.TrimSuffix(fi.prefix, "/") + s.cfg.BasePath
 	}
 	return s.cfg.BasePath
+}
+
+// notFound answers 404: for a browser, a page in the app's look with a
+// link to the dashboard; for anything else, plain text.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusNotFound)
+	templates.NotFound(templates.NotFoundView{BasePath: s.base(r)}).Render(r.Context(), w)
 }
 
 func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {

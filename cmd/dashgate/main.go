@@ -308,6 +308,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	g.Go(func() error { return web.Run(gctx, ln, srv, cfg.ShutdownTimeout, log) })
 	g.Go(func() error { reg.Run(gctx); return nil })
 	g.Go(func() error { mgr.RunReaper(gctx, time.Second); return nil })
+	g.Go(func() error { admin.Sample(gctx, handlers.DefaultSampleEvery); return nil })
 
 	select {
 	case <-ctx.Done():

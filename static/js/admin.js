@@ -1,27 +1,180 @@
-// Refreshes the admin page's body every 2 s without a full reload: the
-// server renders the same templ component (?fragment=1) and it replaces the
-// old one; the window's scroll position is kept. Without JavaScript the page
-// still works: its forms post and the server answers 303 back to /admin.
+// The admin page's script.
+//
+// Refresh: the body is fetched again every 2 s (?fragment=1, the same templ
+// component) and replaces the old one; the window's scroll position is kept.
+//
+// Reaps: a reap button (each carries data-confirm, the question) asks first
+// in a <dialog data-testid="confirm-dialog"> (confirm-yes / confirm-no),
+// then posts with Accept: application/json and says what happened in
+// data-testid="admin-result" (data-state ok|error), with the reason the log
+// records. Without JavaScript the forms post as they are (303 back).
+//
+// Plots: the last 15 minutes of GET /admin/api/samples (sampled by the
+// server every few seconds into a bounded ring), drawn with the vendored
+// uPlot: live sessions, workers, their total RSS, and session closes per
+// minute by end_reason. The plots section carries data-samples (how many
+// samples are drawn) and data-last (the newest sample, JSON) for tests.
+import uPlot from '../vendor/uplot/uPlot.esm.js';
+
 const base = document.body.dataset.basePath || '/';
 const everyMs = 2000;
+const dialog = document.querySelector('[data-testid="confirm-dialog"]');
+const question = document.querySelector('[data-testid="confirm-text"]');
+const result = document.querySelector('[data-testid="admin-result"]');
+let asking = false; // a question is open: the refresh waits
 
 async function refresh() {
-  const body = document.getElementById('admin-body');
-  if (!body || document.hidden) return;
-  try {
-    const res = await fetch(base + 'admin?fragment=1', { credentials: 'same-origin', cache: 'no-store' });
-    if (!res.ok) return;
-    const html = await res.text();
-    const tpl = document.createElement('template');
-    tpl.innerHTML = html.trim();
-    const fresh = tpl.content.firstElementChild;
-    if (!fresh) return;
-    const x = window.scrollX, y = window.scrollY;
-    body.replaceWith(fresh);
-    window.scrollTo(x, y);
-  } catch (e) {
-    console.warn('admin refresh failed', e);
-  }
+	const body = document.getElementById('admin-body');
+	if (!body || document.hidden || asking) return;
+	try {
+		const res = await fetch(base + 'admin?fragment=1', { credentials: 'same-origin', cache: 'no-store' });
+		if (!res.ok || asking) return;
+		const html = await res.text();
+		const tpl = document.createElement('template');
+		tpl.innerHTML = html.trim();
+		const fresh = tpl.content.firstElementChild;
+		if (!fresh) return;
+		const x = window.scrollX,
+			y = window.scrollY;
+		document.getElementById('admin-body')?.replaceWith(fresh);
+		window.scrollTo(x, y);
+	} catch (e) {
+		console.warn('admin refresh failed', e);
+	}
 }
 
+/** Asks question in the dialog; resolves true when confirmed. */
+function confirmAction(text) {
+	question.textContent = text;
+	asking = true;
+	dialog.returnValue = '';
+	dialog.showModal();
+	return new Promise((resolve) => {
+		dialog.addEventListener(
+			'close',
+			() => {
+				asking = false;
+				resolve(dialog.returnValue === 'ok');
+			},
+			{ once: true },
+		);
+	});
+}
+
+function show(state, text) {
+	result.hidden = false;
+	result.dataset.state = state;
+	result.textContent = text;
+}
+
+/** What a reap's JSON answer means, in words, with the logged reason. */
+function describe(form, status, body) {
+	const action = form.getAttribute('action') ?? '';
+	if (status === 404 || body?.reaped === false) {
+		if (/reap-detached$/.test(action)) return ['ok', 'No detached session to reap.'];
+		return ['error', `Nothing reaped: ${body?.error ?? 'not found'} (it may have ended already).`];
+	}
+	if (/reap-detached$/.test(action)) {
+		const n = Number(body?.count ?? 0);
+		return ['ok', `Reaped ${n} detached session${n === 1 ? '' : 's'} (logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
+	}
+	let m = /sessions\/([^/]+)\/reap$/.exec(action);
+	if (m) return ['ok', `Reaped session ${decodeURIComponent(m[1])} (logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
+	m = /workers\/(\d+)\/reap$/.exec(action);
+	if (m && body?.reason) return ['ok', `Reaped process ${m[1]} and its tree (logged as "worker closed", reason=${body.reason}).`];
+	return ['ok', `Reaped process ${m ? m[1] : ''} (an unowned process, killed with its process group).`];
+}
+
+document.addEventListener('submit', async (ev) => {
+	const form = ev.target;
+	const button = ev.submitter ?? form.querySelector('button[data-confirm]');
+	const text = button?.dataset.confirm;
+	if (!text) return;
+	ev.preventDefault();
+	if (!(await confirmAction(text))) {
+		show('cancelled', 'Cancelled: nothing was reaped.');
+		return;
+	}
+	show('pending', 'Reaping…');
+	try {
+		const res = await fetch(form.action, { method: 'POST', credentials: 'same-origin', headers: { Accept: 'application/json' } });
+		let body = null;
+		try {
+			body = await res.json();
+		} catch {
+			body = null;
+		}
+		if (!res.ok && res.status !== 404) {
+			show('error', `Reap failed: HTTP ${res.status}.`);
+		} else {
+			show(...describe(form, res.status, body));
+		}
+	} catch (e) {
+		show('error', `Reap failed: ${e.message}.`);
+	}
+	refresh();
+});
+
+const plotsEl = document.querySelector('[data-testid="plots"]');
+const plots = {}; // name -> {u: uPlot, key: the series' labels}
+const COLORS = ['#5fa8d3', '#e5a54b', '#9fe0b4', '#f07178', '#c792ea', '#82aaff', '#ffcb6b', '#89ddff'];
+const AXIS = { stroke: '#7b8594', grid: { stroke: '#2a3140', width: 1 }, ticks: { stroke: '#2a3140', width: 1 } };
+
+function plot(name, labels, data) {
+	const el = document.querySelector(`[data-testid="plot-${name}"]`);
+	if (!el) return;
+	const key = labels.join('\u0000');
+	const width = Math.max(200, el.clientWidth - 16);
+	let p = plots[name];
+	if (p && p.key !== key) {
+		p.u.destroy();
+		p = null;
+	}
+	if (!p) {
+		const u = new uPlot(
+			{
+				width,
+				height: 130,
+				cursor: { drag: { x: false, y: false } },
+				scales: { x: { time: true } },
+				axes: [AXIS, { ...AXIS, size: 44 }],
+				series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: false } }))],
+			},
+			data,
+			el,
+		);
+		plots[name] = p = { u, key };
+	} else {
+		p.u.setData(data);
+		if (Math.abs(p.u.width - width) > 4) p.u.setSize({ width, height: 130 });
+	}
+}
+
+async function drawPlots() {
+	if (!plotsEl || document.hidden) return;
+	let body;
+	try {
+		const res = await fetch(base + 'admin/api/samples', { credentials: 'same-origin', cache: 'no-store' });
+		if (!res.ok) return;
+		body = await res.json();
+	} catch (e) {
+		console.warn('admin samples failed', e);
+		return;
+	}
+	const samples = Array.isArray(body.samples) ? body.samples : [];
+	const everyMin = (Number(body.interval_ms) || 5000) / 60000;
+	const t = samples.map((s) => Date.parse(s.t) / 1000);
+	plot('sessions', ['sessions'], [t, samples.map((s) => s.sessions)]);
+	plot('workers', ['workers'], [t, samples.map((s) => s.workers)]);
+	plot('rss', ['MiB'], [t, samples.map((s) => Math.round(((s.rss_bytes ?? 0) / 1048576) * 10) / 10)]);
+	const reasons = [...new Set(samples.flatMap((s) => Object.keys(s.closes ?? {})))].sort();
+	const closes = reasons.length ? reasons : ['closes'];
+	plot('closes', closes, [t, ...closes.map((r) => samples.map((s) => Math.round(((s.closes?.[r] ?? 0) / everyMin) * 10) / 10))]);
+	plotsEl.dataset.samples = String(samples.length);
+	plotsEl.dataset.last = samples.length ? JSON.stringify(samples[samples.length - 1]) : '';
+	document.querySelector('[data-testid="plots-empty"]').hidden = samples.length > 0;
+}
+
+drawPlots();
+setInterval(drawPlots, 5000);
 setInterval(refresh, everyMs);

@@ -5,10 +5,13 @@
 // localStorage keys:
 //   dashgate.session          id of the current session
 //   dashgate.pty.<session_id> {"resume_token","offset"} of that session's terminal
+//   dashgate.sent             the last prompts and commands sent (Up/Down in the input)
+//   (layout.js keeps the layout's own keys)
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
 
-import { ChatLog, stderrTail } from './chat.js';
+import { ChatLog, errorSentence, stderrTail } from './chat.js';
+import { initLayout } from './layout.js';
 import { wsURL } from './net.js';
 import { endNotice, workerNotice } from './notices.js';
 import { ChatClient, RpcError } from './rpc.js';
@@ -19,6 +22,12 @@ const SESSION_KEY = 'dashgate.session';
 const LIST_REFRESH_DELAY_MS = 150;
 const SEARCH_DELAY_MS = 200;
 const HISTORY_PAGE = 200;
+const SENT_KEY = 'dashgate.sent';
+// Stands for the running turn of a session resumed mid-turn (its id is not known).
+const RESUMED_TURN = '(resumed)';
+// The notice of an administrator's end of the session's terminal (sessions/reasons.go).
+const TERMINAL_REAP_NOTICE = 'terminal ended by an administrator';
+const SENT_MAX = 100;
 
 const base = document.body.dataset.basePath || '/';
 const byTestId = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -39,11 +48,25 @@ const els = {
 	historyMore: byTestId('history-more'),
 	modelPicker: byTestId('model-picker'),
 	chatModel: byTestId('chat-model'),
+	send: byTestId('chat-send'),
+	stop: byTestId('chat-stop'),
+	pending: byTestId('pending'),
+	pendingText: byTestId('pending-text'),
 };
 
+// This page's id, sent on both sockets (?page=): the admin page counts a
+// tab's chat and terminal sockets as one viewer (docs/PROTOCOL.md §7).
+const pageId = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now());
+
 const chat = new ChatLog(els.log);
-const terminal = new TerminalPane(els.terminal, base);
-const rpc = new ChatClient(wsURL(base, 'ws/chat'), { onReady, onEvent, onStatus });
+const terminal = new TerminalPane(els.terminal, base, {
+	page: pageId,
+	status: byTestId('terminal-status'),
+	text: byTestId('terminal-status-text'),
+	restart: byTestId('terminal-restart'),
+});
+initLayout(() => terminal.refit());
+const rpc = new ChatClient(wsURL(base, 'ws/chat?page=' + encodeURIComponent(pageId)), { onReady, onEvent, onStatus });
 
 let current = null; // id of the current session
 let currentGone = false; // the current session was closed under us
@@ -57,6 +80,9 @@ const streaming = new Set(); // turn_ids of the current session still streaming
 let models = null; // model.list's result ({models, default}), null until known
 let modelsError = ''; // why model.list failed, if it did
 let currentModel = ''; // the current session's model ("" for the default)
+let execs = 0; // slash commands of the current session waiting for their reply
+let execSeq = 0; // bumped when the current session changes: replies of older ones do not count
+const resumeErrors = new Map(); // session_id -> why its last resume failed (shown under it)
 
 // Session changes (create, resume, close, the choice after a reconnect) run
 // one at a time, in order, so that clicks and reconnects never interleave.
@@ -79,14 +105,32 @@ function setCurrent(id, explicit) {
 	}
 	currentGone = false;
 	streaming.clear();
+	execs = 0;
+	execSeq++;
+	resumeErrors.delete(id);
+	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
 	renderLists();
 	terminal.attach(id, explicit);
 }
 
+// What the lists were last rendered from: an unchanged list is not
+// rendered again (a click must not land on a node that was just replaced).
+let renderedLive = '';
+let renderedClosed = '';
+
 function renderLists() {
-	renderSessions(els.list, sessions, current);
-	renderClosed(els.closedList, closed, current);
+	const errors = [...resumeErrors];
+	const live = JSON.stringify([sessions, current, errors]);
+	if (live !== renderedLive) {
+		renderedLive = live;
+		renderSessions(els.list, sessions, current, resumeErrors);
+	}
+	const gone = JSON.stringify([closed, current, errors]);
+	if (gone !== renderedClosed) {
+		renderedClosed = gone;
+		renderClosed(els.closedList, closed, current, resumeErrors);
+	}
 	els.closedCount.textContent = closed.length ? `(${closed.length}${closedMore ? '+' : ''})` : '';
 	els.closedMore.hidden = !closedMore;
 }
@@ -134,6 +178,22 @@ function refreshSoon() {
 	}, LIST_REFRESH_DELAY_MS);
 }
 
+/**
+ * Resumes a session the user picked in the list. When that fails, why is
+ * shown under that session (not in the chat of the current one) and the
+ * list is refreshed (it was likely stale).
+ */
+async function resumeClicked(id) {
+	try {
+		await resume(id, true);
+	} catch (err) {
+		if (!(err instanceof RpcError)) throw err;
+		resumeErrors.set(id, `Could not resume: ${errorSentence(err.code, err.message)}`);
+		renderLists();
+		await refresh();
+	}
+}
+
 async function resume(id, explicit = false) {
 	const r = await rpc.call('session.resume', { session_id: id });
 	show(id, r, explicit);
@@ -157,7 +217,14 @@ function show(id, r, explicit) {
 	setModel(typeof r.model === 'string' ? r.model : '');
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
-	if (r.running) chat.add('system', 'a reply is still being written');
+	if (r.running) {
+		// Its turn is not known here: Stop and the pending line show
+		// until the next message.complete.
+		streaming.add(RESUMED_TURN);
+		setPending('a reply is still being written…');
+		updateBusy();
+		chat.add('system', 'a reply is still being written');
+	}
 }
 
 /** Prepends the page of history before the oldest entry shown. */
@@ -270,13 +337,17 @@ function onEvent(ev) {
 		case 'message.delta':
 			if (!streaming.has(p.turn_id)) {
 				streaming.add(p.turn_id);
+				updateBusy();
 				refreshSoon(); // "running" changed
 			}
 			chat.delta(p.turn_id, p.text ?? '');
+			setPending('writing…');
 			break;
 		case 'message.complete':
 			streaming.delete(p.turn_id);
+			streaming.delete(RESUMED_TURN);
 			chat.complete(p.turn_id, p.text, Boolean(p.interrupted), p.status);
+			updateBusy();
 			refreshSoon();
 			break;
 		case 'approval.request':
@@ -303,16 +374,22 @@ function onEvent(ev) {
 				// dashgate is restarting: the session comes back with it and
 				// is resumed once the socket reconnects (onReady).
 				streaming.clear();
+				updateBusy();
 				showRestarting();
 				break;
 			}
 			if (sid === current && !currentGone) {
 				currentGone = true;
 				streaming.clear();
+				execs = 0;
+				updateBusy();
 				chat.entry({ kind: 'notice', text: endNotice(p.end_reason) });
 				chat.add('system', 'the next message starts a new session');
 				terminal.stop('session closed');
 			}
+			refreshSoon();
+			break;
+		case 'session.changed':
 			refreshSoon();
 			break;
 		case 'worker.exited':
@@ -321,6 +398,7 @@ function onEvent(ev) {
 			break;
 		case 'notice':
 			chat.entry({ kind: 'notice', text: p.text ?? '' });
+			if (p.text === TERMINAL_REAP_NOTICE) terminal.ended('The terminal was ended by an administrator.');
 			break;
 		case 'error':
 			chat.entry({ kind: 'error', code: p.code, text: p.message ?? 'error' });
@@ -366,23 +444,37 @@ async function submit(line) {
 	}
 	const sid = current;
 	const slash = text.startsWith('/');
+	remember(line);
 	// Shown at once; the server keeps it in the history once it ran.
 	const mine = chat.entry(slash ? { kind: 'slash', text } : { kind: 'prompt', text: line });
+	const mark = execSeq;
+	execs++; // pending until the reply (a command) or its turn is known (a prompt)
+	setPending(slash ? `running ${text.split(/\s/)[0]}…` : 'waiting for the reply…');
+	updateBusy();
+	const settle = () => {
+		if (mark !== execSeq) return;
+		execs = Math.max(0, execs - 1);
+		updateBusy();
+	};
 	try {
 		if (slash) {
 			const r = await rpc.call('slash.exec', { session_id: sid, command: text });
+			settle();
 			if (sid === current) chat.entry({ kind: 'slash_output', text: r.output ?? '' });
 		} else {
-			await rpc.call('prompt.submit', { session_id: sid, text: line });
+			const r = await rpc.call('prompt.submit', { session_id: sid, text: line });
+			// The turn runs until its message.complete.
+			if (sid === current && r?.turn_id && mark === execSeq) streaming.add(r.turn_id);
+			settle();
 		}
 	} catch (err) {
+		settle();
 		if (sid !== current) return;
 		if (slash && storedFailure(err)) {
-			// As the history keeps it: the code and the message. The
-			// stderr tail, which it does not keep, follows as a plain line.
-			chat.entry({ kind: 'error', code: err.code, text: err.message });
-			const tail = stderrTail(err);
-			if (tail) chat.add('error', tail);
+			// As the history keeps it: the code and the message; the
+			// stderr tail, which it does not keep, only behind the
+			// entry's disclosure.
+			chat.entry({ kind: 'error', code: err.code, text: err.message, stderr_tail: stderrTail(err) });
 		} else {
 			chat.demote(mine);
 			chat.addError(err);
@@ -419,18 +511,117 @@ async function reorderAfter(sid, mine, command) {
 	}
 }
 
+/** Whether a turn or a command of the current session is running. */
+function busy() {
+	return Boolean(current) && !currentGone && (streaming.size > 0 || execs > 0);
+}
+
+function setPending(text) {
+	els.pendingText.textContent = text;
+}
+
+/**
+ * Shows what runs: while a turn or a command of the current session runs,
+ * the pending line and Stop show, and Send is disabled (the input stays
+ * editable: the next line can be written meanwhile).
+ */
+function updateBusy() {
+	const b = busy();
+	els.pending.hidden = !b;
+	els.stop.hidden = !b;
+	els.send.disabled = b;
+	els.form.dataset.busy = String(b);
+}
+
+/** Stops the running turn or command (session.interrupt). */
+function stop() {
+	if (!busy()) return;
+	setPending('stopping…');
+	rpc.call('session.interrupt', { session_id: current }).catch((err) => chat.addError(err));
+}
+
+// Sent lines, oldest first, for Up/Down in the input.
+let sent = [];
+try {
+	const v = JSON.parse(localStorage.getItem(SENT_KEY) ?? '[]');
+	if (Array.isArray(v)) sent = v.filter((x) => typeof x === 'string').slice(-SENT_MAX);
+} catch {
+	sent = [];
+}
+let sentPos = sent.length; // where Up/Down is in sent (sent.length: the draft)
+let draft = '';
+
+function remember(line) {
+	if (sent[sent.length - 1] !== line) sent.push(line);
+	if (sent.length > SENT_MAX) sent = sent.slice(-SENT_MAX);
+	localStorage.setItem(SENT_KEY, JSON.stringify(sent));
+	sentPos = sent.length;
+	draft = '';
+}
+
+function setInput(text) {
+	els.input.value = text;
+	els.input.setSelectionRange(text.length, text.length);
+	autosize();
+}
+
+function autosize() {
+	const el = els.input;
+	el.style.height = 'auto';
+	el.style.height = `${el.scrollHeight + 2}px`;
+}
+
 els.form.addEventListener('submit', (ev) => {
 	ev.preventDefault();
+	if (busy()) return;
 	const line = els.input.value;
-	els.input.value = '';
+	if (!line.trim()) return;
+	setInput('');
 	submit(line);
 });
 
-// Escape in the chat input interrupts the running turn.
+els.input.addEventListener('input', autosize);
+
+// Enter sends, Shift+Enter is a new line; Up on the first line and Down on
+// the last go through the lines sent before; Escape stops what runs.
 els.input.addEventListener('keydown', (ev) => {
-	if (ev.key !== 'Escape' || streaming.size === 0 || !current) return;
-	ev.preventDefault();
-	rpc.call('session.interrupt', { session_id: current }).catch((err) => chat.addError(err));
+	if (ev.isComposing) return;
+	const el = els.input;
+	switch (ev.key) {
+		case 'Enter':
+			if (ev.shiftKey || ev.altKey) return;
+			ev.preventDefault();
+			els.form.requestSubmit();
+			return;
+		case 'Escape':
+			if (!busy()) return;
+			ev.preventDefault();
+			stop();
+			return;
+		case 'ArrowUp':
+			if (ev.shiftKey || el.value.lastIndexOf('\n', el.selectionStart - 1) !== -1 || sentPos === 0) return;
+			ev.preventDefault();
+			if (sentPos === sent.length) draft = el.value;
+			setInput(sent[--sentPos]);
+			return;
+		case 'ArrowDown':
+			if (ev.shiftKey || el.value.indexOf('\n', el.selectionEnd) !== -1 || sentPos >= sent.length) return;
+			ev.preventDefault();
+			sentPos++;
+			setInput(sentPos === sent.length ? draft : sent[sentPos]);
+			return;
+	}
+});
+
+// A keypress of Enter after its keydown was taken (a real browser sends
+// none; synthetic key events may) must not put a newline into the input.
+els.input.addEventListener('keypress', (ev) => {
+	if (ev.key === 'Enter' && !ev.shiftKey && !ev.altKey) ev.preventDefault();
+});
+
+els.stop.addEventListener('click', () => {
+	stop();
+	els.input.focus();
 });
 
 // Approve / Deny on an approval card: approval.respond. The card changes
@@ -493,7 +684,7 @@ function renderModels() {
 		options.push(opt('', 'echo agent'));
 	} else {
 		options.push(opt('', def ? `default (${def})` : 'default model'));
-		for (const m of list) options.push(opt(m, m));
+		for (const m of list) if (m !== def) options.push(opt(m, m)); // the default is listed once, as the default
 		if (currentModel && !list.includes(currentModel)) options.push(opt(currentModel, currentModel));
 	}
 	sel.replaceChildren(...options);
@@ -502,6 +693,10 @@ function renderModels() {
 	sel.disabled = echo || list.length === 0 || !current;
 	sel.title = modelsError ? `model list unavailable: ${modelsError}` : echo ? 'no model server: the echo agent answers' : 'the model of this session';
 	els.chatModel.textContent = echo ? 'echo agent' : currentModel || def || 'default model';
+	els.input.placeholder =
+		models !== null && !echo
+			? `Ask ${currentModel || def || 'the model'} (or /help)`
+			: 'Type /help, or a prompt';
 	els.chatModel.dataset.model = echo ? '' : currentModel;
 }
 
@@ -549,7 +744,7 @@ async function search() {
 	}
 	if (!rpc.ready) return;
 	const r = await rpc.call('session.search', { query, limit: 20 });
-	if (n === searchSeq) renderHits(els.hits, Array.isArray(r.hits) ? r.hits : []);
+	if (n === searchSeq) renderHits(els.hits, Array.isArray(r.hits) ? r.hits : [], query);
 }
 function searchSoon(delay) {
 	clearTimeout(searchTimer);
@@ -585,7 +780,7 @@ els.list.addEventListener('click', (ev) => {
 	if (button?.dataset.testid === 'session-close') {
 		serial(() => closeSession(id));
 	} else if (button?.dataset.testid === 'session-resume' || (!button && id !== current && !li.classList.contains('closed'))) {
-		serial(() => resume(id, true));
+		serial(() => resumeClicked(id));
 	}
 });
 

@@ -9,8 +9,10 @@
 // the same way whether it came from session.resume / session.reopen /
 // session.history or from the live events, so a reload shows what the live
 // page showed. Kinds: prompt, reply, slash, slash_output, error, notice
-// (unknown kinds render as notices). An error entry reads
-// "error CODE: message".
+// (unknown kinds render as notices). An error entry reads as one sentence
+// (data-testid="error-sentence", no code, no worker internals) followed by a
+// closed <details data-testid="error-details"> with "error CODE: message"
+// and, live, the worker's stderr tail.
 //
 // Lines that are not part of the conversation (local failures, "a reply is
 // still being written", hints) are a bare chat-message div, outside any entry.
@@ -79,9 +81,55 @@ export function approvalStatus(choice, by, mine) {
 	}
 }
 
-/** What an error entry shows: "error CODE: message". */
+/** The exact error as the server said it: "error CODE: message". */
 export function errorText(code, message) {
 	return code ? `error ${code}: ${message ?? ''}` : `error: ${message ?? ''}`;
+}
+
+// The words of a worker failure (error 5004's message starts with
+// "worker <failure>: ", workers.Error): what a person is told. A worker's
+// own refusal ("worker reply: ...") is its own sentence.
+const FAILURE_SENTENCES = {
+	spawn: 'The worker could not start.',
+	crashed: 'The worker stopped before it answered.',
+	timeout: 'The worker did not answer in time and was restarted.',
+	protocol: 'The worker sent a reply dashgate could not read.',
+};
+
+/**
+ * One clear sentence for an error: no code, no internals (those go behind
+ * the disclosure, see errorMessage).
+ */
+export function errorSentence(code, message) {
+	const m = String(message ?? '').trim();
+	const w = /^worker (spawn|crashed|timeout|protocol|reply): ([\s\S]*)$/.exec(m);
+	let s = m;
+	if (w) s = w[1] === 'reply' ? w[2].trim() : FAILURE_SENTENCES[w[1]];
+	else if (code === 4001) s = 'This session is closed or no longer exists.';
+	else if (code === 4009) s = 'A reply is still being written; stop it or wait.';
+	else if (code === -32603) s = m === 'request cancelled' ? 'The request was cancelled.' : 'Something went wrong inside dashgate.';
+	if (!s) s = 'Something went wrong.';
+	s = s.charAt(0).toUpperCase() + s.slice(1);
+	return /[.!?]$/.test(s) ? s : s + '.';
+}
+
+/**
+ * An error message element: the sentence, then a closed
+ * <details data-testid="error-details"> holding the code, the exact
+ * message and the worker's stderr tail (lines), if any.
+ */
+function errorMessage(code, text, tail) {
+	const div = message('error', '');
+	const sentence = el('span', 'error-sentence', errorSentence(code, text));
+	sentence.dataset.testid = 'error-sentence';
+	const details = el('details', 'error-details');
+	details.dataset.testid = 'error-details';
+	details.append(el('summary', '', 'details'));
+	const lines = [errorText(code, text)];
+	if (tail) lines.push('', 'worker stderr:', tail);
+	details.append(el('pre', 'error-details-text', lines.join('\n')));
+	div.append(sentence, details);
+	return div;
 }
 
 export class ChatLog {
@@ -115,11 +163,12 @@ export class ChatLog {
 
 	/** Shows a local failure (not an entry): "error CODE: message", then data.stderr_tail when not empty. */
 	addError(err, context) {
-		let text = err.code != null ? `error ${err.code}: ${err.message}` : `error: ${err.message}`;
-		if (context) text = `${context}: ${text}`;
-		const tail = stderrTail(err);
-		if (tail) text += '\n' + tail;
-		return this.add('error', text);
+		const stick = this.#atBottom();
+		const div = errorMessage(err.code, err.message, stderrTail(err));
+		if (context) div.querySelector('.error-sentence').prepend(`${context}: `);
+		this.#el.append(div);
+		if (stick) this.#scrollToEnd();
+		return div;
 	}
 
 	/**
@@ -176,7 +225,9 @@ export class ChatLog {
 			if (n.querySelector('[data-streaming="true"]')) return false;
 		}
 		const rendered = stored.map(renderEntry);
-		const key = (n) => n.dataset.kind + '\u0000' + n.textContent;
+		// An error is known by its code and sentence: the stderr tail in its
+		// details is live only.
+		const key = (n) => n.dataset.kind + '\u0000' + (n.dataset.code ?? '') + '\u0000' + (n.querySelector('.error-sentence')?.textContent ?? n.textContent);
 		const a = shown.map(key).sort();
 		const b = rendered.map(key).sort();
 		if (a.length !== b.length || a.some((k, i) => k !== b[i])) return false;
@@ -342,8 +393,8 @@ function renderEntry(e) {
 			return wrap;
 		}
 	}
-	const text = kind === 'error' ? errorText(e.code, e.text) : (e.text ?? '');
-	const msg = message(role, text);
+	const text = e.text ?? '';
+	const msg = kind === 'error' ? errorMessage(e.code, text, e.stderr_tail) : message(role, text);
 	if (kind === 'reply') {
 		msg.classList.add('md');
 		wrap._text = text;

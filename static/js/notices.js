@@ -28,3 +28,19 @@ export function workerNotice(p) {
 	if (p.signal) return `worker exited, signal ${p.signal}`;
 	return `worker exited, code ${p.exit_code ?? 0}`;
 }
+
+// The short words of an end_reason in the Closed list.
+const END_LABELS = {
+	client_close: 'closed',
+	close_on_disconnect: 'closed when left',
+	detached_ttl: 'expired',
+	lru_evict: 'evicted',
+	admin_reap: 'ended by an admin',
+	shutdown: 'dashgate stopped',
+	pty_exit: 'terminal ended',
+};
+
+/** The label of a closed session's end_reason (never the raw word). */
+export function endLabel(reason) {
+	return END_LABELS[reason] ?? 'closed';
+}

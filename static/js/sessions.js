@@ -9,8 +9,14 @@
 // with the title, when and why it closed, and the reopen/delete buttons.
 //
 // Search hits (session.search): <li data-testid="search-hit"
-// data-session-id="..." data-seq="..."> with the title and the snippet.
+// data-session-id="..." data-seq="..."> with the title and the snippet, the
+// words of the query marked (<mark>, made with DOM nodes, never HTML).
 // Every text is set with textContent.
+//
+// A live session whose resume failed shows why under it
+// (data-testid="session-error"), not in the chat of the current session.
+
+import { endLabel } from './notices.js';
 
 /** A session that can no longer be resumed. */
 export function isGone(s) {
@@ -22,11 +28,11 @@ export function isGone(s) {
  * @param {Array<object>} sessions as returned by session.list
  * @param {string|null} currentId
  */
-export function renderSessions(ul, sessions, currentId) {
+export function renderSessions(ul, sessions, currentId, errors = new Map()) {
 	const sorted = [...sessions].sort(
 		(a, b) => String(a.created_at).localeCompare(String(b.created_at)) || String(a.session_id).localeCompare(String(b.session_id)),
 	);
-	const items = sorted.map((s) => sessionItem(s, s.session_id === currentId));
+	const items = sorted.map((s) => sessionItem(s, s.session_id === currentId, errors.get(s.session_id)));
 	if (items.length === 0) {
 		const li = document.createElement('li');
 		li.className = 'session-empty';
@@ -36,7 +42,7 @@ export function renderSessions(ul, sessions, currentId) {
 	ul.replaceChildren(...items);
 }
 
-function sessionItem(s, current) {
+function sessionItem(s, current, error) {
 	const li = document.createElement('li');
 	li.className = 'session-item';
 	li.classList.toggle('current', current);
@@ -70,14 +76,32 @@ function sessionItem(s, current) {
 
 	const actions = document.createElement('span');
 	actions.className = 'session-actions';
-	const resume = button('Resume', 'session-resume', 'btn');
-	resume.disabled = isGone(s);
+	// The current session is not offered to itself.
+	if (!current) {
+		const resume = button('Resume', 'session-resume', 'btn');
+		resume.disabled = isGone(s);
+		resume.setAttribute('aria-label', `Resume ${s.title || s.session_id}`);
+		actions.append(resume);
+	} else {
+		li.setAttribute('aria-current', 'true');
+	}
 	const close = button('Close', 'session-close', 'btn btn-danger');
 	close.disabled = isGone(s);
-	actions.append(resume, close);
+	close.setAttribute('aria-label', `Close ${s.title || s.session_id}`);
+	actions.append(close);
 
 	li.append(title, info, actions);
+	if (error) li.append(sessionError(error));
 	return li;
+}
+
+function sessionError(text) {
+	const e = document.createElement('div');
+	e.className = 'session-error';
+	e.dataset.testid = 'session-error';
+	e.setAttribute('role', 'alert');
+	e.textContent = text;
+	return e;
 }
 
 function button(label, testid, className) {
@@ -94,8 +118,8 @@ function button(label, testid, className) {
  * @param {Array<object>} closed closed sessions, newest closed first
  * @param {string|null} currentId
  */
-export function renderClosed(ul, closed, currentId) {
-	const items = closed.map((s) => closedItem(s, s.session_id === currentId));
+export function renderClosed(ul, closed, currentId, errors = new Map()) {
+	const items = closed.map((s) => closedItem(s, s.session_id === currentId, errors.get(s.session_id)));
 	if (items.length === 0) {
 		const li = document.createElement('li');
 		li.className = 'session-empty';
@@ -105,7 +129,7 @@ export function renderClosed(ul, closed, currentId) {
 	ul.replaceChildren(...items);
 }
 
-function closedItem(s, current) {
+function closedItem(s, current, error) {
 	const li = document.createElement('li');
 	li.className = 'session-item closed-session';
 	li.classList.toggle('current', current);
@@ -122,16 +146,27 @@ function closedItem(s, current) {
 	const reason = document.createElement('span');
 	reason.className = 'session-state';
 	reason.dataset.state = 'closed';
-	reason.textContent = s.end_reason || 'closed';
-	const when = document.createElement('span');
+	reason.dataset.testid = 'closed-reason';
+	reason.dataset.reason = s.end_reason ?? '';
+	reason.textContent = endLabel(s.end_reason);
+	const when = document.createElement('time');
+	when.dataset.testid = 'closed-when';
+	when.className = 'closed-when';
+	if (s.closed_at) when.dateTime = String(s.closed_at);
 	when.textContent = shortTime(s.closed_at);
 	info.append(reason, when);
 
 	const actions = document.createElement('span');
 	actions.className = 'session-actions';
-	actions.append(button('Reopen', 'reopen', 'btn'), button('Delete', 'delete', 'btn btn-danger'));
+	const name = s.title || s.session_id;
+	const reopen = button('Reopen', 'reopen', 'btn');
+	reopen.setAttribute('aria-label', `Reopen ${name}`);
+	const del = button('Delete', 'delete', 'btn btn-danger');
+	del.setAttribute('aria-label', `Delete ${name}`);
+	actions.append(reopen, del);
 
 	li.append(title, info, actions);
+	if (error) li.append(sessionError(error));
 	return li;
 }
 
@@ -139,7 +174,7 @@ function closedItem(s, current) {
  * @param {HTMLUListElement} ul
  * @param {Array<object>|null} hits null: no search (the list is hidden)
  */
-export function renderHits(ul, hits) {
+export function renderHits(ul, hits, query = '') {
 	if (hits === null) {
 		ul.hidden = true;
 		ul.replaceChildren();
@@ -158,7 +193,7 @@ export function renderHits(ul, hits) {
 		const snippet = document.createElement('span');
 		snippet.className = 'search-hit-snippet';
 		snippet.dataset.testid = 'search-snippet';
-		snippet.textContent = h.snippet ?? '';
+		snippet.append(...highlight(h.snippet ?? '', query));
 		li.append(title, snippet);
 		return li;
 	});
@@ -172,8 +207,40 @@ export function renderHits(ul, hits) {
 	ul.hidden = false;
 }
 
+/**
+ * The nodes of text with every whole word of query (case-insensitive, as
+ * session.search matches) in a <mark>: text nodes and <mark>s only.
+ */
+export function highlight(text, query) {
+	const words = String(query)
+		.toLowerCase()
+		.split(/[^\p{L}\p{N}_]+/u)
+		.filter(Boolean);
+	if (words.length === 0) return [document.createTextNode(text)];
+	const nodes = [];
+	const re = /[\p{L}\p{N}_]+/gu;
+	let last = 0;
+	for (let m; (m = re.exec(text)); ) {
+		if (!words.includes(m[0].toLowerCase())) continue;
+		if (m.index > last) nodes.push(document.createTextNode(text.slice(last, m.index)));
+		const mark = document.createElement('mark');
+		mark.dataset.testid = 'search-mark';
+		mark.textContent = m[0];
+		nodes.push(mark);
+		last = m.index + m[0].length;
+	}
+	if (last < text.length) nodes.push(document.createTextNode(text.slice(last)));
+	return nodes;
+}
+
+/** "14:05" today, "Mar 3, 14:05" this year, else "Mar 3, 2025". */
 function shortTime(t) {
 	const d = new Date(t);
 	if (!t || Number.isNaN(d.getTime())) return '';
-	return d.toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+	const now = new Date();
+	if (d.toDateString() === now.toDateString()) return d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
+	if (d.getFullYear() === now.getFullYear()) {
+		return d.toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+	}
+	return d.toLocaleDateString(undefined, { year: 'numeric', month: 'short', day: 'numeric' });
 }

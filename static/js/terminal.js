@@ -15,6 +15,14 @@
 // 0 and the server replays its whole buffer, redrawing the screen. The stored
 // offset records how far this browser got and is kept current (throttled, and
 // on pagehide) for diagnostics and other clients.
+//
+// A status line above the terminal (data-testid="terminal-status", its
+// data-state "starting" | "error" | "ended") says what the screen cannot:
+// "starting the terminal…" until its first byte arrives (a shell with a
+// slow rc file), why it could not start, or that it ended ("terminal ended
+// by an administrator", its exit code) with a "Start a new terminal" button
+// (data-testid="terminal-restart"). A new terminal started after one ended
+// keeps the old one's scrollback above a separator.
 
 import { Backoff, socketState, wsURL } from './net.js';
 
@@ -47,13 +55,19 @@ export class TerminalPane {
 	#tokenFailures = 0;
 	#sentSize = { cols: 0, rows: 0 };
 	#encoder = new TextEncoder();
+	#ui; // {status, text, restart} elements of the status line
+	#endNote = ''; // why the terminal ended, when the chat said (an admin's reap)
+	#keep = false; // the next program starts below the old scrollback
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement}} ui the page's id (?page=) and the status line
 	 */
-	constructor(el, base) {
+	constructor(el, base, ui) {
 		this.#base = base;
+		this.#ui = ui;
+		ui.restart.addEventListener('click', () => this.restart());
 		installCspShims();
 		this.term = new Terminal({
 			cursorBlink: true,
@@ -95,6 +109,43 @@ export class TerminalPane {
 		return this.#sessionId;
 	}
 
+	/** Fits the terminal to its element (after a layout change). */
+	refit() {
+		requestAnimationFrame(() => this.#fitNow());
+	}
+
+	/**
+	 * Says why the terminal ended (the chat's notice, e.g. "terminal ended
+	 * by an administrator"); shown once it has ended, or at once if it has.
+	 */
+	ended(note) {
+		this.#endNote = note;
+		if (this.#halted === 'exit') this.#status('ended', note, 'Start a new terminal');
+	}
+
+	/** Starts a new terminal (or takes this one back) after it ended, below the old scrollback. */
+	restart() {
+		if (!this.#sessionId || this.#ws || this.#halted === 'stopped') return;
+		this.#halted = null;
+		this.#backoff.reset();
+		this.#connect();
+		this.term.focus();
+	}
+
+	#status(state, text, button) {
+		const { status, text: t, restart } = this.#ui;
+		if (!state) {
+			status.hidden = true;
+			delete status.dataset.state;
+			return;
+		}
+		status.hidden = false;
+		status.dataset.state = state;
+		t.textContent = text;
+		restart.hidden = !button;
+		if (button) restart.textContent = button;
+	}
+
 	/** State of the terminal socket: "connecting" | "open" | "closing" | "closed". */
 	state() {
 		return socketState(this.#ws);
@@ -116,6 +167,9 @@ export class TerminalPane {
 		this.#halted = null;
 		this.term.reset();
 		this.#pos = 0;
+		this.#endNote = '';
+		this.#keep = false;
+		this.#status(null);
 		if (sessionId) this.#connect();
 	}
 
@@ -128,6 +182,7 @@ export class TerminalPane {
 		this.#disconnect();
 		this.#halted = 'stopped';
 		if (note) this.term.write(`\r\n${DIM}[${note}]${PLAIN}\r\n`);
+		this.#status(note ? 'ended' : null, note ?? '');
 	}
 
 	/**
@@ -156,16 +211,21 @@ export class TerminalPane {
 		this.#fitNow();
 		const { cols, rows } = this.term;
 		const q = new URLSearchParams({ session_id: sid, cols: String(cols), rows: String(rows), keepalive: '1' });
+		if (this.#ui.page) q.set('page', this.#ui.page);
 		const stored = loadStored(sid);
 		const resuming = Boolean(stored?.resume_token);
 		if (resuming) {
 			q.set('resume_token', stored.resume_token);
 			q.set('offset', String(this.#pos));
 		} else if (this.#pos > 0) {
-			// A new program: start from a clean screen.
-			this.term.reset();
+			// A new program, below what the old one left (soft reset:
+			// modes back to normal, scrollback kept).
+			this.term.write(`\x1b[!p\r\n${DIM}── new terminal ──${PLAIN}\r\n`);
 			this.#pos = 0;
 		}
+		this.#endNote = '';
+		let started = false; // its first byte arrived
+		this.#status('starting', resuming ? 'reconnecting to the terminal…' : 'starting the terminal…');
 		this.#skip = 0;
 		this.#sentSize = { cols, rows };
 
@@ -181,6 +241,10 @@ export class TerminalPane {
 				if (msg?.type === 'hello') hello = true;
 				this.#control(msg, resuming);
 			} else {
+				if (!started) {
+					started = true;
+					this.#status(null);
+				}
 				this.#output(ev.data);
 			}
 		});
@@ -191,11 +255,29 @@ export class TerminalPane {
 			if (ev.code === CLOSE_TAKEN_OVER) {
 				this.#halted = 'takeover';
 				this.term.write(`\r\n${DIM}[terminal taken over elsewhere]${PLAIN}\r\n`);
+				this.#status('ended', 'This terminal is open in another tab.', 'Take it back');
 				return;
 			}
 			if (this.#halted === 'exit') {
 				this.term.write(`${DIM}[press a key to start a new terminal]${PLAIN}\r\n`);
 				return;
+			}
+			if (hello && ev.code === CLOSE_NORMAL) {
+				// Ended without an exit of its own: ended from outside (an
+				// administrator's reap, or its session closing, which
+				// stop() then says). Not restarted behind the user's back.
+				this.#halted = 'exit';
+				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
+				this.term.write(`\r\n${DIM}[terminal ended]${PLAIN}\r\n`);
+				this.#status('ended', this.#endNote || 'The terminal was ended.', 'Start a new terminal');
+				return;
+			}
+			if (!hello) {
+				// Refused before it started: the program could not start,
+				// capacity, or the server is away. It is retried.
+				this.#status('error', 'The terminal could not start; retrying…');
+			} else if (started) {
+				this.#status('starting', 'reconnecting to the terminal…');
 			}
 			if (!hello && resuming && ++this.#tokenFailures >= TOKEN_MAX_FAILURES) {
 				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
@@ -232,6 +314,7 @@ export class TerminalPane {
 				localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
 				const code = msg.exit_code ?? '?';
 				this.term.write(`\r\n${DIM}[process exited with code ${code}]${PLAIN}\r\n`);
+				this.#status('ended', this.#endNote || `The terminal ended (exit code ${code}).`, 'Start a new terminal');
 				break;
 			}
 			case 'error':
@@ -267,9 +350,7 @@ export class TerminalPane {
 		}
 		if ((this.#halted === 'exit' || this.#halted === 'takeover') && !ws && this.#sessionId) {
 			// After an exit or a takeover, a key press starts (or takes back) the terminal.
-			this.#halted = null;
-			this.#backoff.reset();
-			this.#connect();
+			this.restart();
 		}
 	}
 

@@ -1,0 +1,129 @@
+package e2e_test
+
+import (
+	"bytes"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+)
+
+// The admin page plots the last minutes, sampled by the server: live
+// sessions and workers, their RSS, and closes per minute by reason.
+func TestAdminPlots(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	dash := b.newTab(t, "dashboard")
+	sid := openDashboard(t, d, dash)
+	sendChat(t, dash, "/echo plotted")
+	waitAssistant(t, dash, "plotted", 1)
+
+	admin := b.newTab(t, "admin")
+	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+	const last = `JSON.parse(document.querySelector('[data-testid="plots"]').dataset.last || '{}')`
+	admin.mustWaitJS(20*time.Second, "a sample with the session, its worker and terminal, and their RSS",
+		fmt.Sprintf(`(s => s.sessions >= 1 && s.workers >= 2 && s.rss_bytes > 0)(%s)`, last),
+		`JSON.stringify(document.querySelector('[data-testid="plots"]').dataset)`)
+	for _, name := range []string{"sessions", "workers", "rss", "closes"} {
+		admin.mustWaitJS(5*time.Second, "plot "+name+" drawn",
+			fmt.Sprintf(`(c => !!c && c.width > 100 && c.height > 50)(document.querySelector('[data-testid="plot-%s"] canvas'))`, name), "")
+	}
+	if visibleNow := mustEval[bool](admin, visible(byTestID("plots-empty"))); visibleNow {
+		t.Errorf("the plots still say there are no samples")
+	}
+
+	// A close shows in the closes plot, by its reason.
+	dash.Do("close the session", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] [data-testid="session-close"]`, js(sid)))))
+	admin.mustWaitJS(20*time.Second, "the closes plot has a client_close series",
+		`[...document.querySelectorAll('[data-testid="plot-closes"] .u-legend .u-label')].some(e => e.textContent === 'client_close')`,
+		`document.querySelector('[data-testid="plot-closes"]').innerText`)
+}
+
+// screenshotDir is where TestScreenshots writes when DASHGATE_SCREENSHOTS=1
+// (README shows them); otherwise it only checks that they can be made.
+const screenshotDir = "docs/screenshots"
+
+// The README's screenshots, made by the suite: the dashboard, the admin
+// page with its plots, the phone layout and an approval card.
+func TestScreenshots(t *testing.T) {
+	m := newModelServer(t)
+	d := startAgent(t, m, t.TempDir())
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	sid := openDashboard(t, d, tb)
+	typeInTerminal(t, tb, "ls -la / | head -5")
+
+	m.then(reply("Here is a **Go** example:\n\n```go\nfmt.Println(\"hello\")\n```\n\n- one\n- two"))
+	sendChat(t, tb, "show me some Go")
+	tb.mustWaitJS(15*time.Second, "the Markdown reply", `!!document.querySelector('[data-testid="entry"][data-kind="reply"] pre') && !document.querySelector('[data-streaming="true"]')`, dashboardState)
+	m.then(toolCall("uname -a"), reply("Done."))
+	sendChat(t, tb, "what system is this?")
+	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
+
+	shots := map[string][]byte{}
+	shot := func(name string, tb *tab) {
+		t.Helper()
+		png, err := chromedp.Run(tb.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		shots[name] = png
+	}
+	shot("dashboard.png", tb)
+	card, err := chromedp.Run(tb.ctx, chromedp.Screenshot(chromedp.CSS(approvalCard)))
+	if err != nil {
+		t.Fatalf("screenshot of the approval card: %v", err)
+	}
+	shots["approval-card.png"] = card
+
+	admin := b.newTab(t, "admin")
+	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+	admin.mustWaitJS(20*time.Second, "two samples plotted",
+		`Number(document.querySelector('[data-testid="plots"]').dataset.samples) >= 2`, "")
+	shot("admin.png", admin)
+
+	phone := b.newTab(t, "phone")
+	if _, err := chromedp.Call(phone.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: 420, Height: 800, DeviceScaleFactor: 1, Mobile: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	phone.Do("open the dashboard", chromedp.Navigate(d.URL("/")))
+	waitDashboard(t, phone)
+	if got := currentSession(t, phone); got != sid {
+		t.Errorf("the phone shows session %s, want %s", got, sid)
+	}
+	shot("phone.png", phone)
+
+	for name, b := range shots {
+		img, err := png.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s is not a PNG: %v", name, err)
+		}
+		if r := img.Bounds(); r.Dx() < 200 || r.Dy() < 100 {
+			t.Errorf("%s is %v", name, r)
+		}
+	}
+	if os.Getenv("DASHGATE_SCREENSHOTS") != "1" {
+		return
+	}
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, screenshotDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range shots {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("wrote %d screenshots into %s", len(shots), dir)
+}
