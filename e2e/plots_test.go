@@ -42,6 +42,11 @@ func TestAdminPlots(t *testing.T) {
 	admin.mustWaitJS(20*time.Second, "the closes plot has a client_close series",
 		`[...document.querySelectorAll('[data-testid="plot-closes"] .u-legend .u-label')].some(e => e.textContent === 'client_close')`,
 		`document.querySelector('[data-testid="plot-closes"]').innerText`)
+	// One close is one close in the last minute, not a rate extrapolated
+	// from one sample.
+	admin.mustWaitJS(20*time.Second, "the closes plot peaks at 1",
+		`document.querySelector('[data-testid="plot-closes"]').dataset.max === '1'`,
+		`document.querySelector('[data-testid="plot-closes"]').dataset.max`)
 }
 
 // screenshotDir is where TestScreenshots writes when DASHGATE_SCREENSHOTS=1

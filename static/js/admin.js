@@ -124,6 +124,7 @@ function plot(name, labels, data) {
 	const el = document.querySelector(`[data-testid="plot-${name}"]`);
 	if (!el) return;
 	const key = labels.join('\u0000');
+	el.dataset.max = String(Math.max(0, ...data.slice(1).flat())); // the highest value shown (tests read it)
 	const width = Math.max(200, el.clientWidth - 16);
 	let p = plots[name];
 	if (p && p.key !== key) {
@@ -162,14 +163,20 @@ async function drawPlots() {
 		return;
 	}
 	const samples = Array.isArray(body.samples) ? body.samples : [];
-	const everyMin = (Number(body.interval_ms) || 5000) / 60000;
 	const t = samples.map((s) => Date.parse(s.t) / 1000);
+	// Closes in the minute up to each sample: a rolling sum of the samples'
+	// counts (each counts the closes since the sample before).
+	const lastMinute = (reason) => samples.map((_, i) => {
+		let n = 0;
+		for (let j = i; j >= 0 && t[i] - t[j] < 60; j--) n += samples[j].closes?.[reason] ?? 0;
+		return n;
+	});
 	plot('sessions', ['sessions'], [t, samples.map((s) => s.sessions)]);
 	plot('workers', ['workers'], [t, samples.map((s) => s.workers)]);
 	plot('rss', ['MiB'], [t, samples.map((s) => Math.round(((s.rss_bytes ?? 0) / 1048576) * 10) / 10)]);
 	const reasons = [...new Set(samples.flatMap((s) => Object.keys(s.closes ?? {})))].sort();
 	const closes = reasons.length ? reasons : ['closes'];
-	plot('closes', closes, [t, ...closes.map((r) => samples.map((s) => Math.round(((s.closes?.[r] ?? 0) / everyMin) * 10) / 10))]);
+	plot('closes', closes, [t, ...closes.map(lastMinute)]);
 	plotsEl.dataset.samples = String(samples.length);
 	plotsEl.dataset.last = samples.length ? JSON.stringify(samples[samples.length - 1]) : '';
 	document.querySelector('[data-testid="plots-empty"]').hidden = samples.length > 0;

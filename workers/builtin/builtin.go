@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/shirou/gopsutil/v4/host"
 	"github.com/shirou/gopsutil/v4/mem"
@@ -151,24 +153,37 @@ func sysinfo(ctx context.Context) string {
 	return b.String()
 }
 
+// echoWord is a word of the prompt with the white space before it.
+var echoWord = regexp.MustCompile(`\s*\S+`)
+
 // prompt answers with an echo agent: the text comes back word by word as
-// delta events, then in full in the reply. A cancelled prompt replies with
-// what was streamed so far and interrupted=true.
+// delta events, then in full in the reply. Line breaks are kept (a
+// multi-line prompt starts on a line of its own after "(echo agent)"), so
+// Markdown comes back as Markdown; runs of spaces become one. A cancelled
+// prompt replies with what was streamed so far and interrupted=true.
 func (s *server) prompt(ctx context.Context, id json.RawMessage, text string) {
-	words := strings.Fields(text)
-	streamed := []string{"(echo agent)"}
+	var streamed strings.Builder
+	streamed.WriteString("(echo agent)")
 	s.Event(id, "delta", map[string]any{"text": "(echo agent)"})
 	t := time.NewTicker(wordDelay())
 	defer t.Stop()
-	for _, w := range words {
+	for i, w := range echoWord.FindAllString(text, -1) {
+		word := strings.TrimLeftFunc(w, unicode.IsSpace)
+		sep := w[:len(w)-len(word)]
+		switch {
+		case i == 0 && strings.Contains(text, "\n"):
+			sep = "\n\n"
+		case !strings.Contains(sep, "\n"):
+			sep = " "
+		}
 		select {
 		case <-ctx.Done():
-			s.Reply(id, map[string]any{"output": strings.Join(streamed, " "), "interrupted": true})
+			s.Reply(id, map[string]any{"output": streamed.String(), "interrupted": true})
 			return
 		case <-t.C:
 		}
-		s.Event(id, "delta", map[string]any{"text": " " + w})
-		streamed = append(streamed, w)
+		s.Event(id, "delta", map[string]any{"text": sep + word})
+		streamed.WriteString(sep + word)
 	}
-	s.Reply(id, map[string]any{"output": strings.Join(streamed, " ")})
+	s.Reply(id, map[string]any{"output": streamed.String()})
 }

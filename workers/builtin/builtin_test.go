@@ -259,6 +259,24 @@ func TestPromptStreams(t *testing.T) {
 	}
 }
 
+// A multi-line prompt comes back with its line breaks (Markdown stays
+// Markdown), on a line of its own after "(echo agent)".
+func TestPromptKeepsLineBreaks(t *testing.T) {
+	t.Parallel()
+	r := startRun(t)
+	r.send(map[string]any{"id": "p1", "method": "prompt", "params": map[string]string{"text": "# Title\n\n- one\n```go\n    x := 1\n```", "turn_id": "t1"}})
+	for {
+		l := r.next()
+		if l.Event == "delta" {
+			continue
+		}
+		if out := l.Result["output"]; out != "(echo agent)\n\n# Title\n\n- one\n```go\n    x := 1\n```" {
+			t.Errorf("output %q", out)
+		}
+		return
+	}
+}
+
 // cancel stops a running /sleep or prompt; both answer at once.
 func TestCancel(t *testing.T) {
 	t.Parallel()
