@@ -133,7 +133,11 @@ func TestChatInputLinesHistoryAndCurrentSession(t *testing.T) {
 		typeKeys("second line\r"),
 	)
 	waitEntryCount(t, tb, "prompt", "first line\nsecond line", 1)
-	waitEntryCount(t, tb, "reply", "(echo agent) first line", 1)
+	// The echo agent keeps the prompt's lines (Markdown stays Markdown).
+	waitEntryCount(t, tb, "reply", "(echo agent)", 1)
+	if reply := mustEval[string](tb, `document.querySelector('[data-testid="chat-log"] [data-testid="entry"][data-kind="reply"]').textContent`); !strings.Contains(reply, "first line") || !strings.Contains(reply, "second line") {
+		t.Errorf("the reply %q does not echo both lines", reply)
+	}
 	if n := mustEval[int](tb, `document.querySelectorAll('[data-testid="entry"][data-kind="prompt"]').length`); n != 1 {
 		t.Errorf("%d prompts sent, want one of two lines", n)
 	}
