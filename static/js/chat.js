@@ -550,26 +550,25 @@ function kindOfRole(role) {
 	}
 }
 
-function markInterrupted(wrap) {
-	const msg = wrap.querySelector('.msg');
-	msg.dataset.interrupted = 'true';
-	if (wrap.querySelector('.entry-marker')) return;
+// mark flags an entry's message (data-<flag>="true") and appends its
+// marker, <span class="entry-marker" data-testid=testid>text</span>,
+// unless the entry has one that matches present already.
+function mark(wrap, flag, testid, text, present) {
+	wrap.querySelector('.msg').dataset[flag] = 'true';
+	if (wrap.querySelector(present)) return;
 	const marker = document.createElement('span');
 	marker.className = 'entry-marker';
-	marker.dataset.testid = 'interrupted';
-	marker.textContent = '[interrupted]';
+	marker.dataset.testid = testid;
+	marker.textContent = text;
 	wrap.append(marker);
 }
 
+function markInterrupted(wrap) {
+	mark(wrap, 'interrupted', 'interrupted', '[interrupted]', '.entry-marker');
+}
+
 function markIncomplete(wrap) {
-	const msg = wrap.querySelector('.msg');
-	msg.dataset.incomplete = 'true';
-	if (wrap.querySelector('[data-testid="incomplete"]')) return;
-	const marker = document.createElement('span');
-	marker.className = 'entry-marker';
-	marker.dataset.testid = 'incomplete';
-	marker.textContent = '(incomplete)';
-	wrap.append(marker);
+	mark(wrap, 'incomplete', 'incomplete', '(incomplete)', '[data-testid="incomplete"]');
 }
 
 function stderrTail(err) {
