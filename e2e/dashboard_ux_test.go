@@ -106,10 +106,13 @@ func TestErrorsReadAsOneSentence(t *testing.T) {
 			}
 		}
 	}
-	// The stderr tail of /exit's worker (running since /nosuchcommand, so
-	// its "ready" line was read) is behind the disclosure.
-	if !strings.Contains(errs[1].Details, "dashgate worker: ready") {
-		t.Errorf("the stderr tail is not behind the disclosure: %q", errs[1].Details)
+	// The worker's stderr tail, when the error carries one, is behind the
+	// disclosure. Whether it does is a race: stderr is drained by its own
+	// goroutine, and a CI run once saw /exit's error built before the
+	// "ready" line was read; so only its place is asserted, below and by
+	// the leak check above.
+	if tail := "dashgate worker: ready"; strings.Contains(errs[1].Visible, tail) && !strings.Contains(errs[1].Details, tail) {
+		t.Errorf("the stderr tail shows outside the disclosure: %q", errs[1].Visible)
 	}
 	// Nothing outside the entries carries the worker's stderr.
 	if n := mustEval[int](tb, `[...document.querySelectorAll('[data-testid="chat-log"] [data-testid="chat-message"]')].filter(m => !m.closest('[data-testid="error-details"]') && m.innerText.includes('dashgate worker')).length`); n != 0 {
