@@ -107,3 +107,43 @@ func TestInterruptStopsSlashCommand(t *testing.T) {
 		t.Fatal("/sleep 60 still runs after session.interrupt")
 	}
 }
+
+// An interrupted slash command whose worker gives no answer of its own (it
+// ignores the cancel, as one still starting does) fails with a clear
+// "command interrupted" (5004) once the worker is recycled, and the error
+// is kept in the history; not with the -32603 of a socket that went.
+func TestInterruptedCommandWorkerSilent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{reg: func(c *sessions.Config) {
+		sp := c.Spawner.(sessions.ProcSpawner)
+		sp.WorkerCmd = []string{"/bin/sh", "-c", "while read -r line; do :; done"} // reads every request, answers none
+		c.Spawner = sp
+		c.InterruptGrace = 100 * time.Millisecond
+	}})
+	cc := e.chat()
+	sid := cc.create()
+	done := make(chan map[string]any, 1)
+	go func() { done <- cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": "/sleep 60"}) }()
+	testkit.WaitFor(t, 10*time.Second, "session.interrupt says it interrupted the command", func() bool {
+		return cc.call("session.interrupt", map[string]any{"session_id": sid})["status"] == "interrupted"
+	})
+	var m map[string]any
+	select {
+	case m = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command still runs after session.interrupt and the cancel grace")
+	}
+	if e, _ := m["error"].(map[string]any); errCode(m) != 5004 || e["message"] != "command interrupted" {
+		t.Fatalf("the interrupted command answered %v, want error 5004 command interrupted", m)
+	}
+	// The history keeps it (followed by the recycled worker's notice).
+	h := cc.call("session.resume", map[string]any{"session_id": sid})["history"].([]any)
+	kept := false
+	for _, x := range h {
+		m, _ := x.(map[string]any)
+		kept = kept || m["kind"] == "error" && m["text"] == "command interrupted"
+	}
+	if !kept {
+		t.Errorf("history %v lacks the error entry command interrupted", h)
+	}
+}

@@ -28,6 +28,10 @@ var (
 	// ErrViewerCapacity: the viewer views Config.MaxViewed sessions already.
 	// It is wrapped in a *ViewerCapacityError that names the limit.
 	ErrViewerCapacity = errors.New("viewer views the most sessions it may") // 4029
+
+	// errInterrupted is the cause of a slash command's context that
+	// Interrupt cancelled.
+	errInterrupted = errors.New("interrupted")
 )
 
 // StoreError is a failure of the conversation store on a path that needs
@@ -1068,14 +1072,20 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	// conversation: a resumed session shows them. The command is shown
 	// when it is sent; its result, unless the session ended meanwhile or
 	// the caller went.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	r.mu.Lock()
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
 	s.execs++
-	unregister := r.execStopLocked(s, cancel)
+	unregister := r.execStopLocked(s, func() { cancel(errInterrupted) })
 	r.mu.Unlock()
 	out, err := r.exec(ctx, s, command)
+	if errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), errInterrupted) {
+		// Interrupted, and the worker gave no answer of its own (it was
+		// still starting, or did not stop within the grace and was
+		// recycled): the command failed, and says why.
+		err = &workers.Error{Failure: workers.FailInterrupted, Message: "command interrupted"}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	unregister()

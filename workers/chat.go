@@ -29,6 +29,10 @@ const (
 	FailTimeout  Failure = "timeout"  // no reply within the deadline
 	FailProtocol Failure = "protocol" // it wrote something that is not the protocol
 	FailReply    Failure = "reply"    // it answered ok:false
+	// FailInterrupted: the caller interrupted the request and the worker
+	// gave no answer of its own (it was still starting, or ignored the
+	// cancel and was recycled). Error() is the Message alone.
+	FailInterrupted Failure = "interrupted"
 )
 
 // Error is a failed worker call. StderrTail holds the worker's last stderr
