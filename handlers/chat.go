@@ -171,7 +171,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *chatConn) readLoop(wg *sync.WaitGroup) error {
 	sem := make(chan struct{}, c.h.MaxInflight)
 	for {
-		typ, frame, err := c.conn.Read(c.sock.readCtx)
+		typ, frame, err := c.conn.Read(c.sock.connCtx)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -48,6 +49,7 @@ type envOpts struct {
 	chat    func(*handlers.Chat)
 	ptyCmd  []string
 	workers int
+	base    context.Context // the server's base context (http.Server.BaseContext), when set
 	// metrics hooks
 	onSessionClose func(sessions.EndReason)
 	onWorkerClose  func(workers.CloseResult)
@@ -86,7 +88,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	mux := http.NewServeMux()
 	mux.Handle("/ws/chat", chat)
 	mux.Handle("/ws/pty", &handlers.Terminal{Registry: reg, Log: log, Socket: o.sock})
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if o.base != nil {
+		srv.Config.BaseContext = func(net.Listener) context.Context { return o.base }
+	}
+	srv.Start()
 	e := &env{log: log, t: t, srv: srv, reg: reg, mgr: mgr, logs: lb, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 	t.Cleanup(func() {
 		srv.CloseClientConnections()

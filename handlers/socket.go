@@ -11,15 +11,18 @@ import (
 )
 
 // socket is the lifecycle of one WebSocket: why it ended (the first cause
-// wins) and how it is closed. coder/websocket closes the connection when a
-// Read's context ends, without a close frame, so reads use readCtx, which
-// only the connection's end stops, and a close with a code goes through
-// conn.Close from another goroutine (the read loop sees the handshake end).
+// wins) and how it is closed. coder/websocket closes the connection,
+// without a close frame, when the context of a Read, Write or Ping ends
+// while it runs, so those use connCtx, which never ends: a stuck write or
+// an unanswered ping is ended by its own timer (abort), the socket's end
+// by CloseNow, and a close with a code goes through conn.Close from
+// another goroutine (the read loop sees the handshake end). Had they used
+// ctx, the server's shutdown would race its own 1001 close frame.
 type socket struct {
 	conn    *websocket.Conn
-	ctx     context.Context // ends with the socket or the server
+	ctx     context.Context // ends with the socket or the server: loops stop on it
 	cancel  context.CancelCauseFunc
-	readCtx context.Context
+	connCtx context.Context // never ends (see above)
 
 	mu      sync.Mutex
 	first   error
@@ -29,7 +32,7 @@ type socket struct {
 
 func newSocket(parent context.Context, conn *websocket.Conn) *socket {
 	ctx, cancel := context.WithCancelCause(parent)
-	s := &socket{conn: conn, ctx: ctx, cancel: cancel, readCtx: context.WithoutCancel(parent)}
+	s := &socket{conn: conn, ctx: ctx, cancel: cancel, connCtx: context.WithoutCancel(parent)}
 	// The server shutting down (its base context) closes the socket with 1001.
 	s.stop = context.AfterFunc(parent, func() {
 		s.closeWith(context.Cause(parent), websocket.StatusGoingAway, "server shutting down")
@@ -100,7 +103,7 @@ func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Dur
 		timeout = 10 * time.Second
 	}
 	t := time.AfterFunc(timeout, func() { s.abort(errWriteTimeout) })
-	err := s.conn.Write(s.ctx, typ, b)
+	err := s.conn.Write(s.connCtx, typ, b)
 	if !t.Stop() {
 		return errWriteTimeout
 	}
@@ -136,7 +139,7 @@ func pingLoop(s *socket, cfg SocketConfig) {
 		// the socket ends, and with it every Ping.
 		pings.Go(func() {
 			pt := time.AfterFunc(timeout, func() { s.abort(errPingTimeout) })
-			err := s.conn.Ping(s.ctx)
+			err := s.conn.Ping(s.connCtx)
 			if pt.Stop() && err != nil {
 				s.abort(err)
 			}

@@ -203,7 +203,7 @@ func (h *Terminal) writeJSON(sock *socket, v any) error {
 // holds the socket's reading (the client is slowed, nothing is buffered).
 func (h *Terminal) readInput(sock *socket, att *sessions.Attachment) error {
 	for {
-		typ, frame, err := sock.conn.Read(sock.readCtx)
+		typ, frame, err := sock.conn.Read(sock.connCtx)
 		if err != nil {
 			return err
 		}

@@ -501,3 +501,34 @@ func TestTerminalClosesGoingAwayAtShutdown(t *testing.T) {
 		t.Fatalf("closed with %v, want 1001", err)
 	}
 }
+
+// TestShutdownClosesBusySocketsGoingAway: the server's shutdown (its base
+// context cancelled with ErrShutdown, as web.Run does) closes every socket
+// with 1001 even while frames are being written to it. coder/websocket
+// drops the connection without a close frame when the context of a write
+// in progress ends, so writes must not use a context the shutdown ends.
+func TestShutdownClosesBusySocketsGoingAway(t *testing.T) {
+	t.Parallel()
+	base, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	e := newEnv(t, envOpts{base: base, ptyCmd: []string{"/usr/bin/yes", "a line of output that keeps the socket busy"}})
+	var ps []*ptyClient
+	for range 4 {
+		ps = append(ps, e.pty(nil))
+	}
+	for _, p := range ps {
+		testkit.WaitFor(t, 10*time.Second, "output streaming", func() bool { return p.received() > 256<<10 })
+	}
+	cc := e.chat()
+	cc.create()
+	stop(handlers.ErrShutdown)
+	for i, p := range ps {
+		if err := p.closeErr(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+			t.Errorf("busy terminal socket %d closed with %v, want 1001", i, err)
+		}
+	}
+	testkit.WaitFor(t, 10*time.Second, "chat socket closed", func() bool { return cc.Err() != nil })
+	if err := cc.Err(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Errorf("chat socket closed with %v, want 1001", err)
+	}
+}
