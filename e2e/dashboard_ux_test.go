@@ -545,3 +545,36 @@ func release(t *testing.T, fifo string) {
 		t.Fatalf("release %s: nobody read it within 10s", fifo)
 	}
 }
+
+// Lists are updated in place: the dashboard's session list when another
+// socket adds a session, and the admin page at its refresh, keep the node
+// of a button a person is about to click or holds the focus on (it stays
+// in the page, focused), instead of rebuilding every row.
+func TestListsKeepTheirNodes(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	dash := b.newTab(t, "dashboard")
+	openDashboard(t, d, dash)
+	other := openChat(t, "other", d.WSURL("ws/chat"), bearer())
+	two := other.createSession("two")
+	resume := fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] [data-testid="session-resume"]`, js(two))
+	dash.mustWaitJS(10*time.Second, "session two listed", exists(resume), dashboardState)
+	dash.mustWaitJS(5*time.Second, "its Resume button focused",
+		fmt.Sprintf(`(b => (window.held = b, b.focus(), document.activeElement === b))(document.querySelector(%s))`, js(resume)), dashboardState)
+	three := other.createSession("three")
+	dash.mustWaitJS(10*time.Second, "session three listed",
+		exists(fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s]`, js(three))), dashboardState)
+	if ok := mustEval[bool](dash, `document.contains(window.held) && document.activeElement === window.held`); !ok {
+		t.Error("the session list was rebuilt: the focused Resume button of session two left the page")
+	}
+
+	admin := b.newTab(t, "admin")
+	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+	reap := sessionRow(two) + ` [data-testid="reap-session"]`
+	admin.mustWaitJS(10*time.Second, "session two's reap button focused", adminLoaded+" && "+
+		fmt.Sprintf(`(b => (window.held = b, window.at = document.querySelector('[data-testid="admin-body"]').dataset.generatedAt, b.focus(), document.activeElement === b))(document.querySelector(%s))`, js(reap)), adminState)
+	admin.mustWaitJS(10*time.Second, "a refresh", `document.querySelector('[data-testid="admin-body"]').dataset.generatedAt !== window.at`, adminState)
+	if ok := mustEval[bool](admin, `document.contains(window.held) && document.activeElement === window.held`); !ok {
+		t.Error("the admin refresh rebuilt the page: the focused reap button left it")
+	}
+}

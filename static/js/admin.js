@@ -1,7 +1,8 @@
 // The admin page's script.
 //
 // Refresh: the body is fetched again every 2 s (?fragment=1, the same templ
-// component) and replaces the old one; the window's scroll position is kept.
+// component) and the old one is updated in place to match it (morph.js: a
+// button holding the focus stays put); the window's scroll position is kept.
 //
 // Reaps: a reap button (each carries data-confirm, the question) asks first
 // in a <dialog data-testid="confirm-dialog"> (confirm-yes / confirm-no),
@@ -15,6 +16,7 @@
 // minute by end_reason. The plots section carries data-samples (how many
 // samples are drawn) and data-last (the newest sample, JSON) for tests.
 import uPlot from '../vendor/uplot/uPlot.esm.js';
+import { morphInto } from './morph.js';
 
 const base = document.body.dataset.basePath || '/';
 const everyMs = 2000;
@@ -36,7 +38,7 @@ async function refresh() {
 		if (!fresh) return;
 		const x = window.scrollX,
 			y = window.scrollY;
-		document.getElementById('admin-body')?.replaceWith(fresh);
+		morphInto(body, fresh);
 		window.scrollTo(x, y);
 	} catch (e) {
 		console.warn('admin refresh failed', e);

@@ -11,11 +11,13 @@
 // Search hits (session.search): <li data-testid="search-hit"
 // data-session-id="..." data-seq="..."> with the title and the snippet, the
 // words of the query marked (<mark>, made with DOM nodes, never HTML).
-// Every text is set with textContent.
+// Every text is set with textContent. A list is updated in place (morph.js):
+// an item that did not change is the same node after a refresh.
 //
 // A live session whose resume failed shows why under it
 // (data-testid="session-error"), not in the chat of the current session.
 
+import { morphChildren } from './morph.js';
 import { endLabel } from './notices.js';
 
 /** A session that can no longer be resumed. */
@@ -39,7 +41,7 @@ export function renderSessions(ul, sessions, currentId, errors = new Map()) {
 		li.textContent = 'No sessions';
 		items.push(li);
 	}
-	ul.replaceChildren(...items);
+	morphChildren(ul, items);
 }
 
 function sessionItem(s, current, error) {
@@ -126,7 +128,7 @@ export function renderClosed(ul, closed, currentId, errors = new Map()) {
 		li.textContent = 'No closed sessions';
 		items.push(li);
 	}
-	ul.replaceChildren(...items);
+	morphChildren(ul, items);
 }
 
 function closedItem(s, current, error) {
@@ -203,7 +205,7 @@ export function renderHits(ul, hits, query = '') {
 		li.textContent = 'No matches';
 		items.push(li);
 	}
-	ul.replaceChildren(...items);
+	morphChildren(ul, items);
 	ul.hidden = false;
 }
 
