@@ -94,3 +94,28 @@ func BenchmarkTable(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStart: Start of a terminal (/bin/sh on a pty), from the call
+// until it returns (the program has exec'd), in cgroup mode and in the
+// fallback; each is closed after (not timed). Reports the p50 and p99.
+func BenchmarkStart(b *testing.B) {
+	for _, mode := range []string{"cgroup", "fallback"} {
+		b.Run(mode, func(b *testing.B) {
+			m := benchManager(b, mode)
+			var starts []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				p, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-bench", Path: "/bin/sh"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				starts = append(starts, time.Since(t0))
+				p.Close(ReasonDetach)
+				p.PTY().Close()
+			}
+			slices.Sort(starts)
+			b.ReportMetric(float64(starts[len(starts)/2].Microseconds()), "start-p50-µs")
+			b.ReportMetric(float64(starts[len(starts)*99/100].Microseconds()), "start-p99-µs")
+		})
+	}
+}
