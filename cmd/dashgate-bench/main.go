@@ -132,6 +132,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 // Main runs the tool with args and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "relay" { // a reference relay of the keys group (relay.go)
+		if err := serveRelay(args[1], stdout); err != nil {
+			fmt.Fprintln(stderr, "dashgate-bench relay:", err)
+			return 1
+		}
+		return 0
+	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -234,6 +241,7 @@ type group struct {
 	prepare func(ctx context.Context, dir string) error
 	runs    int // 0: --runs
 	setup   func(ctx context.Context, t *target) error
+	done    func() // when set, called once the group's runs are over
 	run     func(ctx context.Context, t *target, r int) ([]float64, error)
 }
 
@@ -292,6 +300,9 @@ func (b *bench) runGroup(ctx context.Context, g group) {
 		if t := live[bd.label]; t != nil {
 			b.stop(g.name, t)
 		}
+	}
+	if g.done != nil {
+		g.done()
 	}
 }
 

@@ -49,7 +49,13 @@ func openTerm(ctx context.Context, t *target, cols, rows int) (*term, error) {
 			stop: func() error { cmd.Process.Kill(); f.Close(); cmd.Wait(); return nil },
 		}, nil
 	}
-	p, _, err := testkit.DialPTY(ctx, t.WSURL(fmt.Sprintf("ws/pty?cols=%d&rows=%d", cols, rows)), testkit.DialOptions{Token: t.Token})
+	return dialTerm(ctx, t.WSURL(fmt.Sprintf("ws/pty?cols=%d&rows=%d", cols, rows)), t.Token)
+}
+
+// dialTerm opens a terminal of url: a /ws/pty of dashgate, or of a
+// reference relay (no token).
+func dialTerm(ctx context.Context, url, token string) (*term, error) {
+	p, _, err := testkit.DialPTY(ctx, url, testkit.DialOptions{Token: token})
 	if err != nil {
 		return nil, err
 	}
@@ -192,23 +198,25 @@ func latency(name string, figs []*Figure, side func(ctx context.Context, x *targ
 }
 
 // keys: n single bytes typed into cat on a raw terminal, each timed from
-// the write to its echo, after 20 warm-up bytes; interleaved, the same on a
-// plain pty shows what the machine itself adds.
+// the write to its echo, after 20 warm-up bytes. In the same run, in an
+// order that rotates run by run: the same on a plain pty (what the machine
+// itself adds) and through the two reference relays of relay.go (what any
+// WebSocket relay adds, with nothing of dashgate's on the path).
 func keys(n int) group {
 	figs := []*Figure{
 		fig(fmt.Sprintf("keystroke round trip (%d × 1 byte through cat) p50", n), "ms", "<= 0.3"),
 		fig("keystroke round trip p99", "ms", "<= 2"),
 		fig("  same on a plain pty (no WebSocket) p50", "ms", ""),
 		fig("  same on a plain pty (no WebSocket) p99", "ms", ""),
+		fig("  same through a minimal Go relay (coder/websocket) p50", "ms", ""),
+		fig("  same through a minimal Go relay (coder/websocket) p99", "ms", ""),
+		fig("  same through a raw relay (poll(2), one thread) p50", "ms", ""),
+		fig("  same through a raw relay (poll(2), one thread) p99", "ms", ""),
 	}
-	return latency("keys", figs, func(ctx context.Context, x *target) ([]time.Duration, error) {
-		tm, err := openTerm(ctx, x, 80, 24)
-		if err != nil {
-			return nil, err
-		}
+	typeKeys := func(tm *term) ([]time.Duration, error) {
 		defer tm.stop()
 		var ds []time.Duration
-		_, err = tm.runMarked("exec cat")
+		_, err := tm.runMarked("exec cat")
 		for i := 0; err == nil && i < 20+n; i++ {
 			c, t0 := 'a'+byte(i%26), time.Now()
 			var got []byte
@@ -220,7 +228,55 @@ func keys(n int) group {
 			}
 		}
 		return ds[min(20, len(ds)):], err
-	})
+	}
+	var relays []*relay
+	return group{name: "keys", figs: figs,
+		setup: func(ctx context.Context, _ *target) error {
+			for _, kind := range []string{"go", "raw"} {
+				if len(relays) == 2 {
+					break
+				}
+				r, err := startRelay(context.WithoutCancel(ctx), kind)
+				if err != nil {
+					return err
+				}
+				relays = append(relays, r)
+			}
+			return nil
+		},
+		done: func() {
+			for _, r := range relays {
+				r.stop()
+			}
+			relays = nil
+		},
+		run: func(ctx context.Context, t *target, r int) ([]float64, error) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			open := []func() (*term, error){
+				func() (*term, error) { return openTerm(ctx, t, 80, 24) },
+				func() (*term, error) { return openTerm(ctx, nil, 80, 24) },
+				func() (*term, error) { return dialTerm(ctx, relays[0].url, "") },
+				func() (*term, error) { return dialTerm(ctx, relays[1].url, "") },
+			}
+			var vals []float64
+			ds := make([][]time.Duration, len(open))
+			for k := range open {
+				i := (k + r) % len(open)
+				tm, err := open[i]()
+				if err == nil {
+					ds[i], err = typeKeys(tm)
+				}
+				if err != nil {
+					return nil, err
+				}
+			}
+			for _, d := range ds {
+				v := ms(d)
+				vals = append(vals, percentile(v, 50), percentile(v, 99))
+			}
+			return vals, nil
+		}}
 }
 
 // connect: n terminals opened in sequence, each timed from the start (the
