@@ -43,23 +43,41 @@ func (m *Manager) reapOrphan(pid int) bool {
 }
 
 // RunReaper reaps zombie orphans adopted by dashgate (see EnableSubreaper)
-// on every SIGCHLD and every interval, until ctx is done. It blocks.
+// every interval and ReapCoalesce after a SIGCHLD, until ctx is done. It
+// blocks.
 func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	defer signal.Stop(sigs)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	pause := time.NewTimer(0)
+	<-pause.C
 	for {
 		m.reapZombieOrphans()
 		select {
 		case <-ctx.Done():
 			return
 		case <-sigs:
+			// One scan covers the SIGCHLDs of a burst (a tree ending, a
+			// close per connect): each scan reads a children file per
+			// thread, which at a terminal per few ms was a fifth of
+			// dashgate's CPU (BENCHMARKS.md, issue 18).
+			pause.Reset(ReapCoalesce)
+			select {
+			case <-ctx.Done():
+				return
+			case <-pause.C:
+			}
 		case <-tick.C:
 		}
 	}
 }
+
+// ReapCoalesce is how long RunReaper waits after a SIGCHLD before it
+// scans: an adopted orphan's zombie lingers at most that much longer, and
+// the SIGCHLDs meanwhile cost one scan.
+const ReapCoalesce = 25 * time.Millisecond
 
 func (m *Manager) reapZombieOrphans() {
 	for _, pid := range childrenOfSelf() {
