@@ -93,6 +93,16 @@ func TestInterruptStopsSlashCommand(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	cc := e.chat()
 	sid := cc.create()
+	if m := interruptSleep(t, cc, sid); errCode(m) != 5004 {
+		t.Fatalf("the interrupted /sleep answered %v, want error 5004 (sleep cancelled)", m)
+	}
+}
+
+// interruptSleep runs /sleep 60 in sid and session.interrupt until it says
+// it interrupted the command, and returns the command's answer, failing
+// the test when there is none 10 s later.
+func interruptSleep(t *testing.T, cc *chatClient, sid string) map[string]any {
+	t.Helper()
 	done := make(chan map[string]any, 1)
 	go func() { done <- cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": "/sleep 60"}) }()
 	testkit.WaitFor(t, 10*time.Second, "session.interrupt says it interrupted the command", func() bool {
@@ -100,11 +110,10 @@ func TestInterruptStopsSlashCommand(t *testing.T) {
 	})
 	select {
 	case m := <-done:
-		if errCode(m) != 5004 {
-			t.Fatalf("the interrupted /sleep answered %v, want error 5004 (sleep cancelled)", m)
-		}
+		return m
 	case <-time.After(10 * time.Second):
-		t.Fatal("/sleep 60 still runs after session.interrupt")
+		t.Fatal("/sleep 60 still runs after session.interrupt (and the cancel grace)")
+		return nil
 	}
 }
 
@@ -122,17 +131,7 @@ func TestInterruptedCommandWorkerSilent(t *testing.T) {
 	}})
 	cc := e.chat()
 	sid := cc.create()
-	done := make(chan map[string]any, 1)
-	go func() { done <- cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": "/sleep 60"}) }()
-	testkit.WaitFor(t, 10*time.Second, "session.interrupt says it interrupted the command", func() bool {
-		return cc.call("session.interrupt", map[string]any{"session_id": sid})["status"] == "interrupted"
-	})
-	var m map[string]any
-	select {
-	case m = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the command still runs after session.interrupt and the cancel grace")
-	}
+	m := interruptSleep(t, cc, sid)
 	if e, _ := m["error"].(map[string]any); errCode(m) != 5004 || e["message"] != "command interrupted" {
 		t.Fatalf("the interrupted command answered %v, want error 5004 command interrupted", m)
 	}
