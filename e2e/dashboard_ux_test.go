@@ -41,8 +41,8 @@ func TestRunningCommandShowsPendingAndStop(t *testing.T) {
 	sendChat(t, tb, "/sleep 60")
 	tb.mustWaitJS(5*time.Second, "while /sleep runs: the pending line, Stop, Send disabled", running, dashboardState)
 	tb.Do("click Stop", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
-	tb.mustWaitJS(10*time.Second, "/sleep stopped: its error entry, idle again",
-		idle+` && [...document.querySelectorAll('[data-testid="entry"][data-kind="error"] [data-testid="error-sentence"]')].some(e => e.textContent === 'Sleep cancelled.')`,
+	tb.mustWaitJS(10*time.Second, "/sleep stopped: its entry, marked interrupted (not a failure), idle again",
+		idle+` && [...document.querySelectorAll('[data-testid="entry"][data-kind="error"]')].some(e => e.querySelector('[data-testid="error-sentence"]')?.textContent === 'Sleep cancelled.' && !!e.querySelector('[data-testid="interrupted"]') && e.querySelector('.msg').dataset.interrupted === 'true')`,
 		dashboardState)
 
 	// Escape in the input stops it too.
@@ -58,6 +58,13 @@ func TestRunningCommandShowsPendingAndStop(t *testing.T) {
 	tb.Do("click Stop during the reply", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
 	tb.mustWaitJS(10*time.Second, "the reply interrupted, idle again",
 		idle+` && !!document.querySelector('[data-testid="entry"][data-kind="reply"] [data-testid="interrupted"]')`, dashboardState)
+
+	// Reloaded, the stopped commands still read as stopped (the history
+	// keeps it).
+	tb.Do("reload", chromedp.Reload())
+	tb.mustWaitJS(10*time.Second, "after a reload both stopped commands are marked interrupted",
+		`(es => es.length === 2 && es.every(e => !!e.querySelector('[data-testid="interrupted"]')))([...document.querySelectorAll('[data-testid="entry"][data-kind="error"]')])`,
+		dashboardState)
 }
 
 // A failed command reads as one sentence; the code, the exact message and
@@ -89,6 +96,9 @@ func TestErrorsReadAsOneSentence(t *testing.T) {
 		details: e.querySelector('[data-testid="error-details"]')?.textContent ?? '',
 		visible: e.innerText,
 	}))`)
+	if n := mustEval[int](tb, `document.querySelectorAll('[data-testid="entry"][data-kind="error"] [data-testid="interrupted"]').length`); n != 0 {
+		t.Errorf("%d failed commands are marked interrupted; nobody stopped them", n)
+	}
 	want := []string{"Unknown command /nosuchcommand (try /help).", "The worker stopped before it answered."}
 	for i, e := range errs {
 		if e.Sentence != want[i] {

@@ -96,6 +96,20 @@ func TestInterruptStopsSlashCommand(t *testing.T) {
 	if m := interruptSleep(t, cc, sid); errCode(m) != 5004 {
 		t.Fatalf("the interrupted /sleep answered %v, want error 5004 (sleep cancelled)", m)
 	}
+	// Its error entry says it was interrupted; a command that failed by
+	// itself does not.
+	if m := cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": "/nosuchcommand"}); errCode(m) == 0 {
+		t.Fatalf("/nosuchcommand answered %v, want an error", m)
+	}
+	var flags []any
+	for _, x := range cc.call("session.resume", map[string]any{"session_id": sid})["history"].([]any) {
+		if m, _ := x.(map[string]any); m["kind"] == "error" {
+			flags = append(flags, m["interrupted"])
+		}
+	}
+	if fmt.Sprint(flags) != "[true <nil>]" {
+		t.Errorf("the error entries' interrupted: %v, want [true <nil>] (the stopped /sleep, then /nosuchcommand)", flags)
+	}
 }
 
 // interruptSleep runs /sleep 60 in sid and session.interrupt until it says
@@ -140,7 +154,7 @@ func TestInterruptedCommandWorkerSilent(t *testing.T) {
 	kept := false
 	for _, x := range h {
 		m, _ := x.(map[string]any)
-		kept = kept || m["kind"] == "error" && m["text"] == "command interrupted"
+		kept = kept || m["kind"] == "error" && m["text"] == "command interrupted" && m["interrupted"] == true
 	}
 	if !kept {
 		t.Errorf("history %v lacks the error entry command interrupted", h)

@@ -1080,7 +1080,8 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	unregister := r.execStopLocked(s, func() { cancel(errInterrupted) })
 	r.mu.Unlock()
 	out, err := r.exec(ctx, s, command)
-	if errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), errInterrupted) {
+	interrupted := err != nil && errors.Is(context.Cause(ctx), errInterrupted)
+	if interrupted && errors.Is(err, context.Canceled) {
 		// Interrupted, and the worker gave no answer of its own (it was
 		// still starting, or did not stop within the grace and was
 		// recycled): the command failed, and says why.
@@ -1093,7 +1094,9 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if s.live() && shown {
 		if err != nil {
 			code, msg := r.cfg.DescribeError(err)
-			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code})
+			// An interrupted command's error says so (the dashboard shows
+			// it as stopped, not as a failure).
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, Interrupted: interrupted})
 		} else {
 			r.appendLocked(s, Message{Role: store.RoleAssistant, Kind: store.KindSlashOutput, Text: out})
 		}

@@ -448,6 +448,7 @@ async function submit(line) {
 	// Shown at once; the server keeps it in the history once it ran.
 	const mine = chat.entry(slash ? { kind: 'slash', text } : { kind: 'prompt', text: line });
 	const mark = execSeq;
+	const stopsBefore = stops;
 	execs++; // pending until the reply (a command) or its turn is known (a prompt)
 	setPending(slash ? `running ${text.split(/\s/)[0]}…` : 'waiting for the reply…');
 	updateBusy();
@@ -474,7 +475,9 @@ async function submit(line) {
 			// As the history keeps it: the code and the message; the
 			// stderr tail, which it does not keep, only behind the
 			// entry's disclosure.
-			chat.entry({ kind: 'error', code: err.code, text: err.message, stderr_tail: stderrTail(err) });
+			// A command stopped with Stop or Escape reads as stopped, as
+			// the history keeps it (interrupted), not as a failure.
+			chat.entry({ kind: 'error', code: err.code, text: err.message, stderr_tail: stderrTail(err), interrupted: stops !== stopsBefore });
 		} else {
 			chat.demote(mine);
 			chat.addError(err);
@@ -534,8 +537,10 @@ function updateBusy() {
 }
 
 /** Stops the running turn or command (session.interrupt). */
+let stops = 0; // stop() calls: a command that fails after one was stopped
 function stop() {
 	if (!busy()) return;
+	stops++;
 	setPending('stopping…');
 	rpc.call('session.interrupt', { session_id: current }).catch((err) => chat.addError(err));
 }

@@ -402,7 +402,7 @@ function renderEntry(e) {
 		if (e.turn_id) msg.dataset.turnId = e.turn_id;
 	}
 	wrap.append(msg);
-	if (kind === 'reply' && e.interrupted) markInterrupted(wrap);
+	if ((kind === 'reply' || kind === 'error') && e.interrupted) markInterrupted(wrap);
 	if (kind === 'reply' && e.status === 'incomplete') markIncomplete(wrap);
 	return wrap;
 }
