@@ -69,10 +69,27 @@ func currentSession(t *testing.T, tb *tab) string {
 }
 
 // sendChat types line into the chat input and presses Enter.
+//
+// A line longer than pasteOver goes in as one text insertion, as a paste
+// does (then Enter as a key): typed key by key, 750 characters once took
+// longer than an action's 20 s on a loaded CI machine.
 func sendChat(t *testing.T, tb *tab, line string) {
 	t.Helper()
-	tb.Do("type "+line+" in the chat", chromedp.SendKeys(chromedp.CSS(`[data-testid="chat-input"]`), line+"\r"))
+	in := chromedp.CSS(`[data-testid="chat-input"]`)
+	if len(line) <= pasteOver {
+		tb.Do("type "+line+" in the chat", chromedp.SendKeys(in, line+"\r"))
+		return
+	}
+	tb.Do(fmt.Sprintf("paste %.40q… (%d bytes) into the chat", line, len(line)),
+		chromedp.Focus(in),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: line})
+			return err
+		}),
+		chromedp.SendKeys(in, "\r"))
 }
+
+const pasteOver = 60
 
 // chatCount counts the chat messages of role whose whole text is text.
 func chatCount(role, text string) string {
