@@ -51,8 +51,8 @@ func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 	defer signal.Stop(sigs)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	pause := time.NewTimer(0)
-	<-pause.C
+	pause := time.NewTimer(ReapCoalesce)
+	pause.Stop() // armed by a SIGCHLD (Reset); Go 1.23 timers keep no stale tick
 	for {
 		m.reapZombieOrphans()
 		select {
