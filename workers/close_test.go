@@ -355,3 +355,37 @@ func TestWorkerExitNoticed(t *testing.T) {
 		})
 	}
 }
+
+// TestReaperLeavesOtherManagersChildren: reaping is process-wide, so one
+// Manager's orphan reaper scanning in a loop must never take the exit
+// status of a child another Manager of the process started (a CI run saw a
+// "/exit 3" recorded as exit code -1 while a parallel test's teardown
+// reaped zombies). Each of the children exits 3; every record must say so.
+func TestReaperLeavesOtherManagersChildren(t *testing.T) {
+	a, _ := newTestManager(t, Config{})
+	b, _ := newTestManager(t, Config{})
+	stop := make(chan struct{})
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				a.reapZombieOrphans()
+			}
+		}
+	}()
+	defer func() { close(stop); <-scanned }()
+	for i := range 100 {
+		p, err := b.Start(Spec{SessionID: "s-other", Path: "/bin/sh", Args: []string{"-c", "exit 3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Exited()
+		if res := p.Close(ReasonExited); res.ExitCode != 3 {
+			t.Fatalf("child %d: exit code %d, want 3 (another Manager's reaper took its status)", i, res.ExitCode)
+		}
+	}
+}

@@ -135,15 +135,25 @@ type CloseResult struct {
 	Cgroup      string // the child's cgroup directory; "" in the fallback
 }
 
+// unreaped holds the pid of every child any Manager of this process
+// started whose exit status os/exec has not yet collected. Reaping is
+// process-wide (wait4), so the orphan reaper checks this, not one
+// Manager's table: with two Managers in a process (the tests run many), one
+// must never take the exit status of the other's child. spawnMu is held
+// across fork and registration (the spawn thread serialises forks anyway)
+// and by the orphan reaper, which so never sees a child that is not yet
+// registered.
+var (
+	spawnMu  sync.Mutex
+	unreaped = map[int]int{} // pid → count (a pid reused while its old Wait returns counts twice); guarded by spawnMu
+)
+
 // Manager starts children and keeps the table of the live ones.
 // Its methods are safe for concurrent use.
 type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	// spawnMu is held across fork+registration and by the orphan reaper, so
-	// the reaper never sees a child of ours that is not yet registered.
-	spawnMu sync.Mutex
 	mu      sync.Mutex
 	procs   map[int]*Proc
 	reserve int // slots taken by starts in progress
@@ -261,17 +271,18 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		p.cg = g
 	}
 
-	m.spawnMu.Lock()
+	spawnMu.Lock()
 	var err error
 	onSpawnThread(func() { err = p.start(cgfd) })
 	if err == nil {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
+		unreaped[p.pid]++
 		m.mu.Lock()
 		m.procs[p.pid] = p
 		m.mu.Unlock()
 	}
-	m.spawnMu.Unlock()
+	spawnMu.Unlock()
 	if cgfd >= 0 {
 		unix.Close(cgfd)
 	}
@@ -427,6 +438,11 @@ func newMarker() string {
 func (p *Proc) wait() {
 	defer p.m.wg.Done()
 	p.cmd.Wait()
+	spawnMu.Lock()
+	if unreaped[p.pid]--; unreaped[p.pid] <= 0 {
+		delete(unreaped, p.pid)
+	}
+	spawnMu.Unlock()
 	p.state = p.cmd.ProcessState
 	close(p.waited)
 }

@@ -27,14 +27,11 @@ func EnableSubreaper() error {
 }
 
 // reapOrphan reaps pid if it is a zombie child of dashgate that os/exec does
-// not own. It never waits for any other pid.
+// not own (of any Manager: see unreaped). It never waits for any other pid.
 func (m *Manager) reapOrphan(pid int) bool {
-	m.spawnMu.Lock()
-	defer m.spawnMu.Unlock()
-	m.mu.Lock()
-	_, owned := m.procs[pid]
-	m.mu.Unlock()
-	if owned {
+	spawnMu.Lock()
+	defer spawnMu.Unlock()
+	if unreaped[pid] > 0 {
 		return false
 	}
 	var ws unix.WaitStatus
