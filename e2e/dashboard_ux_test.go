@@ -588,3 +588,28 @@ func TestListsKeepTheirNodes(t *testing.T) {
 		t.Error("the admin refresh rebuilt the page: the focused reap button left it")
 	}
 }
+
+// A terminal taken over by another tab is taken back by typing in it, and
+// what was typed goes into it: the key that takes it back is not lost.
+func TestTerminalTakenBackKeepsTheKey(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	one := b.newTab(t, "one")
+	sid := openDashboard(t, d, one)
+	typeInTerminal(t, one, "echo first-$((6*7))")
+	if _, err := waitTerminalOutput(t, one, "echo first-$((6*7))", exactly("first-42"), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	two := b.newTab(t, "two")
+	two.Do("open the dashboard", chromedp.Navigate(d.URL("/")))
+	waitDashboard(t, two)
+	if got := currentSession(t, two); got != sid {
+		t.Fatalf("the second tab shows session %s, want %s", got, sid)
+	}
+	one.mustWaitJS(10*time.Second, "tab one says its terminal was taken over",
+		`document.querySelector('[data-testid="terminal-status-text"]')?.textContent.includes('another tab') && window.dashgate.ptySocketState() !== 'open'`, dashboardState)
+	typeInTerminal(t, one, "echo takenback-$((6*7))")
+	if out, err := waitTerminalOutput(t, one, "echo takenback-$((6*7))", exactly("takenback-42"), 10*time.Second); err != nil {
+		t.Fatalf("typing in the taken-over terminal: %v\n%s", err, out)
+	}
+}

@@ -36,6 +36,11 @@ const SAVE_EVERY_MS = 1000;
 // Fewer would throw away a parked shell over a short outage.
 const TOKEN_MAX_FAILURES = 8;
 
+// Keys typed while a terminal socket connects are kept up to this many
+// bytes and sent after its hello (more is dropped: a paste into a terminal
+// that is not there yet).
+const EARLY_MAX = 4096;
+
 const DIM = '\x1b[2m';
 const PLAIN = '\x1b[0m';
 
@@ -58,6 +63,8 @@ export class TerminalPane {
 	#ui; // {status, text, restart} elements of the status line
 	#endNote = ''; // why the terminal ended, when the chat said (an admin's reap)
 	#keep = false; // the next program starts below the old scrollback
+	#early = []; // keys typed while the socket connects (or that take the terminal back): sent after its hello
+	#earlyBytes = 0;
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
@@ -169,6 +176,8 @@ export class TerminalPane {
 		this.#pos = 0;
 		this.#endNote = '';
 		this.#keep = false;
+		this.#early = [];
+		this.#earlyBytes = 0;
 		this.#status(null);
 		if (sessionId) this.#connect();
 	}
@@ -240,6 +249,7 @@ export class TerminalPane {
 				const msg = parseControl(ev.data);
 				if (msg?.type === 'hello') hello = true;
 				this.#control(msg, resuming);
+				if (msg?.type === 'hello') this.#sendEarly(ws);
 			} else {
 				if (!started) {
 					started = true;
@@ -344,14 +354,36 @@ export class TerminalPane {
 
 	#input(bytes) {
 		const ws = this.#ws;
-		if (ws && ws.readyState === WebSocket.OPEN) {
+		if (ws && ws.readyState === WebSocket.OPEN && this.#early.length === 0) {
 			ws.send(bytes);
 			return;
 		}
+		if (ws && ws.readyState <= WebSocket.OPEN) {
+			this.#hold(bytes); // connecting: typed into the terminal once it is there
+			return;
+		}
 		if ((this.#halted === 'exit' || this.#halted === 'takeover') && !ws && this.#sessionId) {
-			// After an exit or a takeover, a key press starts (or takes back) the terminal.
+			// After an exit a key press starts a new terminal ("press a
+			// key"); after a takeover it takes the terminal back and is
+			// typed into it, as the person meant.
+			if (this.#halted === 'takeover') this.#hold(bytes);
 			this.restart();
 		}
+	}
+
+	/** Keeps keys for the socket being connected, at most EARLY_MAX bytes. */
+	#hold(bytes) {
+		if (this.#earlyBytes + bytes.length > EARLY_MAX) return;
+		this.#early.push(bytes);
+		this.#earlyBytes += bytes.length;
+	}
+
+	/** Sends the keys held while ws connected, in order, once it said hello. */
+	#sendEarly(ws) {
+		const early = this.#early;
+		this.#early = [];
+		this.#earlyBytes = 0;
+		for (const b of early) ws.send(b);
 	}
 
 	#fitNow() {
