@@ -345,11 +345,12 @@ func isUpgrade(r *http.Request) bool {
 }
 
 // auth checks the dashboard (or admin) token. A browser page opened with
-// ?token= gets the cookie and is redirected to the URL without it.
+// ?token= gets the cookie (when that token is valid) and is redirected to
+// the URL without it, whatever let it in.
 func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			src, tok := s.findToken(r, admin)
+			src, _ := s.findToken(r, admin)
 			if src == tokenNone {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="dashgate"`)
 				if r.Method == http.MethodGet && !isUpgrade(r) && strings.Contains(r.Header.Get("Accept"), "text/html") {
@@ -362,16 +363,20 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
 				return
 			}
-			if src == tokenQuery && r.Method == http.MethodGet && !isUpgrade(r) &&
+			// A page opened with ?token= never keeps it in the address bar
+			// (or the history), also when a cookie let it in already.
+			if r.URL.Query().Has("token") && r.Method == http.MethodGet && !isUpgrade(r) &&
 				strings.Contains(r.Header.Get("Accept"), "text/html") {
-				name, cpath := TokenCookie, s.base(r)
-				if admin && s.sepAdm {
-					name, cpath = AdminTokenCookie, s.base(r)+"admin"
+				if q := r.URL.Query().Get("token"); src == tokenQuery || s.match(q, admin) {
+					name, cpath := TokenCookie, s.base(r)
+					if admin && s.sepAdm {
+						name, cpath = AdminTokenCookie, s.base(r)+"admin"
+					}
+					http.SetCookie(w, &http.Cookie{
+						Name: name, Value: q, Path: cpath, HttpOnly: true,
+						SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
+					})
 				}
-				http.SetCookie(w, &http.Cookie{
-					Name: name, Value: tok, Path: cpath, HttpOnly: true,
-					SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
-				})
 				u := *r.URL
 				q := u.Query()
 				q.Del("token")

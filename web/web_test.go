@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -395,5 +396,28 @@ func TestLoginPageForBrowsers(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "wrong") && strings.Contains(b.String(), `value="wrong"`) {
 		t.Fatal("the refused token is echoed")
+	}
+}
+
+// A page opened with ?token= while a cookie already lets it in is still
+// redirected without the token: it never stays in the address bar.
+func TestTokenQueryLeavesTheAddressBarWithACookie(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, web.Config{})
+	for _, q := range []string{"secret-token", "not-the-token"} {
+		req, _ := http.NewRequest("GET", srv.URL+"/?token="+q+"&x=1", nil)
+		req.Header.Set("Accept", "text/html")
+		req.AddCookie(&http.Cookie{Name: "dashgate_token", Value: "secret-token"})
+		resp := do(t, req)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/?x=1" {
+			t.Errorf("?token=%s with a valid cookie: status %d location %q, want 303 to /?x=1", q, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		var set []string
+		for _, c := range resp.Cookies() {
+			set = append(set, c.Value)
+		}
+		if want := map[string]string{"secret-token": "[secret-token]", "not-the-token": "[]"}[q]; fmt.Sprint(set) != want {
+			t.Errorf("?token=%s: cookies set %v, want %s (only a valid token becomes the cookie)", q, set, want)
+		}
 	}
 }
