@@ -147,6 +147,74 @@ func TestCgroupCloseEndsEveryEscape(t *testing.T) {
 	}
 }
 
+// leavers move themselves out of the child's cgroup into the cgroup2
+// root's, as root may, and are orphaned to the test process (a subreaper,
+// as dashgate is); each publishes its pid (in <dir>/<name>) once it left.
+// One keeps the marker and drops its stdio; the other drops the marker
+// (env -i) but keeps the child's terminal or pipes, and ignores SIGHUP and
+// SIGTERM.
+var leavers = []struct{ name, script string }{
+	{"marker", `( setsid sh -c 'echo $$ >"$R/cgroup.procs" && printf %s $$ >"$D/marker.tmp" && mv "$D/marker.tmp" "$D/marker" && exec sleep 300' </dev/null >/dev/null 2>&1 & )`},
+	{"stdio", `( setsid sh -c 'trap "" HUP TERM; echo $$ >"$R/cgroup.procs" && printf %s $$ >"$D/stdio.tmp" && mv "$D/stdio.tmp" "$D/stdio" && exec env -i /bin/sleep 300' & )`},
+}
+
+// TestCgroupCloseEndsWhatLeftTheCgroup: a root process can leave any
+// cgroup, so in cgroup mode Close also ends what the fallback claims
+// outside the cgroup: a process that moved itself to the cgroup2 root and
+// was adopted is ended at its child's Close, found by its marker, or by
+// the terminal or pipes it holds, and killed when it ignores the polite
+// signals.
+func TestCgroupCloseEndsWhatLeftTheCgroup(t *testing.T) {
+	// Not parallel: it runs a reaper (see startReaper).
+	for _, kind := range []Kind{KindChat, KindPTY} {
+		t.Run(string(kind), func(t *testing.T) {
+			m, lb, cg := newCgroupManager(t, CgroupOptions{})
+			startReaper(t, m)
+			d := t.TempDir()
+			var script strings.Builder
+			for _, l := range leavers {
+				script.WriteString(l.script + "\n")
+			}
+			script.WriteString("exec sleep 300\n")
+			p, err := m.Start(Spec{Kind: kind, SessionID: "s-leave", Path: "/bin/sh", Args: []string{"-c", script.String()},
+				Env: []string{"D=" + d, "R=" + cg.Mount, "PATH=" + os.Getenv("PATH")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.PTY() != nil {
+				t.Cleanup(func() { p.PTY().Close() })
+			}
+			pids := map[string]int{}
+			for _, l := range leavers {
+				pid := readPidFile(t, filepath.Join(d, l.name))
+				killOnCleanup(t, pid)
+				pids[l.name] = pid
+				testkit.WaitFor(t, 10*time.Second, l.name+" adopted, its program started", func() bool {
+					st, ok := readStat(pid)
+					return ok && st.ppid == os.Getpid() && (l.name != "stdio" || environValue(pid, EnvWorkerID) == "")
+				})
+				if own := readString(fmt.Sprintf("/proc/%d/cgroup", pid)); !slices.Contains(strings.Split(own, "\n"), "0::/") {
+					t.Fatalf("%s: pid %d is in %q, want the cgroup v2 root 0::/", l.name, pid, own)
+				}
+			}
+
+			res := p.Close(ReasonSessionClosed)
+
+			for name, pid := range pids {
+				if !testkit.Gone(pid) {
+					t.Errorf("%s: pid %d, out of the cgroup, alive after Close", name, pid)
+				}
+			}
+			if res.Escalation != EscalationKill || res.Descendants < len(pids) {
+				t.Errorf("result %+v: want escalation kill, descendants >= %d", res, len(pids))
+			}
+			if rec := oneCloseRecord(t, lb); rec["descendants"] != float64(res.Descendants) {
+				t.Errorf("record %v: want descendants=%d", rec, res.Descendants)
+			}
+		})
+	}
+}
+
 // TestCgroupChildStartsInside: a child runs in its own cgroup from its first
 // instruction (clone3 with CLONE_INTO_CGROUP): a program that reads its own
 // cgroup as the first thing it does finds the leaf, not dashgate's cgroup.

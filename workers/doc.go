@@ -12,8 +12,10 @@
 //
 // The tree. In cgroup mode ([Config.Cgroups], [SetupCgroups]) each child
 // starts inside a cgroup v2 of its own (clone3 with CLONE_INTO_CGROUP), its
-// tree is that cgroup's members, the kill is cgroup.kill, and gone means
-// populated 0 (docs/containment.md). In the fallback it is the process
+// tree is that cgroup's members and, since a root process can leave any
+// cgroup, what the fallback claims outside it; the kill is cgroup.kill
+// (SIGKILL for those outside), and gone means populated 0 and those outside
+// gone (docs/containment.md). In the fallback it is the process
 // group, for a pty the terminal session, the descendants by parent pid,
 // every process that still carries the child's DASHGATE_WORKER_ID marker,
 // and every adopted process that holds the child's terminal or pipes; the
@@ -36,5 +38,7 @@
 //
 // Crash recovery. [AcquireInstance] takes a flock in the state directory;
 // [Sweep] ends the processes of instances whose lock is free, by their
-// cgroups first, then by their DASHGATE_INSTANCE variable.
+// cgroups first, then by their DASHGATE_INSTANCE variable and the list of
+// processes each had adopted (pid and start time, kept beside its lock by
+// [Manager.RunReaper]).
 package workers

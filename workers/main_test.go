@@ -84,6 +84,8 @@ func runHelper(mode string) int {
 			return 11
 		}
 		blockForever()
+	case "instance": // a dashgate in small, to be killed: see instanceHelper
+		return instanceHelper()
 	case "exit": // exits by itself at once, without any request
 		code, _ := strconv.Atoi(os.Getenv(exitCodeEnv))
 		return code

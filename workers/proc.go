@@ -87,7 +87,10 @@ var ErrCapacity = errors.New("worker capacity reached")
 
 // Config configures a Manager.
 type Config struct {
-	Instance   string        // DASHGATE_INSTANCE given to every child
+	// Instance is the DASHGATE_INSTANCE given to every child. When this
+	// process holds that instance (AcquireInstance), the processes dashgate
+	// adopted are kept in the instance's directory for a later Sweep.
+	Instance   string
 	Grace      time.Duration // wait after each polite signal before the next step
 	MaxWorkers int           // 0 means no limit; counts chat and pty children
 	Log        *slog.Logger
@@ -577,9 +580,9 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	if len(live) > 0 {
 		if p.cg != nil {
 			p.cg.kill() // every member at once: a fork racing with it cannot escape
-		} else {
-			p.signal(live, syscall.SIGKILL)
 		}
+		p.signal(live, syscall.SIGKILL) // in cgroup mode for those that left it
+
 		res.Escalation = EscalationKill
 		res.Signals = append(res.Signals, "SIGKILL")
 		for _, pid := range live {
@@ -670,15 +673,31 @@ func signalName(s syscall.Signal) string {
 	return "signal " + strconv.Itoa(int(s))
 }
 
-// tree lists the live (non-zombie) members of the child's tree. In cgroup
-// mode that is exactly its cgroup's members (cgroup.procs). In the fallback:
-// the leader until it is reaped, its process group, for a pty its terminal
-// session, its descendants by parent pid, and every process carrying its
-// marker; zombie orphans of dashgate found on the way are reaped.
+// tree lists the live (non-zombie) members of the child's tree: in the
+// fallback what claimed finds; in cgroup mode its cgroup's members
+// (cgroup.procs) and, outside the cgroup, what claimed finds. Root can move
+// any process out of any cgroup (by writing another cgroup's cgroup.procs),
+// and one that left still carries the marker, or holds the terminal or
+// pipes, it had inside.
 func (p *Proc) tree() []int {
-	if p.cg != nil {
-		return p.cg.procs()
+	if p.cg == nil {
+		return p.claimed()
 	}
+	members := p.cg.procs()
+	for _, pid := range p.claimed() {
+		if !slices.Contains(members, pid) {
+			members = append(members, pid)
+		}
+	}
+	return members
+}
+
+// claimed lists the live members of the child's tree the fallback knows:
+// the leader until it is reaped, its process group, for a pty its terminal
+// session, its descendants by parent pid, every process carrying its marker,
+// and every adopted process holding its terminal or pipes; zombie orphans
+// of dashgate found on the way are reaped.
+func (p *Proc) claimed() []int {
 	self := os.Getpid()
 	leaderReaped := false
 	select {
@@ -751,16 +770,15 @@ func (p *Proc) signal(pids []int, sig syscall.Signal) {
 
 // awaitGone polls until the tree is empty or d passed, and returns the
 // members still alive. A member counts as gone when it no longer exists or
-// is a zombie; zombies that are dashgate's orphans are reaped here.
+// is a zombie; zombies that are dashgate's orphans are reaped here. In
+// cgroup mode it first waits for the cgroup to be empty, then polls for
+// the members that left it.
 func (p *Proc) awaitGone(d time.Duration) []int {
-	if p.cg != nil {
-		if p.cg.awaitEmpty(d) {
-			return nil
-		}
-		return p.cg.procs()
-	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
+	if p.cg != nil && !p.cg.awaitEmpty(d) {
+		return p.tree()
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	waited := p.waited

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,11 +77,29 @@ func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 // the SIGCHLDs meanwhile cost one scan.
 const ReapCoalesce = 25 * time.Millisecond
 
+// reapZombieOrphans reaps dashgate's zombie orphans and, when this process
+// holds the Manager's instance, records the live ones in the instance's
+// directory (Instance.recordAdopted) for the Sweep after a crash.
 func (m *Manager) reapZombieOrphans() {
+	var live []int
 	for _, pid := range childrenOfSelf() {
-		if st, ok := readStat(pid); ok && st.zombie() {
+		st, ok := readStat(pid)
+		switch {
+		case ok && st.zombie():
 			m.reapOrphan(pid)
+		case ok:
+			live = append(live, pid)
 		}
+	}
+	in := heldInstance(m.cfg.Instance)
+	if in == nil {
+		return
+	}
+	spawnMu.Lock() // a child listed above is registered by now: forks register under spawnMu
+	adopted := slices.DeleteFunc(live, func(pid int) bool { return unreaped[pid] > 0 })
+	spawnMu.Unlock()
+	if err := in.recordAdopted(adopted); err != nil {
+		m.log.Warn("adopted processes not recorded", "instance", in.ID, "err", err)
 	}
 }
 

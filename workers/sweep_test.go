@@ -1,10 +1,14 @@
 package workers
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +159,221 @@ func TestAcquireInstanceHoldsLock(t *testing.T) {
 	in.Release() // safe twice
 	if _, err := os.Stat(in.path); !os.IsNotExist(err) {
 		t.Errorf("lock file kept after Release: %v", err)
+	}
+}
+
+// Environment of the instance helper.
+const (
+	stateDirEnv   = "DASHGATE_TEST_STATE_DIR"   // its --state-dir
+	cgroupRootEnv = "DASHGATE_TEST_CGROUP_ROOT" // its --cgroup-root
+	dirEnv        = "DASHGATE_TEST_DIR"         // where its terminal's leaver publishes its pid
+)
+
+// instanceHelper is a dashgate in small, for a test to kill -9: a
+// subreaper holding an instance in the state dir, in cgroup mode, with its
+// reaper running. Its terminal starts a process that leaves the terminal's
+// cgroup for the cgroup2 root, drops the marker and every stdio of the
+// terminal, and is adopted. Once the reaper recorded it (at most 10 s: the
+// test then says it was not), it writes "<instance> <leaver pid> <terminal
+// pid>" to the pid file and waits to be killed.
+func instanceHelper() int {
+	if err := EnableSubreaper(); err != nil {
+		return 20
+	}
+	in, err := AcquireInstance(os.Getenv(stateDirEnv))
+	if err != nil {
+		return 21
+	}
+	cg, err := SetupCgroups(CgroupOptions{Mode: CgroupOn, Root: os.Getenv(cgroupRootEnv), Instance: in.ID})
+	if err != nil {
+		return 22
+	}
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return 22
+	}
+	m := NewManager(Config{Instance: in.ID, Grace: testGrace, Cgroups: cg})
+	go m.RunReaper(context.Background(), 10*time.Millisecond)
+	d := os.Getenv(dirEnv)
+	p, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-crash", Path: "/bin/sh", Args: []string{"-c",
+		`( setsid sh -c 'echo $$ >"$R/cgroup.procs" && printf %s $$ >"$D/leaver.tmp" && mv "$D/leaver.tmp" "$D/leaver" && exec env -i /bin/sleep 300' </dev/null >/dev/null 2>&1 & )
+exec sleep 300`},
+		Env: []string{"D=" + d, "R=" + mount, "PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		return 23
+	}
+	var leaver int
+	if !testkit.Until(10*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(d, "leaver"))
+		_, serr := fmt.Sscan(string(b), &leaver)
+		return err == nil && serr == nil
+	}) {
+		return 24
+	}
+	testkit.Until(10*time.Second, func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		_, ok := in.adopted[leaver]
+		return ok
+	})
+	if err := writeFileAtomic(os.Getenv(pidFileEnv), fmt.Sprintf("%s %d %d", in.ID, leaver, p.PID())); err != nil {
+		return 25
+	}
+	blockForever()
+	return 0
+}
+
+func writeFileAtomic(path, s string) error {
+	if err := os.WriteFile(path+".tmp", []byte(s), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// TestSweepEndsRecordedAdopted: after a crash (kill -9) of a dashgate in
+// cgroup mode, the startup sweep ends a process that left its terminal's
+// cgroup, marker and stdio, found only in the dead instance's list of
+// adopted processes, and leaves alone a process that has a pid of that
+// list but another start time (the pid was reused).
+func TestSweepEndsRecordedAdopted(t *testing.T) {
+	t.Parallel()
+	root := testCgroupRoot(t)
+	state, d := t.TempDir(), t.TempDir()
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(helperPath(t))
+	cmd.Env = append(helperEnviron(), helperEnv+"=instance", pidFileEnv+"="+ready,
+		stateDirEnv+"="+state, cgroupRootEnv+"="+root, dirEnv+"="+d)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	var (
+		id               string
+		leaver, terminal int
+	)
+	testkit.WaitFor(t, 20*time.Second, "the instance helper ready", func() bool {
+		b, err := os.ReadFile(ready)
+		_, serr := fmt.Sscan(string(b), &id, &leaver, &terminal)
+		return err == nil && serr == nil || isClosed(reaped)
+	})
+	if isClosed(reaped) {
+		t.Fatalf("the instance helper exited: %v", cmd.ProcessState)
+	}
+	killOnCleanup(t, leaver)
+	killOnCleanup(t, terminal)
+	if own := readString(fmt.Sprintf("/proc/%d/cgroup", leaver)); !slices.Contains(strings.Split(own, "\n"), "0::/") {
+		t.Fatalf("the leaver %d is in %q, want the cgroup v2 root 0::/", leaver, own)
+	}
+	if v := environValue(leaver, EnvInstance); v != "" {
+		t.Fatalf("the leaver %d still carries %s=%s", leaver, EnvInstance, v)
+	}
+
+	// An unrelated process with a pid the list names, started after the
+	// recorded one: the list says another start time.
+	decoy := exec.Command("/bin/sleep", "300")
+	if err := decoy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	decoyReaped := make(chan struct{})
+	go func() { decoy.Wait(); close(decoyReaped) }()
+	t.Cleanup(func() { decoy.Process.Kill(); <-decoyReaped })
+	start, ok := startTime(decoy.Process.Pid)
+	if !ok {
+		t.Fatal("no start time of the decoy")
+	}
+
+	cmd.Process.Kill() // the crash
+	<-reaped
+	list := filepath.Join(state, "instances", id+".adopted")
+	f, err := os.OpenFile(list, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("the dead instance's list of adopted processes: %v", err)
+	}
+	fmt.Fprintf(f, "%d %d\n", decoy.Process.Pid, start-1)
+	f.Close()
+
+	self, err := AcquireInstance(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Release()
+	log, lb := testkit.NewLogger()
+	res, err := Sweep(state, self.ID, testGrace, &Cgroups{Base: root}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Instances != 1 {
+		t.Errorf("sweep %+v: want 1 dead instance", res)
+	}
+	if !testkit.Gone(leaver) {
+		t.Errorf("the leaver %d of the dead instance is alive after the sweep", leaver)
+	}
+	if testkit.Gone(decoy.Process.Pid) {
+		t.Errorf("the decoy %d, whose start time is not the recorded one, was ended", decoy.Process.Pid)
+	}
+	var recs []testkit.Record
+	for _, r := range lb.Records("worker closed") {
+		if pid, _ := r.Int("worker_pid"); pid == leaver || pid == decoy.Process.Pid {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) != 1 || recs[0].Str("process") != "adopted" || recs[0].Str("reason") != "startup_sweep" ||
+		recs[0].Str("instance") != id || recs[0]["worker_pid"] != float64(leaver) {
+		t.Errorf("records %v: want one worker closed for %d, process adopted, reason startup_sweep, instance %s", recs, leaver, id)
+	}
+	if _, err := os.Stat(list); !os.IsNotExist(err) {
+		t.Errorf("the dead instance's list %s is still there: %v", list, err)
+	}
+}
+
+// TestSweepAdoptedListBoot: a dead instance's list of adopted processes is
+// read only when it was written in this boot (after a reboot, pids and
+// start times repeat): a live process it names with its start time is
+// ended when the list has this boot's id, and left alone when it has
+// another's.
+func TestSweepAdoptedListBoot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, boot string
+		ended      bool
+	}{
+		{"this boot", bootID(), true},
+		{"another boot", "00000000-0000-0000-0000-000000000000", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(state, "instances"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			proc := exec.Command("/bin/sleep", "300")
+			if err := proc.Start(); err != nil {
+				t.Fatal(err)
+			}
+			reaped := make(chan struct{})
+			go func() { proc.Wait(); close(reaped) }()
+			t.Cleanup(func() { proc.Process.Kill(); <-reaped })
+			start, ok := startTime(proc.Process.Pid)
+			if !ok {
+				t.Fatal("no start time")
+			}
+			dead := "dead" + newMarker()
+			for name, text := range map[string]string{
+				dead + ".lock":    "1\n",
+				dead + ".adopted": fmt.Sprintf("boot %s\n%d %d\n", tc.boot, proc.Process.Pid, start),
+			} {
+				if err := os.WriteFile(filepath.Join(state, "instances", name), []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := Sweep(state, "self", testGrace, nil, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			if testkit.Gone(proc.Process.Pid) != tc.ended {
+				t.Errorf("pid %d listed with boot %s: ended %v, want %v", proc.Process.Pid, tc.boot, !tc.ended, tc.ended)
+			}
+		})
 	}
 }
