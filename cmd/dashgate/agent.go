@@ -32,6 +32,8 @@ func agentEnv(cfg config, key string) ([]string, error) {
 		"DASHGATE_AGENT_TOOLS=" + cfg.AgentTools,
 		"DASHGATE_TOOL_TIMEOUT=" + cfg.ToolTimeout.String(),
 		"DASHGATE_TOOL_DIR=" + cfg.PTYCwd,
+		"DASHGATE_LLM_CONNECT_TIMEOUT=" + cfg.LLMConnectTimeout.String(),
+		"DASHGATE_LLM_HEADER_TIMEOUT=" + cfg.LLMHeaderTimeout.String(),
 	}
 	if key != "" {
 		env = append(env, "DASHGATE_LLM_API_KEY="+key)

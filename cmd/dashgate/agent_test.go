@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -60,11 +61,13 @@ func TestModelServerList(t *testing.T) {
 func TestAgentEnv(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "prompt.txt")
 	os.WriteFile(path, []byte("be brief"), 0o600)
-	env, err := agentEnv(config{LLMURL: "http://h/v1/", SystemPrompt: "@" + path, AgentTools: "shell"}, "sk-x")
+	env, err := agentEnv(config{LLMURL: "http://h/v1/", SystemPrompt: "@" + path, AgentTools: "shell",
+		LLMConnectTimeout: 3 * time.Second, LLMHeaderTimeout: 40 * time.Second}, "sk-x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DASHGATE_LLM_URL=http://h/v1", "DASHGATE_AGENT_SYSTEM_PROMPT=be brief", "DASHGATE_AGENT_TOOLS=shell", "DASHGATE_LLM_API_KEY=sk-x"} {
+	for _, want := range []string{"DASHGATE_LLM_URL=http://h/v1", "DASHGATE_AGENT_SYSTEM_PROMPT=be brief", "DASHGATE_AGENT_TOOLS=shell", "DASHGATE_LLM_API_KEY=sk-x",
+		"DASHGATE_LLM_CONNECT_TIMEOUT=3s", "DASHGATE_LLM_HEADER_TIMEOUT=40s"} {
 		if !slices.Contains(env, want) {
 			t.Fatalf("env lacks %q: %v", want, env)
 		}

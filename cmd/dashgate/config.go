@@ -69,6 +69,10 @@ type config struct {
 	ChildMemoryMax   string // as given; ChildMemoryBytes parsed
 	ChildMemoryBytes uint64
 	ChildPidsMax     int
+
+	// The agent's bounds on the model server (its environment).
+	LLMConnectTimeout time.Duration
+	LLMHeaderTimeout  time.Duration
 }
 
 func defaultStateDir() string {
@@ -119,6 +123,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.LLMURL, "llm-url", "", "base URL of an OpenAI-compatible model server (e.g. http://127.0.0.1:11434/v1): the chat worker becomes dashgate's agent")
 	fs.StringVar(&c.LLMModel, "llm-model", "", "default model (empty: the first of the server's /v1/models)")
 	fs.StringVar(&c.LLMKeyEnv, "llm-api-key-env", "OPENAI_API_KEY", "name of the environment variable holding the model server's API key")
+	fs.DurationVar(&c.LLMConnectTimeout, "llm-connect-timeout", 10*time.Second, "a model server not connected within this fails the prompt (model_unreachable)")
+	fs.DurationVar(&c.LLMHeaderTimeout, "llm-header-timeout", 45*time.Second, "a model server that sends no response headers within this of a request fails the prompt (model_unreachable); keep it below --worker-timeout")
 	fs.StringVar(&c.SystemPrompt, "agent-system-prompt", "", "the agent's system prompt: text, or @path of a file")
 	fs.IntVar(&c.AgentContext, "agent-context", 32<<10, "bytes of earlier conversation sent with each prompt (the oldest dropped first)")
 	fs.StringVar(&c.AgentTools, "agent-tools", "", "tools the agent may use after a viewer approves: shell, or empty for none")
@@ -188,6 +194,9 @@ func (c config) validate() error {
 		if u, err := url.Parse(c.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--llm-url %q is not an http(s) URL", c.LLMURL))
 		}
+	}
+	if c.LLMConnectTimeout <= 0 || c.LLMHeaderTimeout <= 0 {
+		errs = append(errs, errors.New("--llm-connect-timeout and --llm-header-timeout must be positive"))
 	}
 	if c.DetachTurnGrace < 0 {
 		errs = append(errs, errors.New("--detach-turn-grace must not be negative"))

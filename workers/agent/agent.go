@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,10 +31,19 @@ const (
 	EnvTools        = "DASHGATE_AGENT_TOOLS"
 	EnvToolTimeout  = "DASHGATE_TOOL_TIMEOUT"
 	EnvToolDir      = "DASHGATE_TOOL_DIR"
+	EnvConnTimeout  = "DASHGATE_LLM_CONNECT_TIMEOUT"
+	EnvHeadTimeout  = "DASHGATE_LLM_HEADER_TIMEOUT"
 )
 
 // DefaultToolTimeout bounds one shell command when DASHGATE_TOOL_TIMEOUT is unset.
 const DefaultToolTimeout = 60 * time.Second
+
+// The model server's bounds when their variables are unset (dashgate's
+// --llm-connect-timeout and --llm-header-timeout say why these values).
+const (
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultHeaderTimeout  = 45 * time.Second
+)
 
 // maxLine bounds one request line (history makes prompts large).
 const maxLine = 16 << 20
@@ -47,6 +57,13 @@ type Config struct {
 	ShellTool    bool          // offer the model the shell tool
 	ToolTimeout  time.Duration // bounds one shell command; 0 means DefaultToolTimeout
 	ToolDir      string        // working directory of shell commands; "" is the worker's
+	// ConnectTimeout bounds a TCP connect to the model server; 0 means
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// HeaderTimeout bounds the wait for a response's headers once the
+	// request was sent (not the stream after them); 0 means
+	// DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
 }
 
 // ConfigFromEnv reads Config from the variables PROTOCOL.md §7 lists.
@@ -71,12 +88,19 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	default:
 		return cfg, fmt.Errorf("%s=%q: want shell or nothing", EnvTools, t)
 	}
-	if v := getenv(EnvToolTimeout); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return cfg, fmt.Errorf("%s=%q: want a positive Go duration", EnvToolTimeout, v)
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+	}{{EnvToolTimeout, &cfg.ToolTimeout}, {EnvConnTimeout, &cfg.ConnectTimeout}, {EnvHeadTimeout, &cfg.HeaderTimeout}} {
+		v := getenv(d.env)
+		if v == "" {
+			continue
 		}
-		cfg.ToolTimeout = d
+		n, err := time.ParseDuration(v)
+		if err != nil || n <= 0 {
+			return cfg, fmt.Errorf("%s=%q: want a positive Go duration", d.env, v)
+		}
+		*d.to = n
 	}
 	return cfg, nil
 }
@@ -118,6 +142,12 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 	if cfg.ToolTimeout <= 0 {
 		cfg.ToolTimeout = DefaultToolTimeout
 	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
 	cfg.LLMURL = strings.TrimRight(cfg.LLMURL, "/")
 	if cfg.APIKey != "" {
 		errOut = &redactor{w: errOut, secret: []byte(cfg.APIKey)}
@@ -131,8 +161,14 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 	// The services are built from our options alone: openai.NewClient would
 	// also read OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_CUSTOM_HEADERS... from
 	// the environment, and the agent's settings come from DASHGATE_* only.
+	// No overall timeout: a stream lasts as long as the answer. A server
+	// that never connects, or accepts and never answers, is bounded by the
+	// connect and header timeouts instead of the gateway's silence timeout.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.ResponseHeaderTimeout = cfg.HeaderTimeout
 	opts := []option.RequestOption{
-		option.WithHTTPClient(&http.Client{}), // no overall timeout: a stream lasts as long as the answer
+		option.WithHTTPClient(&http.Client{Transport: tr}),
 		option.WithBaseURL(cfg.LLMURL + "/"),
 		option.WithAPIKey(cfg.APIKey),
 		option.WithMaxRetries(0), // the gateway and the person decide about retries

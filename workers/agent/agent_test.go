@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 
@@ -487,6 +489,170 @@ func TestConnectionRefused(t *testing.T) {
 	}
 }
 
+// silentListener accepts connections and never answers on them.
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l
+}
+
+// fullListener is a listening socket with a backlog of 0 that never
+// accepts, its one queue place taken: the kernel drops the SYN of every
+// further connect, which hangs until its own timeout.
+func fullListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue: connects succeed (the kernel completes them) until
+	// one is dropped.
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return addr
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	t.Fatal("the listener's queue never filled")
+	return ""
+}
+
+// TestModelServerSilent: a server that never connects, or connects and
+// never answers, fails the prompt as model_unreachable within the agent's
+// own bounds (here short, set by the test), not the gateway's silence
+// timeout; the worker answers the next prompt.
+func TestModelServerSilent(t *testing.T) {
+	t.Parallel()
+	accepts := "http://" + silentListener(t).Addr().String() + "/v1"
+	full := "http://" + fullListener(t) + "/v1"
+	cases := []struct {
+		name    string
+		cfg     agent.Config
+		wantErr string
+	}{
+		{name: "no headers", cfg: agent.Config{LLMURL: accepts, HeaderTimeout: 200 * time.Millisecond, ConnectTimeout: time.Hour},
+			wantErr: "cannot reach the model server at " + accepts + ": no answer within 200ms"},
+		{name: "no connect", cfg: agent.Config{LLMURL: full, ConnectTimeout: 200 * time.Millisecond, HeaderTimeout: time.Hour},
+			wantErr: "cannot reach the model server at " + full},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.cfg.Model = "m"
+			w := start(t, tc.cfg)
+			for id := 1; id <= 2; id++ {
+				w.send(id, "prompt", map[string]any{"text": "hi"})
+				if r := w.reply(id); *r.OK || r.Failure != "model_unreachable" || r.Error != tc.wantErr {
+					t.Fatalf("reply %+v, want model_unreachable %q", r, tc.wantErr)
+				}
+			}
+		})
+	}
+}
+
+// TestJSONAnswer: a server that ignores "stream" and answers one
+// chat.completion object gives a complete reply: its content as deltas,
+// its usage, and its tool calls run as a stream's would.
+func TestJSONAnswer(t *testing.T) {
+	t.Parallel()
+	completion := func(message string) string {
+		return `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":` + message +
+			`,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`
+	}
+	answers := []string{
+		completion(`{"role":"assistant","content":"Let me look. ","tool_calls":[{"id":"call_9","type":"function","function":{"name":"shell","arguments":"{\"command\":\"echo hi\"}"}}]}`),
+		completion(`{"role":"assistant","content":"It says hi."}`),
+	}
+	f := newFakeLLM(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		io.WriteString(w, answers[n])
+	})
+	w := start(t, toolCfg(f, t.TempDir()))
+	w.send(1, "prompt", map[string]any{"text": "look"})
+	got := w.until(isEvent("approval"))
+	w.send(2, "approval", map[string]any{"request_id": got[len(got)-1].RequestID, "choice": "once", "by": "v"})
+	got = append(got, w.until(isReply(1))...)
+	r := got[len(got)-1]
+	if d := deltas(got); d != "Let me look. It says hi." || !*r.OK || r.Result["status"] != "complete" || r.Result["output"] != d {
+		t.Fatalf("deltas %q, reply %+v", d, r)
+	}
+	if u, _ := r.Result["usage"].(map[string]any); u["input_tokens"] != 10.0 || u["output_tokens"] != 6.0 {
+		t.Errorf("usage %v, want both answers summed", r.Result["usage"])
+	}
+	var ran bool
+	for _, l := range got {
+		ran = ran || (l.Event == "tool_complete" && l.Output == "hi\n")
+	}
+	if !ran {
+		t.Errorf("the tool call of the JSON answer did not run: %+v", got)
+	}
+	if m := f.requests()[1].messages(t); len(m) != 3 || m[2].Role != "tool" || m[2].ToolCallID != "call_9" {
+		t.Errorf("second request messages %+v", m)
+	}
+}
+
+// TestLargeDelta: one chunk far over the protocol's line limit reaches
+// the gateway as deltas that each fit a line, cut between characters,
+// and the reply line fits too.
+func TestLargeDelta(t *testing.T) {
+	t.Parallel()
+	big := "a" + strings.Repeat("é€𝄞", 200<<10) // 9 bytes a repeat: cuts would fall inside characters
+	f := newFakeLLM(t, replay(chunk(big), done))
+	w := start(t, cfgFor(f))
+	w.send(1, "prompt", map[string]any{"text": "hi"})
+	got := w.until(isReply(1)) // the test's reader fails on a line over 1 MiB
+	n := 0
+	for _, l := range got {
+		if l.Event == "delta" {
+			n++
+			if !utf8.ValidString(l.Text) {
+				t.Fatalf("delta %d is cut inside a character", n)
+			}
+		}
+	}
+	r := got[len(got)-1]
+	if d := deltas(got); d != big || n < 2 || !*r.OK || r.Result["status"] != "complete" {
+		t.Fatalf("%d deltas of %d bytes (want %d), reply ok %v status %v", n, len(d), len(big), *r.OK, r.Result["status"])
+	}
+}
+
 func TestKeyNeverInStderr(t *testing.T) {
 	t.Parallel()
 	f := newFakeLLM(t, replay(chunk("ok"), done))
@@ -815,12 +981,14 @@ func TestConfigFromEnv(t *testing.T) {
 			"DASHGATE_LLM_URL": "http://h:8080/v1/", "DASHGATE_LLM_MODEL": "m", "DASHGATE_LLM_API_KEY": "k",
 			"DASHGATE_AGENT_SYSTEM_PROMPT": "sys", "DASHGATE_AGENT_TOOLS": "shell",
 			"DASHGATE_TOOL_TIMEOUT": "5s", "DASHGATE_TOOL_DIR": "/tmp",
+			"DASHGATE_LLM_CONNECT_TIMEOUT": "2s", "DASHGATE_LLM_HEADER_TIMEOUT": "3s",
 		}, want: agent.Config{LLMURL: "http://h:8080/v1", Model: "m", APIKey: "k", SystemPrompt: "sys",
-			ShellTool: true, ToolTimeout: 5 * time.Second, ToolDir: "/tmp"}},
+			ShellTool: true, ToolTimeout: 5 * time.Second, ToolDir: "/tmp", ConnectTimeout: 2 * time.Second, HeaderTimeout: 3 * time.Second}},
 		{name: "url only", env: map[string]string{"DASHGATE_LLM_URL": "https://h/v1"}, want: agent.Config{LLMURL: "https://h/v1"}},
 		{name: "no url", env: map[string]string{}, wantErr: "DASHGATE_LLM_URL is not set"},
 		{name: "bad tools", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_AGENT_TOOLS": "all"}, wantErr: "want shell or nothing"},
 		{name: "bad timeout", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_TOOL_TIMEOUT": "soon"}, wantErr: "positive Go duration"},
+		{name: "bad header timeout", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_LLM_HEADER_TIMEOUT": "0s"}, wantErr: "DASHGATE_LLM_HEADER_TIMEOUT=\"0s\": want a positive Go duration"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -62,7 +64,10 @@ type turn struct {
 func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams) {
 	t := &turn{}
 	finish := func(status string) {
-		r := map[string]any{"output": t.out.String(), "interrupted": status == statusInterrupted, "status": status}
+		r := map[string]any{"interrupted": status == statusInterrupted, "status": status}
+		if t.out.Len() <= maxDelta {
+			r["output"] = t.out.String()
+		} // else the reply line would outgrow the protocol's: the deltas are the output
 		if t.usage {
 			r["usage"] = map[string]any{"input_tokens": t.inTokens, "output_tokens": t.outTokens}
 		}
@@ -213,10 +218,7 @@ func (s *server) round(ctx context.Context, id json.RawMessage, model string, ms
 			t.outTokens += ch.Usage.CompletionTokens
 		}
 		for _, c := range ch.Choices {
-			if d := c.Delta.Content; d != "" {
-				t.out.WriteString(d)
-				s.Event(id, "delta", map[string]any{"text": d})
-			}
+			s.delta(id, t, c.Delta.Content)
 			for _, tc := range c.Delta.ToolCalls {
 				call := byIndex[tc.Index]
 				if call == nil {
@@ -244,7 +246,64 @@ func (s *server) round(ctx context.Context, id json.RawMessage, model string, ms
 	if err != nil {
 		return nil, false, s.classify(err, model)
 	}
+	if b := w.jsonAnswer(); b != nil {
+		return s.completion(id, t, b)
+	}
 	return calls, w.sawDone(), nil
+}
+
+// completion takes the answer of a server that ignored "stream": one
+// chat.completion object is the whole answer, as complete as a stream
+// that ended with [DONE] (or an error object, as in a stream).
+func (s *server) completion(id json.RawMessage, t *turn, body []byte) ([]*toolCall, bool, *Failure) {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 && string(e.Error) != "null" {
+		return nil, false, modelError(errorText(e.Error))
+	}
+	var cc openai.ChatCompletion
+	if err := json.Unmarshal(body, &cc); err != nil {
+		return nil, false, &Failure{Kind: FailModelError, Message: "the model server sent a malformed response: " + err.Error()}
+	}
+	if cc.JSON.Usage.Valid() {
+		t.usage = true
+		t.inTokens += cc.Usage.PromptTokens
+		t.outTokens += cc.Usage.CompletionTokens
+	}
+	var calls []*toolCall
+	if len(cc.Choices) > 0 {
+		m := cc.Choices[0].Message
+		s.delta(id, t, m.Content)
+		for _, tc := range m.ToolCalls {
+			call := &toolCall{id: tc.ID, name: tc.Function.Name}
+			call.args.WriteString(tc.Function.Arguments)
+			calls = append(calls, call)
+		}
+	}
+	return calls, true, nil
+}
+
+// maxDelta bounds the text of one delta event, bytes: escaped as JSON (at
+// most 6 bytes a byte) it stays well inside the protocol's 1 MiB line,
+// whatever one chunk of the model server holds.
+const maxDelta = 128 << 10
+
+// delta adds text to t and streams it in delta events of at most maxDelta
+// bytes each, cut between UTF-8 characters.
+func (s *server) delta(id json.RawMessage, t *turn, text string) {
+	t.out.WriteString(text)
+	for text != "" {
+		n := len(text)
+		if n > maxDelta {
+			n = maxDelta
+			for n > maxDelta-utf8.UTFMax && !utf8.RuneStart(text[n]) {
+				n--
+			}
+		}
+		s.Event(id, "delta", map[string]any{"text": text[:n]})
+		text = text[n:]
+	}
 }
 
 func modelError(msg string) *Failure {
@@ -283,8 +342,13 @@ func (s *server) classify(err error, model string) *Failure {
 	}
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) || errors.As(err, &opErr) {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &dnsErr) || errors.As(err, &opErr): // refused, or no connect within ConnectTimeout
 		return &Failure{Kind: FailUnreachable, Message: "cannot reach the model server at " + redact(s.cfg.LLMURL)}
+	case errors.As(err, &netErr) && netErr.Timeout(): // connected, no headers within HeaderTimeout
+		return &Failure{Kind: FailUnreachable, Message: fmt.Sprintf("cannot reach the model server at %s: no answer within %s",
+			redact(s.cfg.LLMURL), s.cfg.HeaderTimeout)}
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
@@ -334,20 +398,42 @@ func (s *server) defaultModel(ctx context.Context) (string, *Failure) {
 // consumes them, for the two things the library does not tell: whether
 // `data: [DONE]` came, and llama.cpp's `error: {...}` line (also the
 // `data: {"error":...}` dialects, for their plain message).
+//
+// A JSON answer (Content-Type application/json: the server ignored
+// "stream") is read whole here instead, for server.completion, and the
+// library gets an empty stream.
 type sseWatch struct {
 	mu     sync.Mutex
 	done   bool
 	errMsg string
 	hasErr bool
 	part   []byte // an unfinished line
+
+	json []byte // a JSON answer, read whole
 }
 
 func (w *sseWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	res, err := next(req)
-	if err == nil && res != nil && res.Body != nil && res.StatusCode < 300 {
-		res.Body = &watchedBody{ReadCloser: res.Body, w: w}
+	if err != nil || res == nil || res.Body == nil || res.StatusCode >= 300 {
+		return res, err
 	}
-	return res, err
+	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt != "application/json" {
+		res.Body = &watchedBody{ReadCloser: res.Body, w: w}
+		return res, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxLine+1))
+	res.Body.Close()
+	res.Body = http.NoBody
+	switch {
+	case err != nil:
+		return nil, err
+	case len(b) > maxLine:
+		return nil, fmt.Errorf("a JSON answer over %d bytes", maxLine)
+	}
+	w.mu.Lock()
+	w.json = b
+	w.mu.Unlock()
+	return res, nil
 }
 
 type watchedBody struct {
@@ -401,31 +487,41 @@ func (w *sseWatch) line(l []byte) {
 	}
 }
 
-// setError keeps the first error's message: {"message"}, a JSON string or
-// the raw text.
+// setError keeps the first error's message.
 func (w *sseWatch) setError(raw []byte) {
 	if w.hasErr {
 		return
 	}
 	w.hasErr = true
+	w.errMsg = errorText(raw)
+}
+
+// errorText is the message of an error object: {"message"}, a JSON
+// string or the raw text.
+func errorText(raw []byte) string {
 	var obj struct {
 		Message string `json:"message"`
 	}
 	var str string
 	switch {
 	case json.Unmarshal(raw, &obj) == nil && obj.Message != "":
-		w.errMsg = obj.Message
+		return obj.Message
 	case json.Unmarshal(raw, &str) == nil:
-		w.errMsg = str
-	default:
-		w.errMsg = string(raw)
+		return str
 	}
+	return string(raw)
 }
 
 func (w *sseWatch) sawDone() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.done
+}
+
+func (w *sseWatch) jsonAnswer() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.json
 }
 
 func (w *sseWatch) errorMessage() (string, bool) {
