@@ -42,6 +42,9 @@ var bench struct {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(crashEnv); path != "" {
+		os.Exit(crashHelper(path))
+	}
 	code := m.Run()
 	if bench.dir != "" {
 		os.RemoveAll(bench.dir)

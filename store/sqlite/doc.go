@@ -3,10 +3,10 @@
 //
 // Open owns the file from then on: it checks the file before it writes
 // anything (a directory, a file it may not write, a file that is not a
-// database, a schema newer than this code), migrates the schema in one
-// transaction and returns a *Store whose Close checkpoints and releases the
-// file. Close blocks until the calls in flight have returned; after it every
-// method returns store.ErrClosed.
+// database or is a damaged one, a schema newer than this code), migrates
+// the schema in one transaction and returns a *Store whose Close
+// checkpoints and releases the file. Close blocks until the calls in
+// flight have returned; after it every method returns store.ErrClosed.
 //
 // A Store holds two pools on the one file: one writer connection (SQLite
 // lets one transaction write at a time; a single connection queues writers

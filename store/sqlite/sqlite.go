@@ -27,6 +27,9 @@ import (
 var (
 	// ErrCorrupt: the file is not a SQLite database. Open did not write to it.
 	ErrCorrupt = errors.New("not a SQLite database")
+	// ErrDamaged: the file is a SQLite database whose pages or full-text
+	// index are damaged (truncated, overwritten). Open did not write to it.
+	ErrDamaged = errors.New("damaged SQLite database")
 	// ErrNewerSchema: the file was written by a newer dashgate. Open did
 	// not write to it.
 	ErrNewerSchema = errors.New("schema newer than this dashgate knows")
@@ -61,14 +64,20 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 //
 // Each error is one line naming path: a directory, a file or folder it may
 // not create or write, ErrCorrupt (the file is not a database; it is left
-// as it was, with no -wal or -shm beside it), ErrNewerSchema (left as it
-// was), ErrNoFTS5, or a database error.
+// as it was, with no -wal or -shm beside it), ErrDamaged (its size is
+// not what its header says, or PRAGMA quick_check, which covers the
+// full-text index, finds a problem; left as it was), ErrNewerSchema (left
+// as it was), ErrNoFTS5, or a database error. That check reads the whole
+// file once, before anything opens it for writing.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
 	if err := checkFile(abs); err != nil {
+		return nil, err
+	}
+	if err := checkIntact(ctx, abs); err != nil {
 		return nil, err
 	}
 	w, err := sql.Open("sqlite", dsn(abs, false))
