@@ -1,8 +1,10 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/dashgate/dashgate/store"
@@ -262,27 +264,89 @@ func (s *Session) pendingLocked() []Approval {
 
 // modelHistoryLocked is the conversation a prompt of turn t sends its
 // worker: prompts, replies and tool entries, oldest first, the oldest
-// dropped to fit Config.AgentContext bytes of text. r.mu must be held.
+// dropped to fit Config.AgentContext bytes of text. A tool run that was
+// denied, or never answered (dashgate stopped first), is there as its
+// tool_call and a tool_result saying it did not run and why, so the model
+// knows. r.mu must be held.
 func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
 	var out []modelEntry
 	total := 0
+	add := func(kind, role, text string) bool {
+		if total+len(text) > r.cfg.AgentContext {
+			return false
+		}
+		total += len(text)
+		out = append(out, modelEntry{Kind: kind, Role: role, Text: text})
+		return true
+	}
+	denied := map[string]string{} // request_id -> by, of the resolutions seen so far (newer)
+	approved := map[string]bool{}
 	for i := len(s.history) - 1; i >= 0; i-- {
 		e := s.history[i]
-		switch {
-		case e.Seq >= t.promptSeq: // this turn's own prompt (and anything after it)
-			continue
-		case e.Kind != store.KindPrompt && e.Kind != store.KindReply && e.Kind != KindToolCall && e.Kind != KindToolResult:
+		if e.Seq >= t.promptSeq { // this turn's own prompt (and anything after it)
 			continue
 		}
-		if total+len(e.Text) > r.cfg.AgentContext {
-			break
+		switch e.Kind {
+		case store.KindPrompt, store.KindReply, KindToolCall, KindToolResult:
+			if !add(e.Kind, e.Role, e.Text) {
+				return reversed(out)
+			}
+		case KindApprovalResolved:
+			var d struct {
+				RequestID string `json:"request_id"`
+				Choice    string `json:"choice"`
+				By        string `json:"by"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil {
+				if d.Choice == ChoiceDeny {
+					denied[d.RequestID] = d.By
+				} else {
+					approved[d.RequestID] = true // its run has tool entries of its own
+				}
+			}
+		case KindApprovalRequest:
+			var d struct {
+				RequestID string `json:"request_id"`
+			}
+			json.Unmarshal(e.Data, &d)
+			if approved[d.RequestID] {
+				continue
+			}
+			by, ok := denied[d.RequestID]
+			if !ok {
+				by = byRestart
+			}
+			// Newest first, as the loop goes: the result, then the call.
+			if !add(KindToolResult, store.RoleTool, notRun(by)) || !add(KindToolCall, store.RoleTool, e.Text) {
+				return reversed(out)
+			}
 		}
-		total += len(e.Text)
-		out = append(out, modelEntry{Kind: e.Kind, Role: e.Role, Text: e.Text})
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
+	return reversed(out)
+}
+
+// byRestart stands for the resolution an approval never got: dashgate
+// stopped before it was answered or denied (a crash; a clean stop denies
+// it by close).
+const byRestart = "restart"
+
+// notRunWhy says, for the model, why a run denied by whom did not run.
+var notRunWhy = map[string]string{
+	ByViewer:    "the user denied it",
+	ByTimeout:   "nobody approved it in time",
+	ByInterrupt: "the user interrupted the turn",
+	ByDetach:    "the user left before approving it",
+	ByClose:     "the session ended before it was approved",
+	byRestart:   "dashgate restarted before it was approved",
+}
+
+// notRun is the tool result the model gets for a run denied by by.
+func notRun(by string) string {
+	return "not run: " + cmp.Or(notRunWhy[by], "it was denied")
+}
+
+func reversed(out []modelEntry) []modelEntry {
+	slices.Reverse(out)
 	if out == nil {
 		out = []modelEntry{}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -130,12 +131,13 @@ func TestApprovalDenied(t *testing.T) {
 		name string
 		end  func(h *harness, v *recViewer, sid string)
 		by   string
-		told bool // the worker is told (it still runs the turn)
+		told bool   // the worker is told (it still runs the turn)
+		why  string // the model hears on the next prompt
 	}{
-		{"interrupt", func(h *harness, v *recViewer, sid string) { h.r.Interrupt(v, sid) }, ByInterrupt, false},
-		{"detach", func(h *harness, v *recViewer, sid string) { h.r.DetachViewer(v, workers.ReasonDetach) }, ByDetach, false},
-		{"close", func(h *harness, v *recViewer, sid string) { h.r.Close(sid, EndClientClose) }, ByClose, false},
-		{"timeout", func(h *harness, v *recViewer, sid string) { h.advance(5 * time.Minute) }, ByTimeout, true},
+		{"interrupt", func(h *harness, v *recViewer, sid string) { h.r.Interrupt(v, sid) }, ByInterrupt, false, "the user interrupted the turn"},
+		{"detach", func(h *harness, v *recViewer, sid string) { h.r.DetachViewer(v, workers.ReasonDetach) }, ByDetach, false, "the user left before approving it"},
+		{"close", func(h *harness, v *recViewer, sid string) { h.r.Close(sid, EndClientClose) }, ByClose, false, "the session ended before it was approved"},
+		{"timeout", func(h *harness, v *recViewer, sid string) { h.advance(5 * time.Minute) }, ByTimeout, true, "nobody approved it in time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,8 +173,65 @@ func TestApprovalDenied(t *testing.T) {
 					t.Fatalf("the worker was told %+v", told)
 				}
 				close(h.sp.events)
+				synctest.Wait()
+				// The next prompt tells the model the command did not run, and why.
+				v2 := &recViewer{}
+				if tt.by == ByClose {
+					if _, err := h.r.Reopen(t.Context(), v2, in.ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, start, err := h.r.Prompt(v2, in.ID, "next")
+				if err != nil {
+					t.Fatal(err)
+				}
+				start()
+				synctest.Wait()
+				ws := h.sp.workers()
+				p := ws[len(ws)-1].prompts
+				hist, _ := json.Marshal(p[len(p)-1]["history"])
+				want := `[{"kind":"prompt","role":"user","text":"do it"},` +
+					`{"kind":"tool_call","role":"tool","text":"touch r"},{"kind":"tool_result","role":"tool","text":"not run: ` + tt.why + `"},`
+				if !strings.HasPrefix(string(hist), want) {
+					t.Fatalf("the next prompt's history %s, want it to start %s", hist, want)
+				}
 			})
 		})
+	}
+}
+
+// TestUnansweredRunReachesModel: an approval the history has no answer
+// for (dashgate stopped before one) is a run that did not run for the
+// model; an approved run is there once, as its own tool entries.
+func TestUnansweredRunReachesModel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	h.r.mu.Lock()
+	s := h.r.sessions[in.ID]
+	for _, m := range []Message{
+		{Role: store.RoleUser, Kind: store.KindPrompt, Text: "do it", TurnID: "t1"},
+		{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: "touch a", Data: mustJSON(map[string]string{"request_id": "x-a1", "tool": "shell"})},
+		{Role: store.RoleSystem, Kind: KindApprovalResolved, Text: "once", Data: mustJSON(map[string]string{"request_id": "x-a1", "choice": "once", "by": "viewer"})},
+		{Role: store.RoleTool, Kind: KindToolCall, Text: "touch a"},
+		{Role: store.RoleTool, Kind: KindToolResult, Text: "ok"},
+		{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: "touch b", Data: mustJSON(map[string]string{"request_id": "x-a2", "tool": "shell"})},
+	} {
+		h.r.appendLocked(s, m)
+	}
+	h.r.mu.Unlock()
+	_, start, err := h.r.Prompt(v, in.ID, "next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start()
+	h.r.Wait()
+	hist, _ := json.Marshal(h.sp.workers()[0].prompts[0]["history"])
+	want := `[{"kind":"prompt","role":"user","text":"do it"},{"kind":"tool_call","role":"tool","text":"touch a"},{"kind":"tool_result","role":"tool","text":"ok"},` +
+		`{"kind":"tool_call","role":"tool","text":"touch b"},{"kind":"tool_result","role":"tool","text":"not run: dashgate restarted before it was approved"}]`
+	if string(hist) != want {
+		t.Fatalf("history %s, want %s", hist, want)
 	}
 }
 

@@ -1,15 +1,21 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -74,5 +80,94 @@ func TestAgentEnv(t *testing.T) {
 	}
 	if _, err := agentEnv(config{SystemPrompt: "@/nonexistent/prompt"}, ""); err == nil {
 		t.Fatal("a missing system prompt file was accepted")
+	}
+}
+
+// TestDeniedRunReachesModel: a command the viewer denied is part of the
+// conversation the next prompt sends the model server, as a tool call
+// that did not run and why (dashgate, its agent worker and the command
+// all real; the model server records what it gets).
+func TestDeniedRunReachesModel(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]map[string]any // the messages of each chat request
+	sse := func(w http.ResponseWriter, chunks ...string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range chunks {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}
+	text := func(s string) string {
+		b, _ := json.Marshal(s)
+		return `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}`
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Messages []map[string]any `json:"messages"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		n := len(got)
+		got = append(got, body.Messages)
+		mu.Unlock()
+		switch n {
+		case 0:
+			sse(w, `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[`+
+				`{"index":0,"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"command\":\"touch denied\"}"}}]}}]}`)
+		case 1:
+			sse(w, text("I will not run it."))
+		default:
+			sse(w, text("Understood."))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	in := startInstance(t, "agent", t.TempDir(), "--llm-url", srv.URL+"/v1", "--llm-model", "m", "--agent-tools", "shell", "--pty-cwd", dir)
+	c := dialChat(t, in)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sid, err := c.CreateSession(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": "make a file"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := c.WaitEvent(ctx, "approval.request", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "approval.respond", map[string]any{"session_id": sid, "request_id": ev.Payload()["request_id"], "choice": "deny"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	completes := func() int {
+		n := 0
+		for _, e := range c.Events() {
+			if e.Type() == "message.complete" {
+				n++
+			}
+		}
+		return n
+	}
+	testkit.WaitFor(t, 30*time.Second, "the first reply", func() bool { return completes() == 1 })
+	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": "why not?"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the second reply", func() bool { return completes() == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("%d model requests, want 3", len(got))
+	}
+	var contents []string
+	for _, m := range got[2] {
+		contents = append(contents, fmt.Sprintf("%v: %v", m["role"], m["content"]))
+	}
+	want := []string{"user: make a file", "assistant: [shell] $ touch denied\nnot run: the user denied it", "assistant: I will not run it.", "user: why not?"}
+	if !slices.Equal(contents, want) {
+		t.Fatalf("the next prompt's messages %q, want %q", contents, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "denied")); err == nil {
+		t.Fatal("the denied command ran")
 	}
 }
