@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -174,6 +175,22 @@ func (r *Registry) idleLocked(s *Session, t *turn) {
 		return
 	}
 	t.idle.Reset(r.cfg.WorkerTimeout)
+}
+
+// failureData is the data of a failed turn's error event and history
+// entry when a worker's call failed: {"failure"} and, when the worker
+// named one, "retry_after" (seconds), as error 5004's data has them; nil
+// for any other error.
+func failureData(err error) json.RawMessage {
+	var we *workers.Error
+	if !errors.As(err, &we) {
+		return nil
+	}
+	d := map[string]any{"failure": we.Failure}
+	if we.RetryAfter > 0 {
+		d["retry_after"] = we.RetryAfter
+	}
+	return mustJSON(d)
 }
 
 func mustJSON(v any) json.RawMessage {

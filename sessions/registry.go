@@ -1291,8 +1291,13 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 		r.completeTurnLocked(s, t, output, interrupted)
 		if t.failed {
 			code, msg := r.cfg.DescribeError(err)
-			r.emitLocked(s, "error", map[string]any{"message": msg, "code": code})
-			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id})
+			payload := map[string]any{"message": msg, "code": code}
+			data := failureData(err)
+			if data != nil {
+				payload["data"] = data
+			}
+			r.emitLocked(s, "error", payload)
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id, Data: data})
 		}
 	}
 }

@@ -83,46 +83,63 @@ func TestAgentEnv(t *testing.T) {
 	}
 }
 
-// TestDeniedRunReachesModel: a command the viewer denied is part of the
-// conversation the next prompt sends the model server, as a tool call
-// that did not run and why (dashgate, its agent worker and the command
-// all real; the model server records what it gets).
-func TestDeniedRunReachesModel(t *testing.T) {
+// modelScript is an OpenAI-compatible model server answering its n-th
+// chat request (from 0) with answer(n, w); got returns the messages of
+// every request so far.
+func modelScript(t *testing.T, answer func(n int, w http.ResponseWriter)) (url string, got func() [][]map[string]any) {
 	var mu sync.Mutex
-	var got [][]map[string]any // the messages of each chat request
-	sse := func(w http.ResponseWriter, chunks ...string) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, c := range chunks {
-			fmt.Fprintf(w, "data: %s\n\n", c)
-		}
-		io.WriteString(w, "data: [DONE]\n\n")
-	}
-	text := func(s string) string {
-		b, _ := json.Marshal(s)
-		return `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}`
-	}
+	var reqs [][]map[string]any
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Messages []map[string]any `json:"messages"`
 		}
 		json.NewDecoder(r.Body).Decode(&body)
 		mu.Lock()
-		n := len(got)
-		got = append(got, body.Messages)
+		n := len(reqs)
+		reqs = append(reqs, body.Messages)
 		mu.Unlock()
-		switch n {
-		case 0:
-			sse(w, `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[`+
-				`{"index":0,"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"command\":\"touch denied\"}"}}]}}]}`)
-		case 1:
-			sse(w, text("I will not run it."))
-		default:
-			sse(w, text("Understood."))
-		}
+		answer(n, w)
 	}))
 	t.Cleanup(srv.Close)
+	return srv.URL + "/v1", func() [][]map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(reqs)
+	}
+}
+
+// sseChunks answers chunks as an event stream ending with [DONE].
+func sseChunks(w http.ResponseWriter, chunks ...string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, c := range chunks {
+		fmt.Fprintf(w, "data: %s\n\n", c)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+func textChunk(s string) string {
+	b, _ := json.Marshal(s)
+	return `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":` + string(b) + `}}]}`
+}
+
+// TestDeniedRunReachesModel: a command the viewer denied is part of the
+// conversation the next prompt sends the model server, as a tool call
+// that did not run and why (dashgate, its agent worker and the command
+// all real; the model server records what it gets).
+func TestDeniedRunReachesModel(t *testing.T) {
+	url, got := modelScript(t, func(n int, w http.ResponseWriter) {
+		switch n {
+		case 0:
+			sseChunks(w, `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[`+
+				`{"index":0,"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"command\":\"touch denied\"}"}}]}}]}`)
+		case 1:
+			sseChunks(w, textChunk("I will not run it."))
+		default:
+			sseChunks(w, textChunk("Understood."))
+		}
+	})
 	dir := t.TempDir()
-	in := startInstance(t, "agent", t.TempDir(), "--llm-url", srv.URL+"/v1", "--llm-model", "m", "--agent-tools", "shell", "--pty-cwd", dir)
+	in := startInstance(t, "agent", t.TempDir(), "--llm-url", url, "--llm-model", "m", "--agent-tools", "shell", "--pty-cwd", dir)
 	c := dialChat(t, in)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -154,13 +171,12 @@ func TestDeniedRunReachesModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "the second reply", func() bool { return completes() == 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 3 {
-		t.Fatalf("%d model requests, want 3", len(got))
+	reqs := got()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model requests, want 3", len(reqs))
 	}
 	var contents []string
-	for _, m := range got[2] {
+	for _, m := range reqs[2] {
 		contents = append(contents, fmt.Sprintf("%v: %v", m["role"], m["content"]))
 	}
 	want := []string{"user: make a file", "assistant: [shell] $ touch denied\nnot run: the user denied it", "assistant: I will not run it.", "user: why not?"}
@@ -169,5 +185,53 @@ func TestDeniedRunReachesModel(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "denied")); err == nil {
 		t.Fatal("the denied command ran")
+	}
+}
+
+// TestRetryAfterInData: a rate-limited prompt's error event carries the
+// server's retry delay in its data, as error 5004 does, and so does its
+// history entry.
+func TestRetryAfterInData(t *testing.T) {
+	url, _ := modelScript(t, func(n int, w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit"}}`)
+	})
+	in := startInstance(t, "agent", t.TempDir(), "--llm-url", url, "--llm-model", "m")
+	c := dialChat(t, in)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sid, err := c.CreateSession(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Call(ctx, "prompt.submit", map[string]any{"session_id": sid, "text": "hi"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := c.WaitEvent(ctx, "error", sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := ev.Payload()["data"].(map[string]any); d["retry_after"] != 7.0 || d["failure"] != "rate_limited" {
+		t.Fatalf("error event %v: want data.retry_after 7, data.failure rate_limited", ev.Payload())
+	}
+	var res struct {
+		History []struct {
+			Kind string         `json:"kind"`
+			Data map[string]any `json:"data"`
+		} `json:"history"`
+	}
+	if err := c.Call(ctx, "session.resume", map[string]any{"session_id": sid}, &res); err != nil {
+		t.Fatal(err)
+	}
+	var data []map[string]any
+	for _, e := range res.History {
+		if e.Kind == "error" {
+			data = append(data, e.Data)
+		}
+	}
+	if len(data) != 1 || data[0]["retry_after"] != 7.0 {
+		t.Fatalf("error entries' data %v, want retry_after 7", data)
 	}
 }
