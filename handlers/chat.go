@@ -167,7 +167,9 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // readLoop reads frames until the socket ends and dispatches each request
-// on its own goroutine (spawning and reaping never block the read loop).
+// on its own goroutine (spawning and reaping never block the read loop);
+// the requests of a batch are dispatched one after another as if each had
+// come in its own frame, and a notification is dropped.
 func (c *chatConn) readLoop(wg *sync.WaitGroup) error {
 	sem := make(chan struct{}, c.h.MaxInflight)
 	for {
@@ -179,22 +181,102 @@ func (c *chatConn) readLoop(wg *sync.WaitGroup) error {
 			c.sock.closeWith(errBinaryFrame, websocket.StatusUnsupportedData, "binary frames are not accepted")
 			continue // Read returns once the close handshake is done
 		}
-		req, rerr := DecodeRequest(frame)
-		if rerr != nil {
-			c.send(encodeReply(req.ID, nil, rerr))
-			continue
+		calls, isBatch := DecodeFrame(frame)
+		var b *batch
+		if isBatch {
+			b = newBatch(c, calls)
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-c.sock.ctx.Done():
-			continue
+		for i, call := range calls {
+			req := call.Req
+			switch {
+			case call.Err != nil:
+				c.answer(b, i, encodeReply(req.ID, nil, call.Err), nil)
+				continue
+			case req.Notification:
+				// Every method has an answer its caller needs: one that
+				// asks for none is not run (no history, no worker).
+				c.log.Debug("notification dropped", "method", req.Method)
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-c.sock.ctx.Done():
+				// Nobody reads it; a batch still needs every answer to
+				// start the turns of the calls that ran.
+				c.answer(b, i, encodeReply(req.ID, nil, &RPCError{Code: CodeInternal, Message: "request cancelled"}), nil)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				c.dispatch(c.sock.ctx, req, b, i)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			c.dispatch(c.sock.ctx, req)
-		}()
+	}
+}
+
+// batch gathers the answers of one batch frame: in the order of its
+// requests, sent as one array once the last is in. The turns its
+// prompt.submit calls started begin after that, so that an answer precedes
+// its turn's events in a batch too.
+type batch struct {
+	c       *chatConn
+	mu      sync.Mutex
+	answers [][]byte // by request; nil for a notification
+	after   []func()
+	left    int // answers not in yet
+}
+
+func newBatch(c *chatConn, calls []Call) *batch {
+	b := &batch{c: c, answers: make([][]byte, len(calls))}
+	for _, call := range calls {
+		if call.Err != nil || !call.Req.Notification {
+			b.left++
+		}
+	}
+	return b
+}
+
+// answer takes the answer of request i and what runs once it is sent;
+// the last answer sends the array (a batch of notifications sends none).
+func (b *batch) answer(i int, reply []byte, after func()) {
+	b.mu.Lock()
+	b.answers[i] = reply
+	if after != nil {
+		b.after = append(b.after, after)
+	}
+	b.left--
+	last := b.left == 0
+	b.mu.Unlock()
+	if !last {
+		return
+	}
+	frame := []byte{'['}
+	for _, a := range b.answers {
+		if a != nil {
+			if len(frame) > 1 {
+				frame = append(frame, ',')
+			}
+			frame = append(frame, a...)
+		}
+	}
+	b.c.send(append(frame, ']'))
+	for _, f := range b.after {
+		f()
+	}
+}
+
+// answer sends the answer of request i of a frame (b nil: a frame of one
+// request), then runs after; a batch's answers wait for each other.
+func (c *chatConn) answer(b *batch, i int, reply []byte, after func()) {
+	if b != nil {
+		b.answer(i, reply, after)
+		return
+	}
+	c.send(reply)
+	if after != nil {
+		after()
 	}
 }
 
@@ -215,18 +297,15 @@ func (c *chatConn) writeLoop() {
 	}
 }
 
-// dispatch runs one request and queues its reply; errors go through the
-// socket's one error edge, rpcError.
-func (c *chatConn) dispatch(ctx context.Context, req Request) {
+// dispatch runs request i of a frame (b: its batch, or nil) and answers
+// it; errors go through the socket's one error edge, rpcError.
+func (c *chatConn) dispatch(ctx context.Context, req Request, b *batch, i int) {
 	result, after, err := c.call(ctx, req)
 	if err != nil {
-		c.send(encodeReply(req.ID, nil, rpcError(c.log, req.Method, err)))
+		c.answer(b, i, encodeReply(req.ID, nil, rpcError(c.log, req.Method, err)), nil)
 		return
 	}
-	c.send(encodeReply(req.ID, result, nil))
-	if after != nil {
-		after()
-	}
+	c.answer(b, i, encodeReply(req.ID, result, nil), after)
 }
 
 type sessionParams struct {

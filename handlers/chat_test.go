@@ -91,9 +91,9 @@ func TestChatBadInput(t *testing.T) {
 		id    any // nil: the reply's id is null
 	}{
 		{"malformed json", `{"jsonrpc":"2.0",`, -32700, nil},
-		{"not an object", `[1,2]`, -32600, nil},
+		{"not an object", `"str"`, -32600, nil},
 		{"no jsonrpc", `{"id":1,"method":"session.list"}`, -32600, float64(1)},
-		{"no id", `{"jsonrpc":"2.0","method":"session.list"}`, -32600, nil},
+		{"id null", `{"jsonrpc":"2.0","id":null,"method":"session.list"}`, -32600, nil},
 		{"id of a wrong type", `{"jsonrpc":"2.0","id":{},"method":"session.list"}`, -32600, nil},
 		{"unknown method", `{"jsonrpc":"2.0","id":"u","method":"session.explode"}`, -32601, "u"},
 		{"params not an object", `{"jsonrpc":"2.0","id":2,"method":"session.create","params":[1]}`, -32602, float64(2)},

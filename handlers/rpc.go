@@ -33,6 +33,8 @@ const (
 	MaxQuery   = 1 << 10  // bytes of a search query
 	MaxModel   = 200      // bytes of a model name
 
+	MaxBatch = 100 // requests (and notifications) one batch frame may hold
+
 	MaxHistoryPage = 1000 // entries a session.history page may ask for
 	MaxListPage    = 500  // closed sessions a session.list page may ask for
 	MaxSearchHits  = 100  // hits a session.search may ask for
@@ -63,36 +65,97 @@ func invalidParams(msg string) *RPCError { return &RPCError{Code: CodeInvalidPar
 
 // Request is one decoded JSON-RPC request.
 type Request struct {
-	ID     json.RawMessage // a JSON number or string
-	Method string
-	Params json.RawMessage // an object, or nil
+	ID           json.RawMessage // a JSON number or string; nil for a notification
+	Method       string
+	Params       json.RawMessage // an object, or nil (always nil for a notification)
+	Notification bool            // it has no "id" member: it is not run and gets no answer
 }
 
-// DecodeRequest decodes one text frame. On failure it returns the id it
-// could read (nil: the reply's id is null) and a -32700 or -32600 error.
+// Call is one request of a frame as decoded: Req to run (or to drop, a
+// notification), or, when Err is not nil, the error that answers it, with
+// Req.ID as the id (nil: null).
+type Call struct {
+	Req Request
+	Err *RPCError
+}
+
+// DecodeFrame decodes one text frame: a request object, or a batch (an
+// array of 1 to MaxBatch request objects, PROTOCOL.md §7). It returns the
+// frame's calls in their order and whether they are a batch, whose answers
+// go out together as one array. A frame that is not JSON (-32700), an empty
+// batch or one of more than MaxBatch elements (-32600) is one call with
+// Err, id null, and batch false: its answer is a single object. An element
+// of a batch that is not a request answers -32600 in its place.
+func DecodeFrame(frame []byte) (calls []Call, batch bool) {
+	if !json.Valid(frame) {
+		return []Call{{Err: errParse()}}, false
+	}
+	if t := bytes.TrimLeft(frame, " \t\r\n"); len(t) == 0 || t[0] != '[' {
+		req, rerr := decodeObject(frame)
+		return []Call{{Req: req, Err: rerr}}, false
+	}
+	// Decoded element by element, so that a long array costs no more than
+	// MaxBatch elements before it is refused.
+	dec := json.NewDecoder(bytes.NewReader(frame))
+	dec.Token() // the '[': the frame is valid JSON
+	for dec.More() {
+		if len(calls) == MaxBatch {
+			return []Call{{Err: &RPCError{Code: CodeInvalidRequest, Message: "invalid request: a batch holds at most " + strconv.Itoa(MaxBatch) + " requests"}}}, false
+		}
+		var elem json.RawMessage
+		if err := dec.Decode(&elem); err != nil { // cannot happen: the frame is valid JSON
+			return []Call{{Err: errParse()}}, false
+		}
+		req, rerr := decodeObject(elem)
+		calls = append(calls, Call{Req: req, Err: rerr})
+	}
+	if len(calls) == 0 {
+		return []Call{{Err: &RPCError{Code: CodeInvalidRequest, Message: "invalid request: a batch holds at least one request"}}}, false
+	}
+	return calls, true
+}
+
+// DecodeRequest decodes one text frame holding a request object (not a
+// batch: see DecodeFrame). A request without an "id" member decodes as a
+// notification. On failure it returns the id it could read (nil: the
+// reply's id is null) and a -32700, -32600 or -32602 error.
 func DecodeRequest(frame []byte) (Request, *RPCError) {
 	if !json.Valid(frame) {
-		return Request{}, &RPCError{Code: CodeParse, Message: "parse error: the frame is not valid JSON"}
+		return Request{}, errParse()
 	}
+	return decodeObject(frame)
+}
+
+func errParse() *RPCError {
+	return &RPCError{Code: CodeParse, Message: "parse error: the frame is not valid JSON"}
+}
+
+// decodeObject decodes one request object of valid JSON.
+func decodeObject(b []byte) (Request, *RPCError) {
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(frame, &raw); err != nil {
-		return Request{}, &RPCError{Code: CodeInvalidRequest, Message: "invalid request: a frame holds exactly one JSON-RPC 2.0 object"}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Request{}, &RPCError{Code: CodeInvalidRequest, Message: "invalid request: a request is a JSON-RPC 2.0 object"}
 	}
 	var req Request
-	if id, ok := raw["id"]; ok && validID(id) {
+	id, hasID := raw["id"]
+	if hasID && validID(id) {
 		req.ID = id
 	}
 	var version, method string
 	if json.Unmarshal(raw["jsonrpc"], &version) != nil || version != "2.0" {
 		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "jsonrpc" must be "2.0"`}
 	}
-	if req.ID == nil {
+	if hasID && req.ID == nil { // null included: a reply's id null means "unreadable"
 		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "id" must be a number or a string`}
 	}
 	if json.Unmarshal(raw["method"], &method) != nil || method == "" {
 		return req, &RPCError{Code: CodeInvalidRequest, Message: `invalid request: "method" must be a non-empty string`}
 	}
 	req.Method = method
+	if !hasID { // not run, so its params are not read
+		req.Notification = true
+		return req, nil
+	}
 	if p, ok := raw["params"]; ok && !bytes.Equal(bytes.TrimSpace(p), []byte("null")) {
 		if t := bytes.TrimSpace(p); len(t) == 0 || t[0] != '{' {
 			return req, invalidParams(`invalid params: "params" must be an object`)
