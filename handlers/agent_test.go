@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -70,5 +71,31 @@ func TestAgentMethodsBadInput(t *testing.T) {
 	cc.call("session.configure", map[string]any{"session_id": sid, "model": "qwen3:8b"})
 	if r := cc.call("session.resume", map[string]any{"session_id": sid}); r["model"] != "qwen3:8b" || len(r["pending_approvals"].([]any)) != 0 {
 		t.Fatalf("resume after configure: %v", r)
+	}
+}
+
+// TestProtocolFailureInWords: a worker that breaks the protocol (here a
+// stdout line over its limit) fails the call with a sentence a person
+// reads; the protocol's words are in data.detail.
+func TestProtocolFailureInWords(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{reg: func(c *sessions.Config) {
+		sp := c.Spawner.(sessions.ProcSpawner)
+		sp.WorkerCmd = []string{"/bin/sh", "-c", `read -r req; head -c 1100000 /dev/zero | tr '\0' a; echo; read -r req`}
+		c.Spawner = sp
+	}})
+	cc := e.chat()
+	sid := cc.create()
+	r := cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
+	rpc, _ := r["error"].(map[string]any)
+	var data struct {
+		Failure string `json:"failure"`
+		Detail  string `json:"detail"`
+	}
+	raw, _ := rpc["data"].(json.RawMessage)
+	json.Unmarshal(raw, &data)
+	if errCode(r) != handlers.CodeWorkerFailed || rpc["message"] != "the worker sent something dashgate cannot read, so it was stopped; try again" ||
+		data.Failure != "protocol" || data.Detail != "worker protocol: stdout line over 1048576 bytes" {
+		t.Fatalf("a worker's over-long line: %v, data %s", r, raw)
 	}
 }

@@ -47,7 +47,13 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		if we.RetryAfter > 0 {
 			data["retry_after"] = we.RetryAfter
 		}
-		return &RPCError{Code: CodeWorkerFailed, Message: we.Error(), Data: data}
+		msg := we.Error()
+		if we.Failure == workers.FailProtocol {
+			// The sentence a person reads; the protocol's words are details.
+			data["detail"] = msg
+			msg = "the worker sent something dashgate cannot read, so it was stopped; try again"
+		}
+		return &RPCError{Code: CodeWorkerFailed, Message: msg, Data: data}
 	case errors.As(err, &se):
 		// Nothing is lost (the registry keeps its writes queued); the
 		// journal logs write failures, a failed read is worth a warning.
