@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,8 +22,11 @@ import (
 // millisecond of first-delta latency; BENCHMARKS.md).
 //
 // When the store fails (disk full, I/O error) the rows stay queued and the
-// drain retries with backoff; the first failure of a burst logs one ERROR
-// record and the first success after it one INFO record. Beyond
+// drain retries with backoff, in parts: session by session, each
+// session's entries in seq order, at most journalChunk a transaction, so
+// that when less space comes back than the backlog needs, what fits is
+// saved and only the rest waits. The first failure of a burst logs one
+// ERROR record and the first full success after it one INFO record. Beyond
 // journalBacklog queued entries, new entries are not queued (they stay in
 // the sessions' memory) and one ERROR record says so.
 type journal struct {
@@ -61,6 +65,12 @@ const journalRetry = 2 * time.Second
 
 // journalDelay is how long the drain gathers writes before a batch.
 const journalDelay = 20 * time.Millisecond
+
+// journalChunk bounds the entries of one transaction of a retry.
+const journalChunk = 256
+
+// journalLostSessions bounds the sessions the shutdown's loss record names.
+const journalLostSessions = 20
 
 func newJournal(st store.Store, log *slog.Logger) *journal {
 	return &journal{
@@ -177,13 +187,20 @@ func (j *journal) drain() {
 			j.mu.Unlock()
 			return
 		}
+		retry := j.failing
 		j.mu.Unlock()
 
-		err := j.st.Apply(context.Background(), b)
+		var err error
+		rest := b
+		if retry {
+			rest, err = j.applyParts(b)
+		} else {
+			err = j.st.Apply(context.Background(), b)
+		}
 
 		j.mu.Lock()
 		if err != nil {
-			j.requeueLocked(b)
+			j.requeueLocked(rest)
 			if !j.failing {
 				j.failing = true
 				j.log.Error("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
@@ -210,6 +227,76 @@ func (j *journal) drain() {
 		j.signalLocked()
 		j.mu.Unlock()
 	}
+}
+
+// applyParts applies b in parts, in order, and stops at the first that
+// fails: it returns that error and what was not stored (that part and
+// the ones after it).
+func (j *journal) applyParts(b store.Batch) (store.Batch, error) {
+	ps := parts(b)
+	for i, p := range ps {
+		err := j.st.Apply(context.Background(), p)
+		if err == nil {
+			continue
+		}
+		var rest store.Batch
+		for _, p := range ps[i:] {
+			rest.Sessions = append(rest.Sessions, p.Sessions...)
+			rest.Entries = append(rest.Entries, p.Entries...)
+			rest.Deletes = append(rest.Deletes, p.Deletes...)
+		}
+		return rest, err
+	}
+	return store.Batch{}, nil
+}
+
+// parts splits b into batches of one session each: its row (in its first
+// part) and at most journalChunk of its entries, in the order of b.Entries
+// (the order they were first queued: a session's seq order). Sessions
+// come in the order their first entry is in b.Entries (the order it was
+// queued), then those with a row and no entry; the deletes come last,
+// after the rows they may delete, as in one Apply.
+func parts(b store.Batch) []store.Batch {
+	rows := map[string]store.Session{}
+	for _, row := range b.Sessions {
+		rows[row.ID] = row
+	}
+	var sids []string
+	bySession := map[string][]store.SessionEntry{}
+	for _, e := range b.Entries {
+		if _, ok := bySession[e.SessionID]; !ok {
+			sids = append(sids, e.SessionID)
+		}
+		bySession[e.SessionID] = append(bySession[e.SessionID], e)
+	}
+	var rowOnly []string
+	for id := range rows {
+		if _, ok := bySession[id]; !ok {
+			rowOnly = append(rowOnly, id)
+		}
+	}
+	slices.Sort(rowOnly)
+	var out []store.Batch
+	for _, sid := range append(sids, rowOnly...) {
+		es := bySession[sid]
+		var p store.Batch
+		if row, ok := rows[sid]; ok {
+			p.Sessions = []store.Session{row}
+		}
+		for {
+			n := min(len(es), journalChunk)
+			p.Entries, es = es[:n], es[n:]
+			out = append(out, p)
+			if len(es) == 0 {
+				break
+			}
+			p = store.Batch{}
+		}
+	}
+	if len(b.Deletes) > 0 {
+		out = append(out, store.Batch{Deletes: b.Deletes})
+	}
+	return out
 }
 
 // wait pauses the drain for d, or until a flush or close hastens it.
@@ -253,7 +340,10 @@ func (j *journal) flush(ctx context.Context) error {
 }
 
 // close flushes until ctx ends, then stops the drain; what is still queued
-// is lost and one ERROR record says how much. It returns that error.
+// is lost and one ERROR record says how much and which (lost: per session,
+// up to journalLostSessions of them, its sid, how many entries and their
+// first and last seq; entries 0 for a session row alone). It returns that
+// error.
 func (j *journal) close(ctx context.Context) error {
 	err := j.flush(ctx)
 	if err != nil && !errors.Is(err, errStoreFailing) {
@@ -268,8 +358,52 @@ func (j *journal) close(ctx context.Context) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if n := len(j.sessions) + len(j.order) + len(j.deletes); n > 0 {
-		j.log.Error("store: changes lost at shutdown", "sessions", len(j.sessions), "entries", len(j.order), "err", err)
+		j.log.Error("store: changes lost at shutdown", "sessions", len(j.sessions), "entries", len(j.order),
+			"deletes", len(j.deletes), "lost", j.lostLocked(), "err", err)
 		return err
 	}
 	return nil
+}
+
+// lostRange is what close could not store of one session.
+type lostRange struct {
+	SID     string `json:"sid"`
+	Entries int    `json:"entries"`
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	ToSeq   uint64 `json:"to_seq,omitempty"`
+}
+
+// lostLocked is what is still queued, per session, in the order of first
+// queueing (rows alone after), at most journalLostSessions sessions.
+func (j *journal) lostLocked() []lostRange {
+	var out []lostRange
+	at := map[string]int{}
+	add := func(sid string) *lostRange {
+		i, ok := at[sid]
+		if !ok {
+			i = len(out)
+			at[sid] = i
+			out = append(out, lostRange{SID: sid})
+		}
+		return &out[i]
+	}
+	for _, k := range j.order {
+		r := add(k.sid)
+		if r.Entries == 0 || k.seq < r.FromSeq {
+			r.FromSeq = k.seq
+		}
+		r.ToSeq = max(r.ToSeq, k.seq)
+		r.Entries++
+	}
+	var rowOnly []string
+	for id := range j.sessions {
+		if _, ok := at[id]; !ok {
+			rowOnly = append(rowOnly, id)
+		}
+	}
+	slices.Sort(rowOnly)
+	for _, id := range rowOnly {
+		add(id)
+	}
+	return out[:min(len(out), journalLostSessions)]
 }
