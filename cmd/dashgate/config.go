@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -62,6 +61,9 @@ type config struct {
 	NodeID           string
 	PassEnv          string
 	MaxConnsPerIP    int
+	MaxHTTPConns     int
+	HTTPIdleTimeout  time.Duration
+	WSCloseTimeout   time.Duration
 	LogLevel         string
 	LogFormat        string
 	Cgroup           string
@@ -73,13 +75,6 @@ type config struct {
 	// The agent's bounds on the model server (its environment).
 	LLMConnectTimeout time.Duration
 	LLMHeaderTimeout  time.Duration
-}
-
-func defaultStateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "dashgate")
-	}
-	return fmt.Sprintf("/tmp/dashgate-%d", os.Getuid())
 }
 
 func defaultPTYCmd() string {
@@ -117,7 +112,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
 	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for sessions to close")
-	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "instance locks (for the startup sweep) and the default store")
+	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(getenv), "the login token, instance locks (for the startup sweep) and the default store; made 0700, refused when a symlink, another user's or writable by others (default: $XDG_STATE_HOME/dashgate, else $HOME/.local/state/dashgate)")
 	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db); none: memory only, nothing survives a restart")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
 	fs.StringVar(&c.LLMURL, "llm-url", "", "base URL of an OpenAI-compatible model server (e.g. http://127.0.0.1:11434/v1): the chat worker becomes dashgate's agent")
@@ -137,6 +132,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie")
 	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 50, "open WebSockets per client address (0: no limit)")
+	fs.IntVar(&c.MaxHTTPConns, "max-http-conns", 256, "open HTTP connections, WebSockets not counted; beyond it the longest idle one is closed, or with none idle the request gets 503 (0: no limit)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 90*time.Second, "a keep-alive HTTP connection idle this long is closed")
+	fs.DurationVar(&c.WSCloseTimeout, "ws-close-timeout", time.Second, "at shutdown, how long a WebSocket's peer may take to answer the close frame before its connection is closed")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.Cgroup, "cgroup", "auto", "contain each child in a cgroup v2 of its own: auto (when a writable hierarchy is found), on (refuse to start without), off")
@@ -198,6 +196,9 @@ func (c config) validate() error {
 	if c.LLMConnectTimeout <= 0 || c.LLMHeaderTimeout <= 0 {
 		errs = append(errs, errors.New("--llm-connect-timeout and --llm-header-timeout must be positive"))
 	}
+	if c.MaxHTTPConns < 0 || c.HTTPIdleTimeout <= 0 || c.WSCloseTimeout <= 0 || c.WSCloseTimeout > c.ShutdownTimeout {
+		errs = append(errs, errors.New("--max-http-conns must not be negative, --http-idle-timeout positive, --ws-close-timeout positive and at most --shutdown-timeout"))
+	}
 	if c.DetachTurnGrace < 0 {
 		errs = append(errs, errors.New("--detach-turn-grace must not be negative"))
 	}
@@ -209,6 +210,9 @@ func (c config) validate() error {
 	}
 	if c.ChildPidsMax < 0 {
 		errs = append(errs, errors.New("--child-pids-max must not be negative"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("no state directory: $XDG_STATE_HOME and $HOME are unset or relative; set --state-dir (or DASHGATE_STATE_DIR)"))
 	}
 	if strings.TrimSpace(c.PTYCmd) == "" {
 		errs = append(errs, errors.New("--pty-cmd is empty"))

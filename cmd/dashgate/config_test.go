@@ -13,6 +13,7 @@ func TestConfigFromFlagsAndEnv(t *testing.T) {
 		"DASHGATE_MAX_WORKERS":  "7",
 		"DASHGATE_TOKEN":        "from-env",
 		"DASHGATE_ADDR":         "127.0.0.1:9999",
+		"HOME":                  "/home/t",
 	}
 	cfg, err := parseConfig([]string{"--max-workers", "9"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
@@ -47,7 +48,7 @@ func TestConfigRefusals(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8787", "--token", "t"}, none, io.Discard); err != nil {
+	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8787", "--token", "t", "--state-dir", "/srv/dashgate"}, none, io.Discard); err != nil {
 		t.Fatalf("non-loopback with a token: %v", err)
 	}
 	if _, err := parseConfig(nil, func(k string) string {
@@ -61,7 +62,7 @@ func TestConfigRefusals(t *testing.T) {
 }
 
 func TestConfigCgroupLimits(t *testing.T) {
-	cfg, err := parseConfig([]string{"--child-memory-max", "512MiB", "--child-pids-max", "64", "--cgroup", "on"}, func(string) string { return "" }, io.Discard)
+	cfg, err := parseConfig([]string{"--child-memory-max", "512MiB", "--child-pids-max", "64", "--cgroup", "on", "--state-dir", "/srv/dashgate"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

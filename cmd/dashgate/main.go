@@ -104,13 +104,10 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // <state-dir>/token (0600) and reused by the next start, so that the
 // browser's cookie, and its open tabs, outlive a restart.
 func stateToken(stateDir string) (string, error) {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return "", fmt.Errorf("state dir: %w", err)
-	}
 	path := filepath.Join(stateDir, "token")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openTokenFile(path)
 	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
+		return "", err
 	}
 	defer f.Close()
 	// Two starts at once on one state dir agree on one token.
@@ -175,6 +172,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if err := workers.EnableSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "err", err)
 	}
+	if err := prepareStateDir(cfg.StateDir); err != nil {
+		return err
+	}
+	noticeLegacyStateDir(cfg.StateDir, log)
 	inst, err := workers.AcquireInstance(cfg.StateDir)
 	if err != nil {
 		return err
@@ -267,7 +268,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	srv, err := web.New(web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
-		MaxConnsPerIP: cfg.MaxConnsPerIP,
+		MaxConnsPerIP: cfg.MaxConnsPerIP, MaxHTTPConns: cfg.MaxHTTPConns, IdleTimeout: cfg.HTTPIdleTimeout,
+		CloseTimeout: cfg.WSCloseTimeout,
 	}, web.Handlers{
 		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models},
 		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
