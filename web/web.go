@@ -54,6 +54,15 @@ type Config struct {
 	Version        string
 	Log            *slog.Logger
 	MaxConnsPerIP  int // open WebSockets per client address; 0 means no limit
+
+	// Connections (Run). MaxHTTPConns caps open HTTP connections, WebSockets
+	// not counted (0: no cap); IdleTimeout closes a keep-alive connection
+	// idle that long (0: 90 s); CloseTimeout is how long shutdown waits for
+	// a WebSocket's peer to answer the close handshake before closing its
+	// connection (0: 1 s).
+	MaxHTTPConns int
+	IdleTimeout  time.Duration
+	CloseTimeout time.Duration
 }
 
 // Handlers are the endpoints the server routes to.
@@ -477,19 +486,33 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 
 // Run serves s on ln until ctx ends, then shuts the server down: listeners
 // close, every request's context is cancelled with handlers.ErrShutdown
-// (WebSockets close with 1001) and Run waits up to shutdownTimeout for every
-// handler, WebSockets included, to return.
+// (WebSockets send their 1001 close frame), WebSocket connections whose
+// peer has not answered within Config.CloseTimeout are closed, and Run
+// waits up to shutdownTimeout for every handler, WebSockets included, to
+// return. Run owns ln and closes it.
 func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.Duration, log *slog.Logger) error {
 	base, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
+	conns := newConnSet(h.cfg.MaxHTTPConns, log)
+	idle := h.cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	closeTimeout := h.cfg.CloseTimeout
+	if closeTimeout <= 0 {
+		closeTimeout = DefaultCloseTimeout
+	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           conns.refuseOverCap(h),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       idle,
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext:       connContext,
+		ConnState:         conns.connState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(listener{ln, conns}) }()
 	select {
 	case err := <-errc:
 		return err
@@ -498,6 +521,14 @@ func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.D
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	cancelBase(handlers.ErrShutdown)
+	// A peer that never answers the close handshake would hold its handler
+	// (and the exit) for the WebSocket library's own 5 s.
+	stuck := time.AfterFunc(closeTimeout, func() {
+		if n := conns.closeHijacked(); n > 0 {
+			log.Debug("websockets closed without a close handshake", "sockets", n, "close_timeout_ms", closeTimeout.Milliseconds())
+		}
+	})
+	defer stuck.Stop()
 	err := srv.Shutdown(sctx)
 	<-errc
 	if err == nil {
@@ -509,3 +540,9 @@ func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.D
 	}
 	return nil
 }
+
+// Defaults of Config's connection settings.
+const (
+	DefaultIdleTimeout  = 90 * time.Second
+	DefaultCloseTimeout = time.Second
+)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,13 @@ import (
 	"github.com/dashgate/dashgate/web"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(acceptHelperEnv) == "1" {
+		acceptHelper()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type syncBuf struct {
 	mu sync.Mutex
