@@ -46,8 +46,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dashgateBin = bin
-	goleak.VerifyTestMain(m,
-		// Nothing to ignore: every test stops its dashgate, its browser and its
+	testkit.VerifyNoLeaks(m,
+		// Nothing to ignore of its own: every test stops its dashgate, its browser and its
 		// HTTP clients before it returns.
 		goleak.Cleanup(func(code int) {
 			if left := reapOrphans(5 * time.Second); len(left) > 0 {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -27,8 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DASHGATE_TEST_WORKER") == "1" {
 		os.Exit(builtin.Main())
 	}
-	// The spawning goroutine lives as long as the process by design.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(workers.SpawnThreadFunction))
+	testkit.VerifyNoLeaks(m)
 }
 
 type env struct {

@@ -10,8 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/builtin"
@@ -22,8 +20,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DASHGATE_TEST_WORKER") == "1" {
 		os.Exit(builtin.Main())
 	}
-	// The spawning goroutine lives as long as the process by design.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(workers.SpawnThreadFunction))
+	testkit.VerifyNoLeaks(m)
 }
 
 type harness struct {

@@ -12,9 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/web"
 )
 
@@ -23,7 +22,7 @@ func TestMain(m *testing.M) {
 		acceptHelper()
 		return
 	}
-	goleak.VerifyTestMain(m)
+	testkit.VerifyNoLeaks(m)
 }
 
 type syncBuf struct {

@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -53,10 +52,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "EnableSubreaper:", err)
 		os.Exit(1)
 	}
-	// Ignored: the spawning goroutine, which lives as long as the process
-	// by design (see proc.go). RunReaper's signal.Notify goroutines need no
-	// entry: goleak's defaults ignore os/signal.loop and signal_recv.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(SpawnThreadFunction))
+	// RunReaper's signal.Notify goroutines need no ignore: goleak's
+	// defaults ignore os/signal.loop and signal_recv.
+	testkit.VerifyNoLeaks(m)
 }
 
 // ---------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -45,7 +44,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "EnableSubreaper:", err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m) // no ignores: every socket and client is closed by the tests
+	testkit.VerifyNoLeaks(m) // no ignores of its own: every socket and client is closed by the tests
 }
 
 const testToken = "test-token-0123456789"

@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m) // no ignores: every child and goroutine is waited for
+	VerifyNoLeaks(m) // no ignores of its own: every child and goroutine is waited for
 }
 
 // startSleep starts `sleep 300` (through a symlink named name, which is its

@@ -17,14 +17,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.uber.org/goleak"
-
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers/agent"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m) // no ignores needed
+	testkit.VerifyNoLeaks(m) // no ignores of its own
 }
 
 // deadline bounds every wait of these tests; none asserts a duration.

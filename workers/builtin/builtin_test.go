@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "subreaper:", err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m) // no ignores needed
+	testkit.VerifyNoLeaks(m) // no ignores of its own
 }
 
 // middle starts the built-in worker as its child, telling it that middle is
