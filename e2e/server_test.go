@@ -36,7 +36,10 @@ type dashgate struct {
 	// allowErrors are ERROR records (by msg) the test caused on purpose
 	// (a full disk); any other ERROR fails the clean stop.
 	allowErrors []string
-	stopOnce    sync.Once
+	// secrets are the tokens it was given (dashboard, admin): no record
+	// of its log may contain one.
+	secrets  []string
+	stopOnce sync.Once
 }
 
 // startDashgate starts dashgate on 127.0.0.1:0 with a temp state dir and
@@ -63,12 +66,53 @@ func launch(t *testing.T, o testkit.Options) *dashgate {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	d := &dashgate{t: t, seen: map[int]uint64{}}
+	d := &dashgate{t: t, seen: map[int]uint64{}, secrets: secretsOf(o)}
 	// Registered first, so it runs after stop: whatever stop found to be
 	// wrong, nothing of this dashgate survives the test.
 	d.Instance = testkit.StartT(t, o)
 	t.Cleanup(d.stop)
 	return d
+}
+
+// secretsOf lists the tokens o gives dashgate: its dashboard token, and an
+// admin or dashboard token passed as a flag or in the environment.
+func secretsOf(o testkit.Options) []string {
+	out := []string{o.Token}
+	for i, a := range o.Args {
+		for _, flag := range []string{"--token", "--admin-token"} {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				out = append(out, v)
+			} else if a == flag && i+1 < len(o.Args) {
+				out = append(out, o.Args[i+1])
+			}
+		}
+	}
+	for _, kv := range o.Env {
+		for _, key := range []string{"DASHGATE_TOKEN", "DASHGATE_ADMIN_TOKEN"} {
+			if v, ok := strings.CutPrefix(kv, key+"="); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
+}
+
+// checkNoSecrets fails the test for every line of the log (a record of any
+// level, in any of its keys or values, or a line that is no record at
+// all) that contains one of d's tokens.
+func (d *dashgate) checkNoSecrets() {
+	b, err := os.ReadFile(d.Log.Path)
+	if err != nil {
+		d.t.Errorf("read the log for tokens: %v", err)
+		return
+	}
+	for n, line := range strings.Split(string(b), "\n") {
+		for _, secret := range d.secrets {
+			if strings.Contains(line, secret) {
+				d.t.Errorf("the log carries a token (line %d): %s", n+1, line)
+			}
+		}
+	}
 }
 
 type (
@@ -179,6 +223,10 @@ func (d *dashgate) stopAndCheck() {
 			}
 		}
 	}()
+	// However it ended (stopped, killed, or gone before the end), its log
+	// holds no token; run before the artifact is written (defers run last
+	// first), so that this failure is in it too.
+	defer d.checkNoSecrets()
 	if d.killed {
 		d.checkKilled() // killed on purpose by the test: no clean stop to check
 		return
