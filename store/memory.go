@@ -3,6 +3,8 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -48,20 +50,19 @@ func (m *Memory) Apply(ctx context.Context, b Batch) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	for _, e := range b.Entries {
-		if m.sessions[e.SessionID] == nil && !slices.ContainsFunc(b.Sessions, func(s Session) bool { return s.ID == e.SessionID }) {
-			return ErrNotFound
-		}
+	if err := m.checkBatchLocked(b); err != nil {
+		return err
 	}
 	for _, s := range b.Sessions {
 		ms := m.sessions[s.ID]
 		if ms == nil {
-			ms = &memSession{}
+			ms = &memSession{row: s}
 			m.sessions[s.ID] = ms
 		}
-		last := ms.row.LastSeq
+		kept := ms.row
 		ms.row = s
-		ms.row.LastSeq = last
+		ms.row.LastSeq, ms.row.Owner = kept.LastSeq, kept.Owner
+		ms.row.Node, ms.row.LeaseUntil, ms.row.Epoch = kept.Node, kept.LeaseUntil, kept.Epoch
 	}
 	for _, e := range b.Entries {
 		ms := m.sessions[e.SessionID]
@@ -81,6 +82,60 @@ func (m *Memory) Apply(ctx context.Context, b Batch) error {
 	}
 	m.trimLocked()
 	return nil
+}
+
+// checkBatchLocked finds what would fail b before anything is written:
+// an entry of an unknown session, a row of another owner, writes under a
+// stale epoch. A session's owner and epoch are the stored ones, or those
+// of its first row in b when it is new (as the SQLite backend inserts it).
+func (m *Memory) checkBatchLocked(b Batch) error {
+	type fence struct {
+		owner string
+		epoch uint64
+	}
+	known := map[string]fence{}
+	var fenced []string
+	for _, s := range b.Sessions {
+		f, ok := known[s.ID]
+		if !ok {
+			f = fence{s.Owner, s.Epoch}
+			if ms := m.sessions[s.ID]; ms != nil {
+				f = fence{ms.row.Owner, ms.row.Epoch}
+			}
+			known[s.ID] = f
+		}
+		if s.Owner != f.owner {
+			return fmt.Errorf("session %q: %w", s.ID, ErrOtherOwner)
+		}
+		if s.Epoch != 0 && s.Epoch != f.epoch {
+			fenced = append(fenced, s.ID)
+		}
+	}
+	for _, e := range b.Entries {
+		f, ok := known[e.SessionID]
+		if !ok {
+			ms := m.sessions[e.SessionID]
+			if ms == nil {
+				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, ErrNotFound)
+			}
+			f = fence{ms.row.Owner, ms.row.Epoch}
+			known[e.SessionID] = f
+		}
+		if e.Epoch != 0 && e.Epoch != f.epoch {
+			fenced = append(fenced, e.SessionID)
+		}
+	}
+	return fencedError(fenced)
+}
+
+// fencedError is a *FencedError naming ids (sorted, each once), or nil
+// when there are none.
+func fencedError(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	return &FencedError{SessionIDs: slices.Compact(ids)}
 }
 
 // trimLocked forgets the oldest closed sessions beyond MaxClosed.
@@ -114,6 +169,22 @@ func (m *Memory) Restorable(ctx context.Context) ([]Session, error) {
 	var out []Session
 	for _, s := range m.sessions {
 		if s.row.State != StateClosed {
+			out = append(out, s.row)
+		}
+	}
+	return out, nil
+}
+
+// RestorableFor implements Store.
+func (m *Memory) RestorableFor(ctx context.Context, owner string) ([]Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []Session
+	for _, s := range m.sessions {
+		if s.row.State != StateClosed && s.row.Owner == owner {
 			out = append(out, s.row)
 		}
 	}
@@ -167,7 +238,24 @@ func (m *Memory) History(ctx context.Context, sid string, beforeSeq uint64, limi
 	if err := m.check(ctx); err != nil {
 		return nil, false, err
 	}
+	return m.historyLocked(m.sessions[sid], beforeSeq, limit)
+}
+
+// HistoryFor implements Store.
+func (m *Memory) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, false, err
+	}
 	s := m.sessions[sid]
+	if s != nil && s.row.Owner != owner {
+		s = nil
+	}
+	return m.historyLocked(s, beforeSeq, limit)
+}
+
+func (m *Memory) historyLocked(s *memSession, beforeSeq uint64, limit int) ([]Entry, bool, error) {
 	if s == nil {
 		return nil, false, nil
 	}
@@ -296,6 +384,15 @@ func (m *Memory) Delete(ctx context.Context, owner, id string) (bool, error) {
 
 // Prune implements Store.
 func (m *Memory) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+	return m.prune(ctx, func(Session) bool { return true }, cutoff)
+}
+
+// PruneFor implements Store.
+func (m *Memory) PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error) {
+	return m.prune(ctx, func(s Session) bool { return s.Owner == owner }, cutoff)
+}
+
+func (m *Memory) prune(ctx context.Context, match func(Session) bool, cutoff time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
@@ -303,8 +400,96 @@ func (m *Memory) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 	n := 0
 	for id, s := range m.sessions {
-		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) {
+		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) && match(s.row) {
 			delete(m.sessions, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Rename implements Store.
+func (m *Memory) Rename(ctx context.Context, owner, id, title string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	s := m.sessions[id]
+	if s == nil || s.row.Owner != owner {
+		return false, nil
+	}
+	s.row.Title = title
+	return true, nil
+}
+
+// checkLease refuses what Claim and Renew cannot grant.
+func checkLease(node string, ttl time.Duration) error {
+	if node == "" {
+		return errors.New("lease: empty node name")
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("lease: ttl %v is not positive", ttl)
+	}
+	return nil
+}
+
+// Claim implements Store.
+func (m *Memory) Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]Session, error) {
+	if err := checkLease(node, ttl); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []Session
+	for _, s := range m.sessions {
+		r := &s.row
+		if r.State == StateClosed || (r.Node != "" && r.Node != node && r.LeaseUntil.After(now)) {
+			continue
+		}
+		r.Node, r.LeaseUntil, r.Epoch = node, now.Add(ttl), r.Epoch+1
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+// Renew implements Store.
+func (m *Memory) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
+	if err := checkLease(node, ttl); err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var lost []string
+	for id, epoch := range held {
+		s := m.sessions[id]
+		if s == nil || s.row.Node != node || s.row.Epoch != epoch {
+			lost = append(lost, id)
+			continue
+		}
+		s.row.LeaseUntil = now.Add(ttl)
+	}
+	slices.Sort(lost)
+	return lost, nil
+}
+
+// Release implements Store.
+func (m *Memory) Release(ctx context.Context, node string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range m.sessions {
+		if s.row.Node == node && !s.row.LeaseUntil.IsZero() {
+			s.row.LeaseUntil = time.Time{}
 			n++
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -24,7 +26,28 @@ var (
 	ErrNotFound = errors.New("store: session not found")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrOtherOwner: a batch's session row names an owner other than the
+	// stored session's. Apply wrote nothing: the owner of a stored session
+	// never changes.
+	ErrOtherOwner = errors.New("store: session belongs to another owner")
+	// ErrFenced: a write carried an epoch other than the session's stored
+	// one (another node claimed it since). Apply wrote nothing. The error
+	// is a *FencedError naming the sessions.
+	ErrFenced = errors.New("store: fenced")
 )
+
+// FencedError is Apply's error when writes of a batch carry an epoch that
+// is not their session's stored epoch. errors.Is(err, ErrFenced) holds.
+type FencedError struct {
+	SessionIDs []string // the fenced sessions, sorted, each once
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("store: fenced: session %s written under a stale epoch", strings.Join(e.SessionIDs, ", "))
+}
+
+// Is reports whether target is ErrFenced.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // Session states as stored. Live sessions carry the registry's state
 // (created, attached, detached); a session saved by a clean shutdown is
@@ -46,6 +69,16 @@ type Session struct {
 	ClosedAt   time.Time // zero unless State is closed
 	LastSeq    uint64    // the highest entry seq written for this session (read only: Apply ignores it)
 	Model      string    // the model a session was configured with ("" for the default)
+
+	// Ownership as data (see Claim). Node is the node that holds the
+	// session ("" for none), LeaseUntil when its hold ends (zero: ended),
+	// Epoch how many times it was claimed. Apply stores the three only when
+	// it creates the row; afterwards only Claim, Renew and Release change
+	// them. Epoch is also the fence of a row in a Batch: non-zero, it must
+	// equal the stored epoch (ErrFenced); zero writes unfenced.
+	Node       string
+	LeaseUntil time.Time
+	Epoch      uint64
 }
 
 // Usage is a reply's token counts, when the model server reported them.
@@ -93,17 +126,24 @@ const (
 	RoleTool      = "tool"
 )
 
-// SessionEntry is an entry of one session, as a Batch writes it.
+// SessionEntry is an entry of one session, as a Batch writes it. Epoch
+// is the epoch its writer holds the session under: non-zero, it must equal
+// the session's stored epoch (ErrFenced); zero writes unfenced.
 type SessionEntry struct {
 	SessionID string
+	Epoch     uint64
 	Entry
 }
 
 // Batch is a set of writes applied atomically, in this order: Sessions are
-// upserted (the whole row but LastSeq), Entries are upserted by
-// (SessionID, Seq), so a later write of a streaming reply replaces its
-// earlier checkpoint, then Deletes remove sessions with all their entries.
-// An entry whose session is neither stored nor in Sessions is an error.
+// upserted (the whole row but LastSeq, Owner and, once stored, Node,
+// LeaseUntil and Epoch), Entries are upserted by (SessionID, Seq), so a
+// later write of a streaming reply replaces its earlier checkpoint, then
+// Deletes remove sessions with all their entries. An entry whose session
+// is neither stored nor in Sessions is an error (ErrNotFound); so is a row
+// whose Owner is not the stored session's (ErrOtherOwner: the owner never
+// changes) and a row or entry whose non-zero Epoch is not the stored one
+// (a *FencedError). Deletes carry no epoch: they are a user's, not a node's.
 type Batch struct {
 	Sessions []Session
 	Entries  []SessionEntry
@@ -139,8 +179,11 @@ type Store interface {
 	// Apply writes b atomically (all of it or nothing).
 	Apply(ctx context.Context, b Batch) error
 	// Restorable returns every session whose State is not closed, with
-	// LastSeq set, in no particular order.
+	// LastSeq set, in no particular order, across owners. To be removed
+	// once the registry claims its sessions with Claim.
 	Restorable(ctx context.Context) ([]Session, error)
+	// RestorableFor is Restorable of one owner's sessions.
+	RestorableFor(ctx context.Context, owner string) ([]Session, error)
 	// Get returns one session with LastSeq set; ErrNotFound.
 	Get(ctx context.Context, owner, id string) (Session, error)
 	// Closed returns closed sessions newest closed first, and whether older
@@ -149,7 +192,12 @@ type Store interface {
 	// History returns up to limit entries of a session with Seq < beforeSeq
 	// (0: no bound), oldest first, and whether older ones exist. An unknown
 	// session has no entries (no error).
+	// It reads any owner's session: to be removed once sessions calls
+	// HistoryFor.
 	History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
+	// HistoryFor is History of a session of owner: another owner's session
+	// has no entries, as an unknown one.
+	HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
 	// Search returns up to limit entries whose text holds every word of
 	// query, newest first. Any string is a valid query: operators and
 	// quotes are taken as text; a query without words has no hits.
@@ -158,8 +206,36 @@ type Store interface {
 	// session existed.
 	Delete(ctx context.Context, owner, id string) (bool, error)
 	// Prune deletes closed sessions whose ClosedAt is before cutoff, with
-	// their entries, and returns how many.
+	// their entries, and returns how many, across owners (the registry's
+	// retention sweep).
 	Prune(ctx context.Context, cutoff time.Time) (int, error)
+	// PruneFor is Prune of one owner's closed sessions.
+	PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error)
+	// Rename sets the title of owner's session id and nothing else (no read
+	// of the row: a write beside it keeps its fields); it reports whether
+	// the session exists for owner.
+	Rename(ctx context.Context, owner, id, title string) (bool, error)
+
+	// Claim gives node the sessions that are not closed and are unowned
+	// (Node ""), already node's, or whose lease ended (LeaseUntil <= now),
+	// all in one transaction: each gets Epoch+1, Node = node and
+	// LeaseUntil = now+ttl. It returns them with LastSeq set, in no
+	// particular order; node writes them with the returned Epoch. node's
+	// own sessions get a new epoch too, so writes of node's earlier run
+	// are fenced: a node claims at start, then Renews. A session
+	// another node holds under a live lease is not taken. node must not be
+	// "" and ttl must be > 0 (an error otherwise).
+	Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]Session, error)
+	// Renew sets LeaseUntil = now+ttl on each session of held (id -> the
+	// epoch node claimed it with) that node still holds at that epoch, and
+	// returns the ids of held it no longer holds (claimed by another node,
+	// deleted), sorted. A lease that ended but was not claimed again is
+	// renewed: nobody wrote under another epoch.
+	Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error)
+	// Release ends node's leases (LeaseUntil zero; Node and Epoch stay), so
+	// that another node may claim them at once; it returns how many. Use it
+	// at a clean stop, after the last write.
+	Release(ctx context.Context, node string) (int, error)
 	// Close releases the store; the caller writes nothing after it.
 	Close() error
 }

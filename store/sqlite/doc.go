@@ -4,7 +4,9 @@
 // Open owns the file from then on: it checks the file before it writes
 // anything (a directory, a file it may not write, a file that is not a
 // database or is a damaged one, a schema newer than this code), migrates
-// the schema in one transaction and returns a *Store whose Close
+// the schema with goose (the SQL steps in migrations/sqlite, embedded;
+// each step one transaction; a file of the schema before goose, PRAGMA
+// user_version 1, is taken up as it is) and returns a *Store whose Close
 // checkpoints and releases the file. Close blocks until the calls in
 // flight have returned; after it every method returns store.ErrClosed.
 //

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -195,18 +197,17 @@ func (e *newerSchemaError) Unwrap() error { return ErrNewerSchema }
 
 // prepare reads the schema version (the first read: a damaged file fails
 // here, before anything was written), refuses a newer schema, checks FTS5,
-// switches the file to WAL and applies the missing migrations in one
-// transaction.
+// switches the file to WAL and applies the missing migrations (migrate).
 func prepare(ctx context.Context, w *sql.DB, abs string) error {
-	var version int
-	if err := w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+	user, applied, err := readVersion(ctx, w)
+	if err != nil {
 		if isCode(err, sqlite3.SQLITE_NOTADB) || isCode(err, sqlite3.SQLITE_CORRUPT) {
 			return fmt.Errorf("store %s: %w (left unchanged)", abs, ErrCorrupt)
 		}
 		return fmt.Errorf("store %s: read schema version: %w", abs, err)
 	}
-	if version > schemaVersion {
-		return &newerSchemaError{path: abs, have: version, know: schemaVersion}
+	if have := max(user, applied); have > schemaVersion {
+		return &newerSchemaError{path: abs, have: have, know: schemaVersion}
 	}
 	var fts5 bool
 	if err := w.QueryRowContext(ctx, "SELECT sqlite_compileoption_used('ENABLE_FTS5')").Scan(&fts5); err != nil {
@@ -222,31 +223,10 @@ func prepare(ctx context.Context, w *sql.DB, abs string) error {
 	if mode != "wal" {
 		return fmt.Errorf("store %s: journal mode is %q, not wal", abs, mode)
 	}
-	if version == schemaVersion {
+	if user == schemaVersion && applied == schemaVersion {
 		return nil
 	}
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store %s: migrate: %w", abs, err)
-	}
-	defer tx.Rollback()
-	// Read again under the write lock: another process may have migrated.
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("store %s: read schema version: %w", abs, err)
-	}
-	for v := version; v < schemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("store %s: migrate to version %d: %w", abs, v+1, err)
-		}
-	}
-	// PRAGMA takes no parameters; schemaVersion is an int of this code.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
-		return fmt.Errorf("store %s: set schema version: %w", abs, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store %s: migrate: %w", abs, err)
-	}
-	return nil
+	return migrate(ctx, w, abs)
 }
 
 // isCode reports whether err is a SQLite error whose primary result code
@@ -301,7 +281,15 @@ func toSeq(seq uint64) (int64, error) {
 	return int64(seq), nil
 }
 
-const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model`
+// toEpoch is epoch as stored.
+func toEpoch(epoch uint64) (int64, error) {
+	if epoch > math.MaxInt64 {
+		return 0, fmt.Errorf("epoch %d out of range", epoch)
+	}
+	return int64(epoch), nil
+}
+
+const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model, node, lease_until, epoch`
 
 // lastSeq is the column expression of a session's highest entry seq (the
 // (session_id, seq) index answers it with one seek).
@@ -311,8 +299,8 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanSession(sc scanner, withLastSeq bool) (store.Session, error) {
 	var s store.Session
-	var created, active, closed int64
-	dest := []any{&s.ID, &s.Owner, &s.Title, &created, &active, &s.State, &s.EndReason, &closed, &s.Model}
+	var created, active, closed, lease, epoch int64
+	dest := []any{&s.ID, &s.Owner, &s.Title, &created, &active, &s.State, &s.EndReason, &closed, &s.Model, &s.Node, &lease, &epoch}
 	var last int64
 	if withLastSeq {
 		dest = append(dest, &last)
@@ -321,7 +309,7 @@ func scanSession(sc scanner, withLastSeq bool) (store.Session, error) {
 		return store.Session{}, err
 	}
 	s.CreatedAt, s.LastActive, s.ClosedAt = fromNanos(created), fromNanos(active), fromNanos(closed)
-	s.LastSeq = uint64(last)
+	s.LastSeq, s.LeaseUntil, s.Epoch = uint64(last), fromNanos(lease), uint64(epoch)
 	return s, nil
 }
 
@@ -350,9 +338,13 @@ func (s *Store) Apply(ctx context.Context, b store.Batch) error {
 }
 
 func applyTx(ctx context.Context, tx *sql.Tx, b store.Batch) error {
+	if err := checkBatch(ctx, tx, b); err != nil {
+		return err
+	}
 	if len(b.Sessions) > 0 {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, title = excluded.title, created_at = excluded.created_at,
+		// The owner, and once stored the lease, are not the row's to change.
+		st, err := tx.PrepareContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.created_at,
 	last_active = excluded.last_active, state = excluded.state, end_reason = excluded.end_reason,
 	closed_at = excluded.closed_at, model = excluded.model`)
 		if err != nil {
@@ -360,40 +352,23 @@ ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, title = excluded.title, c
 		}
 		defer st.Close()
 		for _, ss := range b.Sessions {
-			var t [3]int64
-			for i, v := range []time.Time{ss.CreatedAt, ss.LastActive, ss.ClosedAt} {
+			var t [4]int64
+			for i, v := range []time.Time{ss.CreatedAt, ss.LastActive, ss.ClosedAt, ss.LeaseUntil} {
 				if t[i], err = toNanos(v); err != nil {
 					return fmt.Errorf("session %q: %w", ss.ID, err)
 				}
 			}
-			if _, err := st.ExecContext(ctx, ss.ID, ss.Owner, ss.Title, t[0], t[1], ss.State, ss.EndReason, t[2], ss.Model); err != nil {
+			epoch, err := toEpoch(ss.Epoch)
+			if err != nil {
+				return fmt.Errorf("session %q: %w", ss.ID, err)
+			}
+			if _, err := st.ExecContext(ctx, ss.ID, ss.Owner, ss.Title, t[0], t[1], ss.State, ss.EndReason, t[2], ss.Model,
+				ss.Node, t[3], epoch); err != nil {
 				return fmt.Errorf("session %q: %w", ss.ID, err)
 			}
 		}
 	}
 	if len(b.Entries) > 0 {
-		// Every session the entries name must exist by now (stored, or
-		// upserted above); a foreign-key failure would not say which.
-		check, err := tx.PrepareContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`)
-		if err != nil {
-			return err
-		}
-		defer check.Close()
-		seen := map[string]bool{}
-		for _, e := range b.Entries {
-			if seen[e.SessionID] {
-				continue
-			}
-			var one int
-			err := check.QueryRowContext(ctx, e.SessionID).Scan(&one)
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, store.ErrNotFound)
-			}
-			if err != nil {
-				return fmt.Errorf("session %q: %w", e.SessionID, err)
-			}
-			seen[e.SessionID] = true
-		}
 		st, err := tx.PrepareContext(ctx, `INSERT INTO entries
 	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -433,27 +408,110 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 	return nil
 }
 
+// checkBatch finds, before anything is written, what fails b: an entry
+// of an unknown session (store.ErrNotFound), a row of another owner
+// (store.ErrOtherOwner), writes under a stale epoch (*store.FencedError).
+// A session's owner and epoch are the stored ones, or those of its first
+// row in b when b creates it.
+func checkBatch(ctx context.Context, tx *sql.Tx, b store.Batch) error {
+	if len(b.Sessions) == 0 && len(b.Entries) == 0 {
+		return nil
+	}
+	type fence struct {
+		owner string
+		epoch uint64
+	}
+	st, err := tx.PrepareContext(ctx, `SELECT owner, epoch FROM sessions WHERE id = ?`)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	known := map[string]fence{}
+	lookup := func(id string) (fence, bool, error) {
+		if f, ok := known[id]; ok {
+			return f, true, nil
+		}
+		var f fence
+		var epoch int64
+		err := st.QueryRowContext(ctx, id).Scan(&f.owner, &epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fence{}, false, nil
+		}
+		if err != nil {
+			return fence{}, false, fmt.Errorf("session %q: %w", id, err)
+		}
+		f.epoch = uint64(epoch)
+		known[id] = f
+		return f, true, nil
+	}
+	var fenced []string
+	for _, ss := range b.Sessions {
+		f, ok, err := lookup(ss.ID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			f = fence{ss.Owner, ss.Epoch}
+			known[ss.ID] = f
+		}
+		if ss.Owner != f.owner {
+			return fmt.Errorf("session %q: %w", ss.ID, store.ErrOtherOwner)
+		}
+		if ss.Epoch != 0 && ss.Epoch != f.epoch {
+			fenced = append(fenced, ss.ID)
+		}
+	}
+	for _, e := range b.Entries {
+		f, ok, err := lookup(e.SessionID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, store.ErrNotFound)
+		}
+		if e.Epoch != 0 && e.Epoch != f.epoch {
+			fenced = append(fenced, e.SessionID)
+		}
+	}
+	if len(fenced) > 0 {
+		slices.Sort(fenced)
+		return &store.FencedError{SessionIDs: slices.Compact(fenced)}
+	}
+	return nil
+}
+
 // Restorable implements store.Store.
 func (s *Store) Restorable(ctx context.Context) ([]store.Session, error) {
+	return s.sessions(ctx, "restorable", `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE state <> 'closed'`)
+}
+
+// RestorableFor implements store.Store.
+func (s *Store) RestorableFor(ctx context.Context, owner string) ([]store.Session, error) {
+	return s.sessions(ctx, "restorable", `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE state <> 'closed' AND owner = ?`, owner)
+}
+
+// sessions reads the sessions query selects (sessionColumns and lastSeq);
+// what names the call in errors.
+func (s *Store) sessions(ctx context.Context, what, query string, args ...any) ([]store.Session, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE state <> 'closed'`)
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("restorable: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []store.Session
 	for rows.Next() {
 		ss, err := scanSession(rows, true)
 		if err != nil {
-			return nil, fmt.Errorf("restorable: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, ss)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("restorable: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -520,6 +578,16 @@ ORDER BY closed_at DESC, id DESC LIMIT ?`, q.Owner, before, limit+1)
 // History implements store.Store. A limit <= 0 returns no entries (more
 // still tells whether there are any).
 func (s *Store) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
+	return s.history(ctx, false, "", sid, beforeSeq, limit)
+}
+
+// HistoryFor implements store.Store, as History.
+func (s *Store) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
+	return s.history(ctx, true, owner, sid, beforeSeq, limit)
+}
+
+// history reads sid's entries; scoped, only when owner owns sid.
+func (s *Store) history(ctx context.Context, scoped bool, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
 	if err := s.acquire(); err != nil {
 		return nil, false, err
 	}
@@ -529,8 +597,14 @@ func (s *Store) History(ctx context.Context, sid string, beforeSeq uint64, limit
 	if beforeSeq > 0 && beforeSeq <= math.MaxInt64 {
 		before = int64(beforeSeq)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
-FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, sid, before, limit+1)
+	query, args := `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
+FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, []any{sid, before, limit + 1}
+	if scoped {
+		query, args = `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
+FROM entries WHERE session_id = ? AND seq < ? AND EXISTS (SELECT 1 FROM sessions WHERE id = entries.session_id AND owner = ?)
+ORDER BY seq DESC LIMIT ?`, []any{sid, before, owner, limit + 1}
+	}
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("history %q: %w", sid, err)
 	}
@@ -630,6 +704,15 @@ func (s *Store) Delete(ctx context.Context, owner, id string) (bool, error) {
 
 // Prune implements store.Store.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int, error) {
+	return s.prune(ctx, `DELETE FROM sessions WHERE state = 'closed' AND closed_at < ?`, cutoff)
+}
+
+// PruneFor implements store.Store.
+func (s *Store) PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error) {
+	return s.prune(ctx, `DELETE FROM sessions WHERE state = 'closed' AND closed_at < ? AND owner = ?`, cutoff, owner)
+}
+
+func (s *Store) prune(ctx context.Context, query string, cutoff time.Time, args ...any) (int, error) {
 	if err := s.acquire(); err != nil {
 		return 0, err
 	}
@@ -638,13 +721,159 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
 	}
-	res, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE state = 'closed' AND closed_at < ?`, c)
+	res, err := s.w.ExecContext(ctx, query, append([]any{c}, args...)...)
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, fmt.Errorf("prune: %w", err)
+	}
+	return int(n), nil
+}
+
+// Rename implements store.Store: one UPDATE of the title.
+func (s *Store) Rename(ctx context.Context, owner, id, title string) (bool, error) {
+	if err := s.acquire(); err != nil {
+		return false, err
+	}
+	defer s.mu.RUnlock()
+	res, err := s.w.ExecContext(ctx, `UPDATE sessions SET title = ? WHERE id = ? AND owner = ?`, title, id, owner)
+	if err != nil {
+		return false, fmt.Errorf("rename %q: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("rename %q: %w", id, err)
+	}
+	return n > 0, nil
+}
+
+// leaseEnd is now+ttl as stored, after checking node and ttl.
+func leaseEnd(node string, ttl time.Duration, now time.Time) (int64, error) {
+	if node == "" {
+		return 0, errors.New("empty node name")
+	}
+	if ttl <= 0 {
+		return 0, fmt.Errorf("ttl %v is not positive", ttl)
+	}
+	return toNanos(now.Add(ttl))
+}
+
+// Claim implements store.Store: one transaction that updates the
+// claimable rows and reads them back.
+func (s *Store) Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]store.Session, error) {
+	until, err := leaseEnd(node, ttl, now)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	n, err := toNanos(now)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("claim: begin: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `UPDATE sessions SET node = ?, lease_until = ?, epoch = epoch + 1
+WHERE state <> 'closed' AND (node = '' OR node = ? OR lease_until <= ?) RETURNING id`, node, until, node, n)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	var claimed []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		claimed = append(claimed, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	out := make([]store.Session, 0, len(claimed))
+	for _, id := range claimed {
+		ss, err := scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE id = ?`, id), true)
+		if err != nil {
+			return nil, fmt.Errorf("claim %q: %w", id, err)
+		}
+		out = append(out, ss)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("claim: commit: %w", err)
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, nil
+}
+
+// Renew implements store.Store: one transaction.
+func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
+	until, err := leaseEnd(node, ttl, now)
+	if err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	if len(held) == 0 {
+		return nil, ctx.Err()
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("renew: begin: %w", err)
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, `UPDATE sessions SET lease_until = ? WHERE id = ? AND node = ? AND epoch = ?`)
+	if err != nil {
+		return nil, fmt.Errorf("renew: %w", err)
+	}
+	defer st.Close()
+	var lost []string
+	for _, id := range slices.Sorted(maps.Keys(held)) {
+		epoch, err := toEpoch(held[id])
+		if err != nil {
+			lost = append(lost, id) // no stored session has it
+			continue
+		}
+		res, err := st.ExecContext(ctx, until, id, node, epoch)
+		if err != nil {
+			return nil, fmt.Errorf("renew %q: %w", id, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, fmt.Errorf("renew %q: %w", id, err)
+		} else if n == 0 {
+			lost = append(lost, id)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("renew: commit: %w", err)
+	}
+	return lost, nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, node string) (int, error) {
+	if err := s.acquire(); err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	res, err := s.w.ExecContext(ctx, `UPDATE sessions SET lease_until = ? WHERE node = ? AND lease_until <> ?`, int64(zeroTime), node, int64(zeroTime))
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
 	}
 	return int(n), nil
 }
