@@ -193,4 +193,3 @@ func sessionIDs(ss []store.Session) []string {
 	}
 	return out
 }
-

@@ -29,3 +29,23 @@ func openTest(t testing.TB, path string) *Store {
 	})
 	return s
 }
+
+// TestTwoNodesOneFile runs the two-node table with each node on its own
+// Store over one file, as two processes would share it (the lease on the
+// file that keeps a second dashgate off it is cmd/dashgate's, above this
+// package).
+func TestTwoNodesOneFile(t *testing.T) {
+	t.Parallel()
+	for name, run := range map[string]func(*testing.T, store.Store, store.Store){
+		"lease lapses":   storetest.TwoNodes,
+		"claims at once": storetest.ClaimRace,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := filepath.Join(t.TempDir(), "dashgate.db")
+			a := openTest(t, p)
+			b := openTest(t, p)
+			run(t, a, b)
+		})
+	}
+}

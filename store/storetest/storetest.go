@@ -39,6 +39,17 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"prune", testPrune},
 		{"entry for an unknown session", testUnknownSession},
 		{"closed store", testClose},
+		{"owner in every query", testOwnerScoped},
+		{"upsert keeps the owner", testUpsertKeepsOwner},
+		{"upsert keeps the lease", testUpsertKeepsLease},
+		{"rename is targeted", testRename},
+		{"rename beside a streaming reply", testRenameRace},
+		{"claim", testClaim},
+		{"renew", testRenew},
+		{"release", testRelease},
+		{"fenced writes", testFenced},
+		{"two nodes on one store", func(t *testing.T, st store.Store) { TwoNodes(t, st, st) }},
+		{"claims at once", func(t *testing.T, st store.Store) { ClaimRace(t, st, st) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -589,6 +600,34 @@ func testClose(t *testing.T, st store.Store) {
 		},
 		"Prune": func() error {
 			_, err := st.Prune(ctx, t0)
+			return err
+		},
+		"RestorableFor": func() error {
+			_, err := st.RestorableFor(ctx, "")
+			return err
+		},
+		"HistoryFor": func() error {
+			_, _, err := st.HistoryFor(ctx, "", "s", 0, 10)
+			return err
+		},
+		"PruneFor": func() error {
+			_, err := st.PruneFor(ctx, "", t0)
+			return err
+		},
+		"Rename": func() error {
+			_, err := st.Rename(ctx, "", "s", "x")
+			return err
+		},
+		"Claim": func() error {
+			_, err := st.Claim(ctx, "n", time.Minute, t0)
+			return err
+		},
+		"Renew": func() error {
+			_, err := st.Renew(ctx, "n", map[string]uint64{"s": 1}, time.Minute, t0)
+			return err
+		},
+		"Release": func() error {
+			_, err := st.Release(ctx, "n")
 			return err
 		},
 	} {
