@@ -25,7 +25,7 @@ func BenchmarkAdminPage(b *testing.B) {
 			}
 		}
 		mgr := workers.NewManager(workers.Config{Instance: "bench"})
-		h := &Admin{Sessions: reg, Procs: mgr, Metrics: NewMetrics(reg.List, mgr.CountByKind), Version: "bench",
+		h := &Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: NewMetrics(reg.Admin().List, mgr.CountByKind), Version: "bench",
 			BasePath: func(*http.Request) string { return "/" }}
 		r := chi.NewRouter()
 		r.Route("/admin", h.Routes)

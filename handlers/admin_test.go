@@ -35,10 +35,10 @@ func newStack(t *testing.T) *stack {
 		onSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		onWorkerClose:  func(r workers.CloseResult) { metrics.WorkerClosed(r) },
 	})
-	metrics = handlers.NewMetrics(e.reg.List, e.mgr.CountByKind)
+	metrics = handlers.NewMetrics(e.reg.Admin().List, e.mgr.CountByKind)
 	e.hdr = http.Header{"Authorization": {"Bearer " + token}}
 	log := e.logger()
-	adm := &handlers.Admin{Sessions: e.reg, Procs: e.mgr, Metrics: metrics, Log: log, Version: "test"}
+	adm := &handlers.Admin{Sessions: e.reg.Admin(), Procs: e.mgr, Metrics: metrics, Log: log, Version: "test"}
 	srv, err := web.New(web.Config{Token: token, Log: log}, web.Handlers{
 		Chat:     &handlers.Chat{Registry: e.reg, Log: log, OnConn: metrics.Conn("chat")},
 		Terminal: &handlers.Terminal{Registry: e.reg, Log: log, OnConn: metrics.Conn("pty")},
@@ -184,7 +184,7 @@ func TestAdminRefusals(t *testing.T) {
 			t.Fatalf("%s: %d, want %d", tt.name, resp.StatusCode, tt.want)
 		}
 	}
-	if testkit.Gone(pid) || len(s.reg.List()) != 1 {
+	if testkit.Gone(pid) || len(s.reg.List(sessions.Principal{})) != 1 {
 		t.Fatal("a refused request reaped something")
 	}
 	if syscall.Kill(outsider.Process.Pid, 0) != nil {

@@ -58,7 +58,7 @@ func TestSessionChangedReachesEverySocket(t *testing.T) {
 	a.call("session.rename", map[string]any{"session_id": sid, "title": "two"})
 	other.waitChange(sid, "attached two <nil>")
 
-	if ok, err := e.reg.Close(sid, sessions.EndAdminReap); !ok || err != nil {
+	if ok, err := e.reg.Close(sessions.Principal{}, sid, sessions.EndAdminReap); !ok || err != nil {
 		t.Fatalf("reap: %v %v", ok, err)
 	}
 	other.waitChange(sid, "closed two admin_reap")

@@ -17,22 +17,26 @@ import (
 )
 
 // ChatRegistry is what the chat gateway needs of the session registry.
+//
+// A call with a viewer acts for the viewer's principal; one without takes
+// the principal as a parameter. Another user's session answers as a
+// missing one (sessions.ErrNotFound).
 type ChatRegistry interface {
 	Create(v sessions.Viewer, title string, closeOnDisconnect bool) (sessions.Info, error)
 	Resume(v sessions.Viewer, sid string) (sessions.ResumeResult, error)
-	Close(sid string, reason sessions.EndReason) (bool, error)
-	List() []sessions.Info
+	Close(p sessions.Principal, sid string, reason sessions.EndReason) (bool, error)
+	List(p sessions.Principal) []sessions.Info
 	Exec(ctx context.Context, v sessions.Viewer, sid, command string) (string, error)
 	Prompt(v sessions.Viewer, sid, text string) (string, func(), error)
 	Interrupt(v sessions.Viewer, sid string) (string, error)
 	Leave(v sessions.Viewer, sid string) (bool, error)
 	DetachViewer(v sessions.Viewer, reason workers.Reason)
 	Reopen(ctx context.Context, v sessions.Viewer, sid string) (sessions.ResumeResult, error)
-	Delete(ctx context.Context, sid string) error
-	Rename(ctx context.Context, sid, title string) error
-	History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]sessions.Message, bool, error)
-	ListClosed(ctx context.Context, before time.Time, limit int) ([]store.Session, bool, error)
-	Search(ctx context.Context, query string, limit int) ([]store.Hit, error)
+	Delete(ctx context.Context, p sessions.Principal, sid string) error
+	Rename(ctx context.Context, p sessions.Principal, sid, title string) error
+	History(ctx context.Context, p sessions.Principal, sid string, beforeSeq uint64, limit int) ([]sessions.Message, bool, error)
+	ListClosed(ctx context.Context, p sessions.Principal, before time.Time, limit int) ([]store.Session, bool, error)
+	Search(ctx context.Context, p sessions.Principal, query string, limit int) ([]store.Hit, error)
 	RespondApproval(ctx context.Context, v sessions.Viewer, sid, requestID, choice string) (bool, error)
 	Configure(v sessions.Viewer, sid, model string) error
 }
@@ -94,9 +98,13 @@ type chatConn struct {
 	log  *slog.Logger
 	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
 	sock *socket
-	done chan struct{} // closed when the socket is gone, before DetachViewer
-	page string        // the page (tab) the socket named (?page=), for sessions.Info.Pages
+	done chan struct{}      // closed when the socket is gone, before DetachViewer
+	page string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
+	who  sessions.Principal // who the socket acts for, read once from its request
 }
+
+// Principal implements sessions.Viewer.
+func (c *chatConn) Principal() sessions.Principal { return c.who }
 
 // Page implements sessions.PageViewer.
 func (c *chatConn) Page() string { return c.page }
@@ -141,6 +149,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
 		page: r.URL.Query().Get("page"),
+		who:  PrincipalFrom(r.Context()),
 	}
 	if h.OnConn != nil {
 		h.OnConn(1)
@@ -361,7 +370,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e := c.sessionParams(req, &p); e != nil {
 			return nil, nil, e
 		}
-		if err := reg.Delete(ctx, p.SessionID); err != nil {
+		if err := reg.Delete(ctx, c.who, p.SessionID); err != nil {
 			return nil, nil, err
 		}
 		return map[string]any{"deleted": true}, nil, nil
@@ -380,7 +389,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e := checkTitle(p.Title); e != nil {
 			return nil, nil, e
 		}
-		if err := reg.Rename(ctx, p.SessionID, p.Title); err != nil {
+		if err := reg.Rename(ctx, c.who, p.SessionID, p.Title); err != nil {
 			return nil, nil, err
 		}
 		return map[string]any{"renamed": true, "title": p.Title}, nil, nil
@@ -401,7 +410,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e != nil {
 			return nil, nil, e
 		}
-		entries, more, err := reg.History(ctx, p.SessionID, p.BeforeSeq, limit)
+		entries, more, err := reg.History(ctx, c.who, p.SessionID, p.BeforeSeq, limit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -479,7 +488,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e != nil {
 			return nil, nil, e
 		}
-		hits, err := reg.Search(ctx, p.Query, limit)
+		hits, err := reg.Search(ctx, c.who, p.Query, limit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -493,7 +502,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e := c.sessionParams(req, &p); e != nil {
 			return nil, nil, e
 		}
-		closed, err := reg.Close(p.SessionID, sessions.EndClientClose)
+		closed, err := reg.Close(c.who, p.SessionID, sessions.EndClientClose)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -519,7 +528,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 		if e := decodeParams(req.Params, &p); e != nil {
 			return nil, nil, e
 		}
-		live := reg.List()
+		live := reg.List(c.who)
 		list := make([]any, 0, len(live))
 		for _, in := range live {
 			list = append(list, in)
@@ -539,7 +548,7 @@ func (c *chatConn) call(ctx context.Context, req Request) (any, func(), error) {
 			}
 			before = t
 		}
-		closed, more, err := reg.ListClosed(ctx, before, limit)
+		closed, more, err := reg.ListClosed(ctx, c.who, before, limit)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -259,14 +259,14 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"session.resume","params":{"session_id":%q}}`, i, sid)
 		slow.Write(ctx, websocket.MessageText, []byte(req))
 	}
-	testkit.WaitFor(t, 5*time.Second, "the slow viewer on every session", func() bool { in, _ := e.reg.Get(sids[len(sids)-1]); return in.Viewers == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the slow viewer on every session", func() bool { in, _ := e.reg.Get(sessions.Principal{}, sids[len(sids)-1]); return in.Viewers == 2 })
 	// Every session streams a long reply: the slow viewer's queue overflows
 	// and it is cut, while the fast one gets every event.
 	word := strings.Repeat("x", 1000)
 	for _, sid := range sids {
 		fast.call("prompt.submit", map[string]any{"session_id": sid, "text": strings.Repeat(word+" ", 60)})
 	}
-	testkit.WaitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sids[0]); return in.Viewers == 1 })
+	testkit.WaitFor(t, 20*time.Second, "slow viewer dropped", func() bool { in, _ := e.reg.Get(sessions.Principal{}, sids[0]); return in.Viewers == 1 })
 	// dropped as a slow consumer (its queue overflowed), not after a write
 	// timeout during which its blocked queue would stall every session
 	testkit.WaitFor(t, 5*time.Second, "the slow socket closed as a slow consumer", func() bool {
@@ -303,7 +303,7 @@ func TestSessionsPerSocketCap(t *testing.T) {
 	third := cc.create()
 	// so does a reap elsewhere, which the socket never hears of but in an event
 	for _, sid := range []string{second, third} {
-		if closed, err := e.reg.Close(sid, sessions.EndAdminReap); !closed || err != nil {
+		if closed, err := e.reg.Close(sessions.Principal{}, sid, sessions.EndAdminReap); !closed || err != nil {
 			t.Fatalf("admin reap: %v %v", closed, err)
 		}
 	}
@@ -326,10 +326,10 @@ func TestSessionDetach(t *testing.T) {
 		t.Fatalf("session.detach = %v", r)
 	}
 	testkit.WaitFor(t, 2*time.Second, "the left session's worker gone", func() bool { return testkit.Gone(leftPID) && e.mgr.Count() == 1 })
-	if in, _ := e.reg.Get(left); in.State != "detached" || in.Viewers != 0 {
+	if in, _ := e.reg.Get(sessions.Principal{}, left); in.State != "detached" || in.Viewers != 0 {
 		t.Fatalf("left session: %+v", in)
 	}
-	if in, _ := e.reg.Get(kept); in.State != "attached" || in.WorkerPID == 0 {
+	if in, _ := e.reg.Get(sessions.Principal{}, kept); in.State != "attached" || in.WorkerPID == 0 {
 		t.Fatalf("kept session: %+v", in)
 	}
 	if r := cc.call("session.detach", map[string]any{"session_id": left}); r["detached"] != false {

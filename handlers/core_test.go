@@ -108,13 +108,13 @@ func TestClosePathsRace(t *testing.T) {
 		owner := e.chat()
 		sid := owner.create()
 		owner.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo " + strconv.Itoa(i)})
-		in, _ := e.reg.Get(sid)
+		in, _ := e.reg.Get(sessions.Principal{}, sid)
 		pid := in.WorkerPID
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		race := []func(){
 			func() { closer.callRaw("session.close", map[string]any{"session_id": sid}) },
-			func() { e.reg.Close(sid, sessions.EndAdminReap) },
+			func() { e.reg.Close(sessions.Principal{}, sid, sessions.EndAdminReap) },
 			func() { owner.Drop(false) }, // detach, then TTL
 			func() { e.reg.Sweep() },
 		}
@@ -124,7 +124,7 @@ func TestClosePathsRace(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		testkit.WaitFor(t, 10*time.Second, "session ended", func() bool { _, live := e.reg.Get(sid); return !live })
+		testkit.WaitFor(t, 10*time.Second, "session ended", func() bool { _, live := e.reg.Get(sessions.Principal{}, sid); return !live })
 		e.reg.Wait()
 		var closes []map[string]any
 		for _, r := range e.logs.Records("session closed") {

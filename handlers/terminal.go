@@ -28,7 +28,9 @@ const (
 
 // TerminalRegistry is what the terminal endpoint needs of the registry.
 type TerminalRegistry interface {
-	AttachTerminal(ctx context.Context, sid string, o sessions.TerminalOptions) (*sessions.Attachment, error)
+	// AttachTerminal acts for p; another user's session answers as a
+	// missing one (sessions.ErrNotFound).
+	AttachTerminal(ctx context.Context, p sessions.Principal, sid string, o sessions.TerminalOptions) (*sessions.Attachment, error)
 }
 
 // Terminal serves GET /ws/pty (PROTOCOL.md §3).
@@ -105,7 +107,7 @@ func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, h.logger(), err)
 		return
 	}
-	att, err := h.Registry.AttachTerminal(r.Context(), q.Get("session_id"), opts)
+	att, err := h.Registry.AttachTerminal(r.Context(), PrincipalFrom(r.Context()), q.Get("session_id"), opts)
 	if err != nil {
 		httpError(w, r, h.logger(), err) // before the upgrade: a status says why
 		return

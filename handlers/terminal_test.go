@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/dustin/go-humanize"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -347,7 +351,7 @@ func TestTerminalResetWhenOutputRolledOut(t *testing.T) {
 	have := p.received()
 	p.drop()
 	// While parked, 200 KB of output roll the first bytes out of the ring.
-	testkit.WaitFor(t, 5*time.Second, "parked", func() bool { in, _ := e.reg.Get(sid); return in.Viewers == 1 })
+	testkit.WaitFor(t, 5*time.Second, "parked", func() bool { in, _ := e.reg.Get(sessions.Principal{}, sid); return in.Viewers == 1 })
 	p2 := e.pty(url.Values{"session_id": {sid}, "keepalive": {"1"}, "resume_token": {token}, "offset": {strconv.FormatInt(have, 10)}})
 	p2.send("head -c 200000 /dev/zero | tr '\\0' x; echo; echo $((40+2))-end\n")
 	p2.expect(`42-end\r\n`, 10*time.Second)
@@ -402,31 +406,116 @@ func TestTerminalQueryValidation(t *testing.T) {
 }
 
 // TestTerminalBackpressure: a client that stops reading while `yes` floods
-// does not grow dashgate's memory; once it reads again, Ctrl-C lands.
+// stops `yes` itself: what it writes while the client does not read stays
+// within what the buffers between them hold (the kernel's socket buffers,
+// PTYPending, the pty), it then sleeps in write(2), and dashgate's memory
+// does not grow; once the client reads again, Ctrl-C lands.
 func TestTerminalBackpressure(t *testing.T) {
-	// Not parallel: the heap it measures is the whole test process's, and a
+	// Not parallel: the heap it reads is the whole test process's, and a
 	// parallel test's own output (TestShutdownClosesBusySocketsGoingAway's
 	// four yes) once pushed it past the bound in CI.
-	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute}})
+	const pending = 256 << 10
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute},
+		reg: func(c *sessions.Config) { c.PTYPending = pending }})
 	p := e.pty(nil)
 	p.send("yes\n")
 	p.expect(`y\r\ny\r\n`, 5*time.Second)
+	yes := ptyProgram(t, e, "yes")
 	p.Pause()
-	var ms runtime.MemStats
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(250 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		<-tick.C
-		runtime.ReadMemStats(&ms)
-		if ms.HeapInuse > 64<<20 {
-			t.Fatalf("heap in use %d MiB while the client does not read", ms.HeapInuse>>20)
+	from := wchar(t, yes)
+	// What may lie between yes and the paused client: the socket's send and
+	// receive buffers at their largest, the unsent output dashgate keeps,
+	// the pty's own buffer and a frame being read.
+	bound := sysctlMax(t, "net/ipv4/tcp_wmem") + sysctlMax(t, "net/ipv4/tcp_rmem") + pending + 1<<20
+	// yes is stopped once it sleeps without being woken while the poll
+	// looks a few times in a row and its write count does not move.
+	var last, lastSwitches int64 = -1, -1
+	still := 0
+	testkit.WaitFor(t, 30*time.Second, "yes stopped by a client that does not read", func() bool {
+		w, sw := wchar(t, yes), switches(t, yes)
+		if w-from > bound {
+			t.Fatalf("yes wrote %s while the client did not read, more than the %s the buffers between them hold: nothing stops it",
+				humanize.IBytes(uint64(w-from)), humanize.IBytes(uint64(bound)))
 		}
+		if pr, err := testkit.ReadProc(yes); err == nil && pr.State == 'S' && w == last && sw == lastSwitches {
+			still++
+		} else {
+			still = 0
+		}
+		last, lastSwitches = w, sw
+		return still >= 5
+	})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapInuse > 64<<20 {
+		t.Fatalf("heap in use %s while the client does not read", humanize.IBytes(ms.HeapInuse))
 	}
-	tick.Stop()
 	p.Resume()
 	p.send("\x03")
 	p.send("echo after-$((1+1))\n")
 	p.expect(`after-2`, 10*time.Second)
+}
+
+// ptyProgram is the pid of the process named comm under the terminal's
+// program.
+func ptyProgram(t *testing.T, e *env, comm string) int {
+	t.Helper()
+	var pid int
+	testkit.WaitFor(t, 5*time.Second, comm+" under the terminal", func() bool {
+		_, desc := e.ptyTree(t)
+		for _, d := range desc {
+			if pr, err := testkit.ReadProc(d); err == nil && pr.Comm == comm {
+				pid = d
+				return true
+			}
+		}
+		return false
+	})
+	return pid
+}
+
+// wchar is what pid wrote so far, in bytes (proc(5), /proc/pid/io).
+func wchar(t *testing.T, pid int) int64 { return procField(t, pid, "io", "wchar:") }
+
+// switches counts the times pid gave up the CPU to wait, woken since
+// (proc(5), /proc/pid/status).
+func switches(t *testing.T, pid int) int64 {
+	return procField(t, pid, "status", "voluntary_ctxt_switches:")
+}
+
+func procField(t *testing.T, pid int, file, key string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/%s: %q: %v", pid, file, line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/proc/%d/%s has no %s", pid, file, key)
+	return 0
+}
+
+// sysctlMax is the largest value (the last field) of a sysctl such as
+// net/ipv4/tcp_rmem ("min default max").
+func sysctlMax(t *testing.T, name string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %q", name, b)
+	}
+	return n
 }
 
 func TestTerminalWriteTimeout(t *testing.T) {
@@ -461,8 +550,8 @@ func TestPingTimeoutEndsSockets(t *testing.T) {
 	}
 	defer c.CloseNow()
 	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"session.create","params":{}}`))
-	testkit.WaitFor(t, 5*time.Second, "session", func() bool { return len(e.reg.List()) == 1 })
-	sid := e.reg.List()[0].ID
+	testkit.WaitFor(t, 5*time.Second, "session", func() bool { return len(e.reg.List(sessions.Principal{})) == 1 })
+	sid := e.reg.List(sessions.Principal{})[0].ID
 	c.Write(t.Context(), websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":2,"method":"slash.exec","params":{"session_id":"`+sid+`","command":"/echo"}}`))
 	testkit.WaitFor(t, 10*time.Second, "ping_timeout record", func() bool {
 		for _, r := range e.logs.Records("worker closed") {
@@ -491,7 +580,7 @@ func TestTerminalKeepaliveExpires(t *testing.T) {
 	// The record is logged once the tree is reaped; the terminal leaves its
 	// session after its reader drained, a moment later.
 	testkit.WaitFor(t, 10*time.Second, "terminal unhooked from its session", func() bool {
-		in, ok := e.reg.Get(sid)
+		in, ok := e.reg.Get(sessions.Principal{}, sid)
 		return ok && in.PTYPID == 0
 	})
 }

@@ -136,7 +136,7 @@ func TestApprovalDenied(t *testing.T) {
 	}{
 		{"interrupt", func(h *harness, v *recViewer, sid string) { h.r.Interrupt(v, sid) }, ByInterrupt, false, "the user interrupted the turn"},
 		{"detach", func(h *harness, v *recViewer, sid string) { h.r.DetachViewer(v, workers.ReasonDetach) }, ByDetach, false, "the user left before approving it"},
-		{"close", func(h *harness, v *recViewer, sid string) { h.r.Close(sid, EndClientClose) }, ByClose, false, "the session ended before it was approved"},
+		{"close", func(h *harness, v *recViewer, sid string) { h.r.Close(anon, sid, EndClientClose) }, ByClose, false, "the session ended before it was approved"},
 		{"timeout", func(h *harness, v *recViewer, sid string) { h.advance(5 * time.Minute) }, ByTimeout, true, "nobody approved it in time"},
 	}
 	for _, tt := range tests {
@@ -152,7 +152,7 @@ func TestApprovalDenied(t *testing.T) {
 				synctest.Wait()
 				// The history says who denied it (after a detach or close no
 				// viewer is left to hear approval.resolved).
-				es, _, _ := h.r.History(t.Context(), in.ID, 0, 100)
+				es, _, _ := h.r.History(t.Context(), anon, in.ID, 0, 100)
 				var got []string
 				for _, e := range es {
 					if e.Kind == KindApprovalResolved {
@@ -273,7 +273,7 @@ func TestConversationReachesNewWorker(t *testing.T) {
 	if string(hist) != want || p["model"] != "qwen3:8b" || p["text"] != "four" {
 		t.Fatalf("the new worker's prompt: history %s, model %v, text %v", hist, p["model"], p["text"])
 	}
-	if got, _ := h.r.Get(in.ID); got.Model != "qwen3:8b" {
+	if got, _ := h.r.Get(anon, in.ID); got.Model != "qwen3:8b" {
 		t.Fatalf("session model: %+v", got)
 	}
 }
@@ -325,7 +325,7 @@ func TestDetachTurnGrace(t *testing.T) {
 				if reply.Interrupted != tt.interrupted || !strings.HasPrefix(reply.Text, "first") {
 					t.Fatalf("the reply: %+v", reply)
 				}
-				if got, _ := h.r.Get(in.ID); got.State != StateDetached || got.WorkerPID != 0 {
+				if got, _ := h.r.Get(anon, in.ID); got.State != StateDetached || got.WorkerPID != 0 {
 					t.Fatalf("after the grace: %+v", got)
 				}
 				if !tt.interrupted {

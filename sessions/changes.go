@@ -21,8 +21,8 @@ type Change struct {
 	EndReason EndReason `json:"end_reason,omitempty"`
 }
 
-// Watch makes v receive session.changed for every session until stop is
-// called (the socket's end calls it). Delivery follows the Viewer rules:
+// Watch makes v receive session.changed for every session its principal
+// may list (its own; every one for an admin) until stop is called (the socket's end calls it). Delivery follows the Viewer rules:
 // Deliver runs under the registry's lock and must not block.
 func (r *Registry) Watch(v Viewer) (stop func()) {
 	r.mu.Lock()
@@ -40,27 +40,30 @@ func (r *Registry) Watch(v Viewer) (stop func()) {
 
 // changedLocked tells the watchers how s is now. r.mu must be held.
 func (r *Registry) changedLocked(s *Session) {
-	r.announceLocked(Change{SessionID: s.id, State: s.state, Title: s.title, EndReason: s.endReason})
+	r.announceLocked(s.owner, Change{SessionID: s.id, State: s.state, Title: s.title, EndReason: s.endReason})
 }
 
-// announceLocked delivers c to every watcher. r.mu must be held. Once
+// announceLocked delivers c, a change of a session of owner, to every
+// watcher that may list it. r.mu must be held. Once
 // Shutdown started nothing is announced: every socket is about to close
 // (1001), and its last frames are the session.closed of its sessions.
-func (r *Registry) announceLocked(c Change) {
+func (r *Registry) announceLocked(owner string, c Change) {
 	if len(r.watchers) == 0 || r.closing {
 		return
 	}
 	ev := NewEvent("session.changed", "", 0, c)
 	for v := range r.watchers {
-		v.Deliver(ev)
+		if authorize(v.Principal(), owner, accessManage) {
+			v.Deliver(ev)
+		}
 	}
 }
 
 // announce is announceLocked for a caller without the lock.
-func (r *Registry) announce(c Change) {
+func (r *Registry) announce(owner string, c Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.announceLocked(c)
+	r.announceLocked(owner, c)
 }
 
 // execStopLocked registers the cancel of a running slash command of s, which

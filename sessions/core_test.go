@@ -167,7 +167,7 @@ func TestViewerCapFreedByCloseElsewhere(t *testing.T) {
 		t.Fatalf("Resume at the cap: %v", err)
 	}
 	for _, id := range ids {
-		if closed, err := h.r.Close(id, EndAdminReap); !closed || err != nil {
+		if closed, err := h.r.Close(anon, id, EndAdminReap); !closed || err != nil {
 			t.Fatalf("admin reap: %v %v", closed, err)
 		}
 	}
@@ -291,7 +291,7 @@ func TestEventEncodedOnce(t *testing.T) {
 	a, b := &recViewer{}, &recViewer{}
 	in, _ := h.r.Create(a, "", false)
 	h.r.Resume(b, in.ID)
-	h.r.Close(in.ID, EndClientClose)
+	h.r.Close(anon, in.ID, EndClientClose)
 	ea, eb := a.ofType("session.closed"), b.ofType("session.closed")
 	if len(ea) != 1 || len(eb) != 1 {
 		t.Fatalf("events: %v %v", ea, eb)

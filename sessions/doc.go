@@ -19,6 +19,14 @@
 // that ends by any path leaves every viewer's count at once. Transports
 // keep no copy.
 //
+// Who is asking. Every call acts for a [Principal] (a [Viewer] carries
+// it; calls without a viewer take it as a parameter) and every method that
+// reads or changes a session goes through the one authorize
+// (principal.go): another user's session answers exactly as a missing one
+// (ErrNotFound). A session's owner is set when it is made and written with
+// every stored row; store queries carry it. Admins ([AdminPrincipal],
+// [Registry.Admin]) list and end any session, and read none but their own.
+//
 // Reasons. reasons.go is the one table of end reasons ([EndReason]),
 // worker reasons (workers.Reason) and every translation between them and
 // from the end of a socket ([ViewerEndReason]); the metrics and the tests

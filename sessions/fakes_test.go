@@ -306,12 +306,18 @@ func (s *fakeSpawner) workers() []*fakeWorker {
 	return append([]*fakeWorker(nil), s.all...)
 }
 
+// anon is the anonymous user: today's one principal of the dashboard token.
+var anon = Principal{}
+
 // recViewer records the events it is given.
 type recViewer struct {
 	mu     sync.Mutex
 	events []*Event
 	done   chan struct{} // nil: never done
+	p      Principal     // zero: the anonymous user
 }
+
+func (v *recViewer) Principal() Principal { return v.p }
 
 func (v *recViewer) Done() <-chan struct{} { return v.done }
 

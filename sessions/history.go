@@ -60,10 +60,23 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 // history still in the store.
 func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
 	return &Session{
-		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
+		id: row.ID, owner: row.Owner, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
 		finished: make(chan struct{}), entrySeq: row.LastSeq, unloaded: row.LastSeq > 0, model: row.Model,
 	}
+}
+
+// storedSession reads the stored row of sid when p may use it (the store
+// is asked for p's rows only). Errors: ErrNotFound, *StoreError.
+func (r *Registry) storedSession(ctx context.Context, p Principal, sid string) (store.Session, error) {
+	row, err := r.cfg.Store.Get(ctx, p.User, sid)
+	if err != nil {
+		return store.Session{}, storeErr(err)
+	}
+	if !authorize(p, row.Owner, accessUse) {
+		return store.Session{}, ErrNotFound
+	}
+	return row, nil
 }
 
 // storeErr wraps a store failure as a *StoreError and ErrNotFound as is.
@@ -78,8 +91,9 @@ func storeErr(err error) error {
 // history (the last HistoryMessages entries); a live one is resumed. It
 // logs one INFO "session reopened" record. Errors: ErrNotFound (never
 // stored, deleted, or ending right now), ErrCapacity, ErrViewerCapacity,
-// ErrShuttingDown, *StoreError.
+// ErrShuttingDown, *StoreError. Another user's session is ErrNotFound.
 func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResult, error) {
+	p := principalOf(v)
 	r.mu.Lock()
 	cur := r.sessions[sid]
 	r.mu.Unlock()
@@ -87,9 +101,9 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 		return r.Resume(v, sid)
 	}
 	r.journal.flush(ctx)
-	row, err := r.cfg.Store.Get(ctx, "", sid)
+	row, err := r.storedSession(ctx, p, sid)
 	if err != nil {
-		return ResumeResult{}, storeErr(err)
+		return ResumeResult{}, err
 	}
 	now := time.Now()
 	s := r.fromRow(row, now)
@@ -132,13 +146,16 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 	return res, nil
 }
 
-// Delete removes a session and its history for good: a live session is
-// closed first (end_reason client_close). It logs one INFO "session
-// deleted" record. Errors: ErrNotFound (neither live nor stored),
-// *StoreError.
-func (r *Registry) Delete(ctx context.Context, sid string) error {
+// Delete removes a session of p's and its history for good: a live
+// session is closed first (end_reason client_close). It logs one INFO
+// "session deleted" record. Errors: ErrNotFound (neither live nor stored,
+// or another user's), *StoreError.
+func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 	r.mu.Lock()
 	s := r.sessions[sid]
+	if s != nil && !authorize(p, s.owner, accessUse) {
+		s = nil // the store has none of p's either: not found
+	}
 	r.mu.Unlock()
 	if s != nil {
 		r.end(s, EndClientClose)
@@ -151,23 +168,23 @@ func (r *Registry) Delete(ctx context.Context, sid string) error {
 	if err := r.journal.flush(ctx); err != nil {
 		return &StoreError{err}
 	}
-	found, err := r.cfg.Store.Delete(ctx, "", sid)
+	found, err := r.cfg.Store.Delete(ctx, p.User, sid)
 	if err != nil {
 		return &StoreError{err}
 	}
 	if !found && s == nil {
 		return ErrNotFound
 	}
-	r.announce(Change{SessionID: sid, State: StateDeleted})
+	r.announce(p.User, Change{SessionID: sid, State: StateDeleted})
 	r.log.Info("session deleted", "sid", sid)
 	return nil
 }
 
-// Rename sets the title of a live or stored session. Errors: ErrNotFound,
-// *StoreError.
-func (r *Registry) Rename(ctx context.Context, sid, title string) error {
+// Rename sets the title of a live or stored session of p's. Errors:
+// ErrNotFound (also another user's), *StoreError.
+func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) error {
 	r.mu.Lock()
-	if s := r.sessions[sid]; s != nil && s.live() {
+	if s := r.sessions[sid]; s != nil && s.live() && authorize(p, s.owner, accessUse) {
 		s.title = title
 		r.saveLocked(s)
 		r.changedLocked(s)
@@ -176,29 +193,29 @@ func (r *Registry) Rename(ctx context.Context, sid, title string) error {
 	}
 	r.mu.Unlock()
 	r.journal.flush(ctx)
-	row, err := r.cfg.Store.Get(ctx, "", sid)
+	row, err := r.storedSession(ctx, p, sid)
 	if err != nil {
-		return storeErr(err)
+		return err
 	}
 	row.Title = title
 	if err := r.cfg.Store.Apply(ctx, store.Batch{Sessions: []store.Session{row}}); err != nil {
 		return &StoreError{err}
 	}
-	r.announce(Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
+	r.announce(row.Owner, Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
 	return nil
 }
 
-// History returns up to limit entries of a live or stored session with a
-// seq below beforeSeq (0: the latest), oldest first, and whether older
-// ones exist. Errors: ErrNotFound, *StoreError.
-func (r *Registry) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]Message, bool, error) {
+// History returns up to limit entries of a live or stored session of p's
+// with a seq below beforeSeq (0: the latest), oldest first, and whether
+// older ones exist. Errors: ErrNotFound (also another user's), *StoreError.
+func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeSeq uint64, limit int) ([]Message, bool, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !authorize(p, s.owner, accessUse) {
 		r.mu.Unlock()
 		r.journal.flush(ctx)
-		if _, err := r.cfg.Store.Get(ctx, "", sid); err != nil {
-			return nil, false, storeErr(err)
+		if _, err := r.storedSession(ctx, p, sid); err != nil {
+			return nil, false, err
 		}
 		out, more, err := r.cfg.Store.History(ctx, sid, beforeSeq, limit)
 		if err != nil {
@@ -246,24 +263,24 @@ func (r *Registry) History(ctx context.Context, sid string, beforeSeq uint64, li
 	return append(older, out...), more, nil
 }
 
-// ListClosed returns closed sessions, newest closed first, closed before
-// before (zero: any), at most limit, and whether more exist. Errors:
-// *StoreError.
-func (r *Registry) ListClosed(ctx context.Context, before time.Time, limit int) ([]store.Session, bool, error) {
+// ListClosed returns p's closed sessions, newest closed first, closed
+// before before (zero: any), at most limit, and whether more exist.
+// Errors: *StoreError.
+func (r *Registry) ListClosed(ctx context.Context, p Principal, before time.Time, limit int) ([]store.Session, bool, error) {
 	r.journal.flush(ctx)
-	out, more, err := r.cfg.Store.Closed(ctx, store.ListQuery{Before: before, Limit: limit})
+	out, more, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: p.User, Before: before, Limit: limit})
 	if err != nil {
 		return nil, false, &StoreError{err}
 	}
 	return out, more, nil
 }
 
-// Search finds entries of live and closed sessions holding every word of
-// query, newest first, at most limit. Any text is a valid query. Errors:
-// *StoreError.
-func (r *Registry) Search(ctx context.Context, query string, limit int) ([]store.Hit, error) {
+// Search finds entries of p's live and closed sessions holding every word
+// of query, newest first, at most limit. Any text is a valid query.
+// Errors: *StoreError.
+func (r *Registry) Search(ctx context.Context, p Principal, query string, limit int) ([]store.Hit, error) {
 	r.journal.flush(ctx)
-	hits, err := r.cfg.Store.Search(ctx, "", query, limit)
+	hits, err := r.cfg.Store.Search(ctx, p.User, query, limit)
 	if err != nil {
 		return nil, &StoreError{err}
 	}

@@ -71,10 +71,10 @@ func TestCompleteHistory(t *testing.T) {
 		t.Fatal("/fail succeeded")
 	}
 	h.sp.workers()[0].crash()
-	if _, err := h.r.AttachTerminal(t.Context(), sid, TerminalOptions{}); err != nil {
+	if _, err := h.r.AttachTerminal(t.Context(), anon, sid, TerminalOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.r.ReapWorker(h.sp.terminals()[0].pid); err != nil {
+	if err := h.r.ReapWorker(anon, h.sp.terminals()[0].pid); err != nil {
 		t.Fatal(err)
 	}
 	h.sp.hang = true
@@ -169,7 +169,7 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 		if n, err := h2.r.Restore(t.Context()); n != 1 || err != nil {
 			t.Fatalf("Restore = %d, %v", n, err)
 		}
-		got, ok := h2.r.Get(in.ID)
+		got, ok := h2.r.Get(anon, in.ID)
 		if !ok || got.State != StateDetached || got.WorkerPID != 0 || got.Title != "t" {
 			t.Fatalf("restored: %+v %v", got, ok)
 		}
@@ -223,7 +223,7 @@ func TestSuspendAndRestore(t *testing.T) {
 		b, _ := h.r.Create(v, "b", false)
 		h.r.DetachViewer(v, workers.ReasonDetach)
 		h.r.Exec(t.Context(), &recViewer{}, a.ID, "/x")
-		term, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+		term, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,11 +256,11 @@ func TestSuspendAndRestore(t *testing.T) {
 		wantKinds(t, "a's history", res.History, "slash:/x", "slash_output:/x")
 		h2.r.Leave(nil, a.ID)
 		h2.advance(59 * time.Second)
-		if _, ok := h2.r.Get(b.ID); !ok {
+		if _, ok := h2.r.Get(anon, b.ID); !ok {
 			t.Fatal("b expired before its TTL counted from the restore")
 		}
 		h2.advance(2 * time.Second)
-		if _, ok := h2.r.Get(b.ID); ok {
+		if _, ok := h2.r.Get(anon, b.ID); ok {
 			t.Fatal("b outlived its TTL")
 		}
 		h2.wantOneClose(b.ID, EndDetachedTTL)
@@ -293,7 +293,7 @@ func TestRestoreBeyondCapacity(t *testing.T) {
 		t.Fatalf("restored %d, want 3", n)
 	}
 	for _, id := range []string{"s2", "s3", "s4"} {
-		if _, ok := h.r.Get(id); !ok {
+		if _, ok := h.r.Get(anon, id); !ok {
 			t.Fatalf("%s (recently active) not restored", id)
 		}
 	}
@@ -314,16 +314,16 @@ func TestClosedIsNotDeleted(t *testing.T) {
 	in, _ := h.r.Create(v, "first", false)
 	sid := in.ID
 	h.r.Exec(t.Context(), v, sid, "/one")
-	h.r.Close(sid, EndAdminReap)
+	h.r.Close(anon, sid, EndAdminReap)
 
-	closed, more, err := h.r.ListClosed(t.Context(), time.Time{}, 10)
+	closed, more, err := h.r.ListClosed(t.Context(), anon, time.Time{}, 10)
 	if err != nil || more || len(closed) != 1 || closed[0].ID != sid || closed[0].EndReason != "admin_reap" || closed[0].ClosedAt.IsZero() {
 		t.Fatalf("ListClosed = %+v %v %v", closed, more, err)
 	}
-	if err := h.r.Rename(t.Context(), sid, "renamed"); err != nil {
+	if err := h.r.Rename(t.Context(), anon, sid, "renamed"); err != nil {
 		t.Fatal(err)
 	}
-	es, _, err := h.r.History(t.Context(), sid, 0, 10)
+	es, _, err := h.r.History(t.Context(), anon, sid, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestClosedIsNotDeleted(t *testing.T) {
 		t.Fatalf("seq after reopen does not go on: %+v", es)
 	}
 
-	if err := h.r.Delete(t.Context(), sid); err != nil {
+	if err := h.r.Delete(t.Context(), anon, sid); err != nil {
 		t.Fatal(err)
 	}
 	h.r.Wait()
@@ -359,13 +359,13 @@ func TestClosedIsNotDeleted(t *testing.T) {
 	if _, err := h.r.Reopen(t.Context(), v2, sid); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Reopen after Delete: %v", err)
 	}
-	if err := h.r.Delete(t.Context(), sid); !errors.Is(err, ErrNotFound) {
+	if err := h.r.Delete(t.Context(), anon, sid); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Delete twice: %v", err)
 	}
-	if _, _, err := h.r.History(t.Context(), sid, 0, 10); !errors.Is(err, ErrNotFound) {
+	if _, _, err := h.r.History(t.Context(), anon, sid, 0, 10); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("History after Delete: %v", err)
 	}
-	if hits, _ := h.r.Search(t.Context(), "one", 10); len(hits) != 0 {
+	if hits, _ := h.r.Search(t.Context(), anon, "one", 10); len(hits) != 0 {
 		t.Fatalf("a deleted session is found: %+v", hits)
 	}
 }
@@ -388,7 +388,7 @@ func TestHistoryPaging(t *testing.T) {
 	var all []Message
 	before := uint64(0)
 	for pages := 0; ; pages++ {
-		page, more, err := h.r.History(t.Context(), in.ID, before, 25)
+		page, more, err := h.r.History(t.Context(), anon, in.ID, before, 25)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +419,7 @@ func TestRetention(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.HistoryRetention = time.Hour; c.PruneInterval = 10 * time.Minute })
 		v := &recViewer{}
 		old, _ := h.r.Create(v, "old", false)
-		h.r.Close(old.ID, EndClientClose)
+		h.r.Close(anon, old.ID, EndClientClose)
 		live, _ := h.r.Create(v, "live", false)
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
@@ -427,14 +427,14 @@ func TestRetention(t *testing.T) {
 		defer func() { cancel(); wg.Wait() }()
 
 		h.advance(50 * time.Minute)
-		if _, _, err := h.r.History(t.Context(), old.ID, 0, 1); err != nil {
+		if _, _, err := h.r.History(t.Context(), anon, old.ID, 0, 1); err != nil {
 			t.Fatalf("pruned before its retention: %v", err)
 		}
 		h.advance(20 * time.Minute)
-		if _, _, err := h.r.History(t.Context(), old.ID, 0, 1); !errors.Is(err, ErrNotFound) {
+		if _, _, err := h.r.History(t.Context(), anon, old.ID, 0, 1); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("not pruned after its retention: %v", err)
 		}
-		if _, ok := h.r.Get(live.ID); !ok {
+		if _, ok := h.r.Get(anon, live.ID); !ok {
 			t.Fatal("a live session was pruned")
 		}
 		if recs := h.logs.Records("history pruned"); len(recs) != 1 {

@@ -116,7 +116,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			h.r.DetachViewer(v, workers.ReasonDetach)
 		case 3:
 			op = "close"
-			h.r.Close(pickSid(), EndClientClose)
+			h.r.Close(anon, pickSid(), EndClientClose)
 		case 4:
 			op = "slash"
 			h.r.Exec(ctx, v, pickSid(), "/echo")
@@ -133,7 +133,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			h.advance(time.Duration(rng.IntN(40)) * time.Second)
 		case 8:
 			op = "admin reap"
-			h.r.Close(pickSid(), EndAdminReap)
+			h.r.Close(anon, pickSid(), EndAdminReap)
 		case 9:
 			op = "crash"
 			if ws := h.sp.workers(); len(ws) > 0 {
@@ -234,11 +234,11 @@ func TestRealWorkerDetachResume(t *testing.T) {
 	if out, err := h.r.Exec(t.Context(), v2, in.ID, "/echo again"); err != nil || out != "again" {
 		t.Fatalf("Exec after resume = %q, %v", out, err)
 	}
-	got, _ := h.r.Get(in.ID)
+	got, _ := h.r.Get(anon, in.ID)
 	if got.WorkerPID == 0 || got.WorkerPID == pid {
 		t.Fatalf("resumed session's worker pid = %d (old %d)", got.WorkerPID, pid)
 	}
-	h.r.Close(in.ID, EndClientClose)
+	h.r.Close(anon, in.ID, EndClientClose)
 	h.wantOneClose(in.ID, EndClientClose)
 	if !testkit.Gone(got.WorkerPID) {
 		t.Fatalf("worker %d survived session.close", got.WorkerPID)
@@ -298,7 +298,7 @@ func TestRandomizedModelRealWorkers(t *testing.T) {
 			h.r.Resume(v, pick())
 		case 4:
 			op = "close"
-			h.r.Close(pick(), EndClientClose)
+			h.r.Close(anon, pick(), EndClientClose)
 		case 5:
 			op = "prompt"
 			if _, start, err := h.r.Prompt(v, pick(), "a b c"); err == nil {
@@ -309,7 +309,7 @@ func TestRandomizedModelRealWorkers(t *testing.T) {
 		// With real workers, "no closed or detached session has a live
 		// worker" is checked against the process table.
 		live := map[int]bool{}
-		for _, in := range h.r.List() {
+		for _, in := range h.r.List(anon) {
 			if in.WorkerPID != 0 {
 				if in.State != StateAttached && in.State != StateCreated {
 					t.Fatalf("step %d (%s): %s session holds worker %d", step, op, in.State, in.WorkerPID)

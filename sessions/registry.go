@@ -223,7 +223,7 @@ type Registry struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	viewing  map[Viewer]map[*Session]struct{}
-	ended    map[string]bool // recently closed ids, for session.close -> closed:false
+	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
 	endedQ   []string
 	closing  bool                // Shutdown started
 	watchers map[Viewer]struct{} // sockets told of every session change (changes.go)
@@ -274,7 +274,7 @@ func New(cfg Config) *Registry {
 		cfg: cfg, log: cfg.Log,
 		sessions: map[string]*Session{},
 		viewing:  map[Viewer]map[*Session]struct{}{},
-		ended:    map[string]bool{},
+		ended:    map[string]string{},
 		journal:  newJournal(cfg.Store, cfg.Log),
 	}
 }
@@ -445,22 +445,23 @@ func (r *Registry) viewerFullLocked(v Viewer) error {
 	return nil
 }
 
-// Create makes a session viewed by v. It evicts the least recently active
+// Create makes a session viewed by v and owned by its principal. It evicts the least recently active
 // detached session when MaxSessions are live, or fails with ErrCapacity when
 // none is detached. Other errors: ErrShuttingDown, ErrNotFound (v is gone),
 // ErrViewerCapacity (v views MaxViewed sessions).
 func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
-	return r.create(v, title, closeOnDisconnect, false)
+	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
 }
 
-func (r *Registry) create(v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
-	return r.register(v, newSession(title, closeOnDisconnect, terminalOnly), nil)
+// create makes a session owned by p; v, when not nil, must carry p.
+func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+	return r.register(v, newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
 }
 
-// newSession returns a session not yet in the registry (see register).
-func newSession(title string, closeOnDisconnect, terminalOnly bool) *Session {
+// newSession returns a session of owner not yet in the registry (see register).
+func newSession(owner, title string, closeOnDisconnect, terminalOnly bool) *Session {
 	return &Session{
-		id: newID(), title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
+		id: newID(), owner: owner, title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
 	}
 }
@@ -550,12 +551,12 @@ type ResumeResult struct {
 	PendingApprovals []Approval
 }
 
-// Resume attaches s to v and returns its history. Errors: ErrNotFound,
-// ErrViewerCapacity.
+// Resume attaches s to v and returns its history. Errors: ErrNotFound
+// (also for a session v's principal may not use), ErrViewerCapacity.
 func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
 		r.mu.Unlock()
 		return ResumeResult{}, ErrNotFound
 	}
@@ -611,12 +612,13 @@ func (r *Registry) load(ctx context.Context, s *Session) error {
 	return nil
 }
 
-// List returns a snapshot of the live sessions, oldest first.
-func (r *Registry) List() []Info {
+// List returns a snapshot of the live sessions p may list (its own; every
+// one for an admin), oldest first.
+func (r *Registry) List(p Principal) []Info {
 	r.mu.Lock()
 	out := make([]Info, 0, len(r.sessions))
 	for _, s := range r.sessions {
-		if s.live() {
+		if s.live() && authorize(p, s.owner, accessManage) {
 			out = append(out, s.info())
 		}
 	}
@@ -625,24 +627,30 @@ func (r *Registry) List() []Info {
 	return out
 }
 
-// Get returns a snapshot of one live session.
-func (r *Registry) Get(sid string) (Info, bool) {
+// Get returns a snapshot of one live session p may list; false as for a
+// missing one otherwise.
+func (r *Registry) Get(p Principal, sid string) (Info, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !authorize(p, s.owner, accessManage) {
 		return Info{}, false
 	}
 	return s.info(), true
 }
 
-// Close ends a session with reason and blocks until it is torn down. It
-// returns false when the session had already ended (or is ending), and
-// ErrNotFound when the id was never known (or was forgotten long ago).
-func (r *Registry) Close(sid string, reason EndReason) (bool, error) {
+// Close ends a session of p's (any session for an admin) with reason and
+// blocks until it is torn down. It returns false when the session had
+// already ended (or is ending), and ErrNotFound when the id was never known
+// (or was forgotten long ago) or is another user's.
+func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
-	wasEnded := r.ended[sid]
+	if s != nil && !authorize(p, s.owner, accessManage) {
+		s = nil
+	}
+	owner, wasEnded := r.ended[sid]
+	wasEnded = wasEnded && authorize(p, owner, accessManage)
 	r.mu.Unlock()
 	if s == nil {
 		if wasEnded {
@@ -653,13 +661,13 @@ func (r *Registry) Close(sid string, reason EndReason) (bool, error) {
 	return r.end(s, reason), nil
 }
 
-// ReapDetached ends every detached session with end_reason=admin_reap and
-// returns how many it ended.
-func (r *Registry) ReapDetached() int {
+// ReapDetached ends every detached session p may end (its own; every one
+// for an admin) with end_reason=admin_reap and returns how many it ended.
+func (r *Registry) ReapDetached(p Principal) int {
 	r.mu.Lock()
 	var due []*Session
 	for _, s := range r.sessions {
-		if s.state == StateDetached {
+		if s.state == StateDetached && authorize(p, s.owner, accessManage) {
 			due = append(due, s)
 		}
 	}
@@ -722,11 +730,11 @@ func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
 // Leave stops v viewing sid (session.detach): when v was its last viewer
 // the session detaches as if the socket had gone (worker closed with
 // reason detach). It reports whether v was viewing sid; ErrNotFound for an
-// unknown or ended session.
+// unknown or ended session, or one v's principal may not use.
 func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
 		r.mu.Unlock()
 		return false, ErrNotFound
 	}
@@ -922,7 +930,7 @@ func (r *Registry) finish(s *Session) {
 	r.mu.Lock()
 	r.setState(s, StateClosed)
 	delete(r.sessions, s.id)
-	r.ended[s.id] = true
+	r.ended[s.id] = s.owner
 	r.endedQ = append(r.endedQ, s.id)
 	if len(r.endedQ) > 4096 {
 		delete(r.ended, r.endedQ[0])
@@ -968,12 +976,13 @@ func (r *Registry) finish(s *Session) {
 
 // use finds a live session for a call from v and makes v a viewer of it (a
 // socket using a session views it, so its liveness is tracked). Errors:
-// ErrNotFound, ErrViewerCapacity.
+// ErrNotFound (also for a session v's principal may not use),
+// ErrViewerCapacity.
 func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[sid]
-	if s == nil || !s.live() {
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
 		return nil, ErrNotFound
 	}
 	if err := r.viewLocked(s, v); err != nil {
@@ -1385,14 +1394,14 @@ func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
 // and its viewers get worker.exited); a terminal is ended with reason
 // admin_reap, which ends a terminal-only session with end_reason
 // admin_reap. It blocks until the child is reaped. ErrNotFound: no
-// session's child has that pid.
-func (r *Registry) ReapWorker(pid int) error {
+// session p may end (its own; any for an admin) has a child with that pid.
+func (r *Registry) ReapWorker(p Principal, pid int) error {
 	r.mu.Lock()
 	var w Worker
 	var t *Terminal
 	var owner *Session
 	for _, s := range r.sessions {
-		if !s.live() {
+		if !s.live() || !authorize(p, s.owner, accessManage) {
 			continue
 		}
 		if s.worker != nil && s.worker.PID() == pid {

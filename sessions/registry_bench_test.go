@@ -42,7 +42,7 @@ func BenchmarkRegistryCreateClose(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, err := r.Close(in.ID, EndClientClose); !ok || err != nil {
+		if ok, err := r.Close(anon, in.ID, EndClientClose); !ok || err != nil {
 			b.Fatalf("Close = %v, %v", ok, err)
 		}
 	}
@@ -124,7 +124,7 @@ func BenchmarkRegistryList(b *testing.B) {
 				r.Create(v, "bench", false)
 			}
 			for b.Loop() {
-				if got := len(r.List()); got != n {
+				if got := len(r.List(anon)); got != n {
 					b.Fatalf("List has %d sessions", got)
 				}
 			}

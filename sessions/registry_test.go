@@ -139,7 +139,7 @@ func TestEndReasons(t *testing.T) {
 	}{
 		{"client_close", EndClientClose, func(h *harness, v *recViewer) string {
 			in, _ := h.r.Create(v, "a", false)
-			if closed, err := h.r.Close(in.ID, EndClientClose); !closed || err != nil {
+			if closed, err := h.r.Close(anon, in.ID, EndClientClose); !closed || err != nil {
 				h.t.Fatalf("Close = %v, %v", closed, err)
 			}
 			return in.ID
@@ -180,7 +180,7 @@ func TestEndReasons(t *testing.T) {
 		}, false},
 		{"admin_reap", EndAdminReap, func(h *harness, v *recViewer) string {
 			in, _ := h.r.Create(v, "a", false)
-			h.r.Close(in.ID, EndAdminReap)
+			h.r.Close(anon, in.ID, EndAdminReap)
 			return in.ID
 		}, true},
 		{"shutdown", EndShutdown, func(h *harness, v *recViewer) string {
@@ -201,7 +201,7 @@ func TestEndReasons(t *testing.T) {
 				v := &recViewer{}
 				sid := tt.run(h, v)
 				h.wantOneClose(sid, tt.reason)
-				if _, ok := h.r.Get(sid); ok {
+				if _, ok := h.r.Get(anon, sid); ok {
 					t.Fatal("session still listed")
 				}
 				if tt.viewer {
@@ -219,13 +219,13 @@ func TestCloseTwice(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	in, _ := h.r.Create(&recViewer{}, "", false)
-	if closed, err := h.r.Close(in.ID, EndClientClose); !closed || err != nil {
+	if closed, err := h.r.Close(anon, in.ID, EndClientClose); !closed || err != nil {
 		t.Fatalf("first Close = %v, %v", closed, err)
 	}
-	if closed, err := h.r.Close(in.ID, EndClientClose); closed || err != nil {
+	if closed, err := h.r.Close(anon, in.ID, EndClientClose); closed || err != nil {
 		t.Fatalf("second Close = %v, %v; want false, nil", closed, err)
 	}
-	if _, err := h.r.Close("no-such-id", EndClientClose); !errors.Is(err, ErrNotFound) {
+	if _, err := h.r.Close(anon, "no-such-id", EndClientClose); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Close of unknown id: %v", err)
 	}
 	if _, err := h.r.Resume(&recViewer{}, in.ID); !errors.Is(err, ErrNotFound) {
@@ -256,7 +256,7 @@ func TestResumeCancelsTTL(t *testing.T) {
 		}
 		h.advance(time.Hour)
 		h.r.Sweep()
-		if got, ok := h.r.Get(in.ID); !ok || got.State != StateAttached {
+		if got, ok := h.r.Get(anon, in.ID); !ok || got.State != StateAttached {
 			t.Fatalf("resumed session ended or not attached: %+v %v", got, ok)
 		}
 	})
@@ -275,14 +275,14 @@ func TestDetachClosesWorkerMidTurn(t *testing.T) {
 	start()
 	testkit.WaitFor(t, time.Second, "worker spawned", func() bool { return h.sp.spawned.Load() == 1 })
 	w := h.sp.workers()[0]
-	testkit.WaitFor(t, time.Second, "worker installed", func() bool { got, _ := h.r.Get(in.ID); return got.WorkerPID == w.pid })
+	testkit.WaitFor(t, time.Second, "worker installed", func() bool { got, _ := h.r.Get(anon, in.ID); return got.WorkerPID == w.pid })
 
 	h.r.DetachViewer(v, workers.ReasonDetach)
 	h.r.Wait()
 	if !w.Closing() || w.reason != workers.ReasonDetach {
 		t.Fatalf("worker closing=%v reason=%s, want closed with detach", w.Closing(), w.reason)
 	}
-	got, _ := h.r.Get(in.ID)
+	got, _ := h.r.Get(anon, in.ID)
 	if got.State != StateDetached || got.Running || got.WorkerPID != 0 {
 		t.Fatalf("after detach: %+v", got)
 	}
@@ -318,14 +318,14 @@ func TestSharedSocketDetachesEverySession(t *testing.T) {
 		if !w.Closing() || w.reason != workers.ReasonDetach {
 			t.Fatalf("worker of session %d not closed with detach", i)
 		}
-		if got, _ := h.r.Get(sids[i]); got.State != StateDetached {
+		if got, _ := h.r.Get(anon, sids[i]); got.State != StateDetached {
 			t.Fatalf("session %d state %s", i, got.State)
 		}
 	}
 	if ws[50].Closing() {
 		t.Fatal("the other socket's worker was closed")
 	}
-	if got, _ := h.r.Get(mine.ID); got.State != StateAttached || got.WorkerPID == 0 {
+	if got, _ := h.r.Get(anon, mine.ID); got.State != StateAttached || got.WorkerPID == 0 {
 		t.Fatalf("other session disturbed: %+v", got)
 	}
 }
@@ -395,7 +395,7 @@ func TestCloseWhileSpawning(t *testing.T) {
 	go func() { _, err := h.r.Exec(t.Context(), v, in.ID, "/echo"); errc <- err }()
 	<-h.sp.entered
 	// Close while the spawn is held at the gate.
-	h.r.Close(in.ID, EndClientClose)
+	h.r.Close(anon, in.ID, EndClientClose)
 	close(gate)
 	if err := <-errc; !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Exec on a session closed during spawn: %v", err)
@@ -425,7 +425,7 @@ func TestWorkerCrashEmitsExitedAndRespawns(t *testing.T) {
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/b"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := h.r.Get(in.ID); got.WorkerPID == first.pid || got.WorkerPID == 0 {
+	if got, _ := h.r.Get(anon, in.ID); got.WorkerPID == first.pid || got.WorkerPID == 0 {
 		t.Fatalf("no new worker after the crash: %+v", got)
 	}
 }
@@ -447,7 +447,7 @@ func TestTurns(t *testing.T) {
 	if st, err := h.r.Interrupt(v, in.ID); st != "interrupted" || err != nil {
 		t.Fatalf("Interrupt = %q, %v", st, err)
 	}
-	if got, _ := h.r.Get(in.ID); got.Running {
+	if got, _ := h.r.Get(anon, in.ID); got.Running {
 		t.Fatal("still running after interrupt")
 	}
 	if _, _, err := h.r.Prompt(v, in.ID, "three"); err != nil {
@@ -466,9 +466,9 @@ func TestEventSeqHasNoGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		start()
-		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
+		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(anon, in.ID); return !got.Running })
 	}
-	h.r.Close(in.ID, EndClientClose)
+	h.r.Close(anon, in.ID, EndClientClose)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for i, e := range v.events {
@@ -489,7 +489,7 @@ func TestHistoryBounded(t *testing.T) {
 	for i := range 20 {
 		_, start, _ := h.r.Prompt(v, in.ID, fmt.Sprint("p", i))
 		start()
-		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(in.ID); return !got.Running })
+		testkit.WaitFor(t, time.Second, "turn done", func() bool { got, _ := h.r.Get(anon, in.ID); return !got.Running })
 	}
 	res, _ := h.r.Resume(v, in.ID)
 	if len(res.History) != 10 || res.History[9].Text != "echo p19" || res.History[0].Text != "p15" {

@@ -88,9 +88,22 @@ func (e *Event) Encode(encode func(Event) []byte) []byte {
 // when the socket is gone, before it calls Registry.DetachViewer: a call
 // still in flight from that socket can then never re-attach a session to
 // it (nil means never done).
+//
+// Principal is who the socket acts for (see [Principal]); it must not
+// change over the viewer's life.
 type Viewer interface {
 	Deliver(*Event)
 	Done() <-chan struct{}
+	Principal() Principal
+}
+
+// principalOf is v's principal; a nil viewer (a call made by the registry
+// itself, or a test) acts for the anonymous user.
+func principalOf(v Viewer) Principal {
+	if v == nil {
+		return Principal{}
+	}
+	return v.Principal()
 }
 
 func viewerGone(v Viewer) bool {
@@ -124,6 +137,7 @@ type turn struct {
 // guarded by the registry's mutex.
 type Session struct {
 	id                string
+	owner             string // Principal.User of who made it; authorize checks it, row stores it
 	title             string
 	closeOnDisconnect bool
 	terminalOnly      bool // made by /ws/pty without a session_id
@@ -161,7 +175,7 @@ type Session struct {
 
 // row is the stored form of s.
 func (s *Session) row() store.Session {
-	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
+	return store.Session{ID: s.id, Owner: s.owner, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
 }
 
 // setState moves the session to next, or refuses an illegal move. Callers

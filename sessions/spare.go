@@ -89,7 +89,7 @@ func (r *Registry) refill(cols, rows uint16) {
 		return // the next request of that size takes them or ends them
 	}
 	for !r.closing && len(r.spares) < spareCount {
-		next := &spare{s: newSession("terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
+		next := &spare{s: newSession("", "terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
 		r.spares = append(r.spares, next)
 		r.goTracked(func() {
 			next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)
@@ -163,13 +163,16 @@ func (r *Registry) dropSpare() bool {
 // (taken by takeSpare) and attaches to it. It returns ok false, with
 // nothing registered, when the spare cannot serve: it did not start, or
 // its program ended already; the caller then starts a terminal as usual.
-func (r *Registry) attachSpare(ctx context.Context, sp *spare, o TerminalOptions) (a *Attachment, ok bool, err error) {
+func (r *Registry) attachSpare(ctx context.Context, p Principal, sp *spare, o TerminalOptions) (a *Attachment, ok bool, err error) {
 	region := trace.StartRegion(ctx, "wait for spare")
 	t := sp.wait(ctx, r)
 	region.End()
 	if t == nil {
 		return nil, false, ctx.Err()
 	}
+	r.mu.Lock() // its terminal's end may read the session already
+	sp.s.owner = p.User
+	r.mu.Unlock()
 	in, err := r.register(nil, sp.s, t)
 	if errors.Is(err, ErrNotFound) { // its program ended before it was taken
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
@@ -179,9 +182,9 @@ func (r *Registry) attachSpare(ctx context.Context, sp *spare, o TerminalOptions
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 		return nil, true, err
 	}
-	a, err = r.attachTerminal(ctx, in.ID, o)
+	a, err = r.attachTerminal(ctx, p, in.ID, o)
 	if err != nil {
-		r.Close(in.ID, EndCloseOnDisconnect)
+		r.Close(p, in.ID, EndCloseOnDisconnect)
 	}
 	return a, true, err
 }

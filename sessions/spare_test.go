@@ -29,7 +29,7 @@ func (h *harness) sparesOf(want int, atts ...*Attachment) []*fakePTY {
 // output (a fake terminal of termHarness(t, 5, ...) writes "yyyyy").
 func (h *harness) attachFirst(o TerminalOptions) *Attachment {
 	h.t.Helper()
-	a, err := h.r.AttachTerminal(h.t.Context(), "", o)
+	a, err := h.r.AttachTerminal(h.t.Context(), anon, "", o)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestTerminalSpare(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		h := termHarness(t, 5, func(c *Config) { c.PTYSpare = true })
-		a1, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+		a1, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,12 +66,12 @@ func TestTerminalSpare(t *testing.T) {
 			if c, r := sp.req.Cols, sp.req.Rows; c != 80 || r != 24 {
 				t.Errorf("spare started at %dx%d, want the request's 80x24", c, r)
 			}
-			if _, ok := h.r.Get(sp.req.SessionID); ok {
+			if _, ok := h.r.Get(anon, sp.req.SessionID); ok {
 				t.Errorf("the spare's session %s is listed before anyone took it", sp.req.SessionID)
 			}
 		}
 
-		a2, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{Cols: 80, Rows: 24})
+		a2, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{Cols: 80, Rows: 24})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestTerminalSpare(t *testing.T) {
 		if i < 0 || a2.SessionID != spares[i].req.SessionID {
 			t.Fatalf("second terminal: pid %d session %s, not a spare's", a2.PID(), a2.SessionID)
 		}
-		if in, ok := h.r.Get(a2.SessionID); !ok || in.State != StateAttached {
+		if in, ok := h.r.Get(anon, a2.SessionID); !ok || in.State != StateAttached {
 			t.Errorf("the spare's session once taken: %+v, %v; want attached", in, ok)
 		}
 		synctest.Wait()
@@ -160,7 +160,7 @@ func TestTerminalSpareYieldsCapacity(t *testing.T) {
 		h.sp.mu.Unlock()
 		a1.Detach(workers.ReasonDetach)
 		synctest.Wait()
-		a2, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+		a2, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestTerminalSpareEnded(t *testing.T) {
 			sp.exit(0)
 		}
 		synctest.Wait()
-		a2, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+		a2, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestTerminalSpareEnded(t *testing.T) {
 			if a2.PID() == sp.pid {
 				t.Fatalf("the request got a spare whose program had ended")
 			}
-			if _, ok := h.r.Get(sp.req.SessionID); ok {
+			if _, ok := h.r.Get(anon, sp.req.SessionID); ok {
 				t.Errorf("the ended spare's session %s is listed", sp.req.SessionID)
 			}
 		}

@@ -209,6 +209,7 @@ type Attachment struct {
 	Reset       bool   // the client must clear its screen before the replay
 	detachOnce  sync.Once
 	page        string
+	principal   Principal // who attached: the owner of its session
 }
 
 // Deliver implements Viewer: a terminal socket carries no chat events.
@@ -217,20 +218,24 @@ func (a *Attachment) Deliver(*Event) {}
 // Done implements Viewer: it is closed by Detach.
 func (a *Attachment) Done() <-chan struct{} { return a.gone }
 
+// Principal implements Viewer: who attached.
+func (a *Attachment) Principal() Principal { return a.principal }
+
 // Kicked is closed when another attach took the terminal over.
 func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 
 // AttachTerminal attaches a socket to the terminal of sid, starting the
 // program when the session has none. sid "" makes a terminal-only session
-// that closes with its terminal. A terminal already attached elsewhere is
-// taken over (the other attachment's Kicked closes). The returned
-// attachment must be Detached when the socket ends. Errors: ErrNotFound,
+// of p's that closes with its terminal. A terminal already attached
+// elsewhere is taken over (the other attachment's Kicked closes). The
+// returned attachment, a Viewer carrying p, must be Detached when the
+// socket ends. Errors: ErrNotFound (also for another user's session),
 // ErrCapacity, workers.ErrCapacity and spawn errors.
-func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
 	terminalOnly := sid == ""
 	if terminalOnly && r.cfg.PTYSpare {
-		a, err := r.attachTerminalOnly(ctx, o)
+		a, err := r.attachTerminalOnly(ctx, p, o)
 		if a != nil {
 			cols, rows := o.size()
 			a.setOnFirst(func() { r.refill(cols, rows) })
@@ -238,43 +243,43 @@ func (r *Registry) AttachTerminal(ctx context.Context, sid string, o TerminalOpt
 		return a, err
 	}
 	if terminalOnly {
-		in, err := r.create(nil, "terminal", false, true)
+		in, err := r.create(p, nil, "terminal", false, true)
 		if err != nil {
 			return nil, err
 		}
 		sid = in.ID
 	}
-	a, err := r.attachTerminal(ctx, sid, o)
+	a, err := r.attachTerminal(ctx, p, sid, o)
 	if err != nil && terminalOnly {
-		r.Close(sid, EndCloseOnDisconnect)
+		r.Close(p, sid, EndCloseOnDisconnect)
 	}
 	return a, err
 }
 
 // attachTerminalOnly is AttachTerminal without a session when spares are
 // on: the spare when it fits, else a terminal started now.
-func (r *Registry) attachTerminalOnly(ctx context.Context, o TerminalOptions) (*Attachment, error) {
+func (r *Registry) attachTerminalOnly(ctx context.Context, p Principal, o TerminalOptions) (*Attachment, error) {
 	if sp := r.takeSpare(o); sp != nil {
-		if a, ok, err := r.attachSpare(ctx, sp, o); ok || ctx.Err() != nil {
+		if a, ok, err := r.attachSpare(ctx, p, sp, o); ok || ctx.Err() != nil {
 			return a, errors.Join(err, ctx.Err())
 		}
 	}
-	in, err := r.create(nil, "terminal", false, true)
+	in, err := r.create(p, nil, "terminal", false, true)
 	if err != nil {
 		return nil, err
 	}
-	a, err := r.attachTerminal(ctx, in.ID, o)
+	a, err := r.attachTerminal(ctx, p, in.ID, o)
 	if err != nil {
-		r.Close(in.ID, EndCloseOnDisconnect)
+		r.Close(p, in.ID, EndCloseOnDisconnect)
 	}
 	return a, err
 }
 
-func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOptions) (*Attachment, error) {
+func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
 	r.mu.Unlock()
-	if s == nil {
+	if s == nil || !authorize(p, s.owner, accessUse) { // s.owner never changes
 		return nil, ErrNotFound
 	}
 	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
@@ -307,7 +312,7 @@ func (r *Registry) attachTerminal(ctx context.Context, sid string, o TerminalOpt
 		return nil, ErrNotFound
 	}
 	s.term = t
-	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page}
+	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page, principal: p}
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()

@@ -32,7 +32,7 @@ func TestTerminalBackpressure(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		h := termHarness(t, 8<<20, nil)
-		a, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+		a, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestTerminalKeepalive(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				h := termHarness(t, 0, nil)
-				a, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{Keepalive: true})
+				a, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{Keepalive: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -84,7 +84,7 @@ func TestTerminalKeepalive(t *testing.T) {
 					t.Fatalf("parked terminal closed (%s) before its keepalive", r)
 				}
 				if reattach {
-					b, err := h.r.AttachTerminal(t.Context(), a.SessionID, TerminalOptions{ResumeToken: a.ResumeToken})
+					b, err := h.r.AttachTerminal(t.Context(), anon, a.SessionID, TerminalOptions{ResumeToken: a.ResumeToken})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -121,7 +121,7 @@ func TestTerminalEnds(t *testing.T) {
 		next   func(error) bool // what the attachment's Next returns at the end
 	}{
 		{"admin reap while its socket is open", func(h *harness, a *Attachment, p *fakePTY) {
-			if err := h.r.ReapWorker(p.pid); err != nil {
+			if err := h.r.ReapWorker(anon, p.pid); err != nil {
 				h.t.Fatal(err)
 			}
 		}, workers.ReasonAdminReap, EndAdminReap, func(err error) bool { return errors.Is(err, ErrTerminalClosed) }},
@@ -138,7 +138,7 @@ func TestTerminalEnds(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				h := termHarness(t, 0, nil)
-				a, err := h.r.AttachTerminal(t.Context(), "", TerminalOptions{})
+				a, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -169,7 +169,7 @@ func TestTerminalEnds(t *testing.T) {
 func TestReapWorkerUnknown(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	if err := h.r.ReapWorker(12345); !errors.Is(err, ErrNotFound) {
+	if err := h.r.ReapWorker(anon, 12345); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("ReapWorker of no child: %v", err)
 	}
 }
@@ -183,13 +183,13 @@ func TestReapChatWorkerKeepsSession(t *testing.T) {
 	in, _ := h.r.Create(v, "", false)
 	h.r.Exec(t.Context(), v, in.ID, "/x")
 	w := h.sp.workers()[0]
-	if err := h.r.ReapWorker(w.pid); err != nil {
+	if err := h.r.ReapWorker(anon, w.pid); err != nil {
 		t.Fatal(err)
 	}
 	if w.reason != workers.ReasonAdminReap {
 		t.Fatalf("worker closed with %q", w.reason)
 	}
-	if got, ok := h.r.Get(in.ID); !ok || got.WorkerPID != 0 {
+	if got, ok := h.r.Get(anon, in.ID); !ok || got.WorkerPID != 0 {
 		t.Fatalf("session after the reap: %+v %v", got, ok)
 	}
 	if evs := v.ofType("worker.exited"); len(evs) != 1 || evs[0].Payload.(map[string]any)["reason"] != workers.ReasonAdminReap {

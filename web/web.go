@@ -31,6 +31,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/static"
 	"github.com/dashgate/dashgate/templates"
 )
@@ -394,9 +395,21 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, src)))
+			ctx := context.WithValue(r.Context(), authKey{}, src)
+			next.ServeHTTP(w, r.WithContext(handlers.WithPrincipal(ctx, principal(admin))))
 		})
 	}
+}
+
+// principal is who a request with a valid token acts for, resolved here
+// once: today the dashboard token is the one anonymous user (owner "", as
+// every stored session) and the admin token, on the admin routes, the
+// admin. Handlers read it once per request or socket and pass it down.
+func principal(admin bool) sessions.Principal {
+	if admin {
+		return sessions.AdminPrincipal
+	}
+	return sessions.Principal{}
 }
 
 // externalPath is the request's path as the browser sees it.

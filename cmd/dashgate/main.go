@@ -258,13 +258,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
-	metrics = handlers.NewMetrics(reg.List, mgr.CountByKind)
+	metrics = handlers.NewMetrics(reg.Admin().List, mgr.CountByKind)
 	if _, err := reg.Restore(ctx); err != nil {
 		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
 	}
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
-	admin := &handlers.Admin{Sessions: reg, Procs: mgr, Metrics: metrics, Log: log, Version: version}
+	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version}
 	srv, err := web.New(web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
