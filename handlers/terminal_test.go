@@ -434,8 +434,8 @@ func TestTerminalBackpressure(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "yes stopped by a client that does not read", func() bool {
 		w, sw := wchar(t, yes), switches(t, yes)
 		if w-from > bound {
-			t.Fatalf("yes wrote %s while the client did not read, more than the %s the buffers between them hold: nothing stops it",
-				humanize.IBytes(uint64(w-from)), humanize.IBytes(uint64(bound)))
+			t.Fatalf("yes wrote %s (%d bytes) while the client did not read, more than the %d bytes the buffers between them hold: nothing stops it",
+				humanize.IBytes(uint64(w-from)), w-from, bound)
 		}
 		if pr, err := testkit.ReadProc(yes); err == nil && pr.State == 'S' && w == last && sw == lastSwitches {
 			still++
