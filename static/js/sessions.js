@@ -34,67 +34,131 @@ export function renderSessions(ul, sessions, currentId, errors = new Map()) {
 	const sorted = [...sessions].sort(
 		(a, b) => String(a.created_at).localeCompare(String(b.created_at)) || String(a.session_id).localeCompare(String(b.session_id)),
 	);
-	const items = sorted.map((s) => sessionItem(s, s.session_id === currentId, errors.get(s.session_id)));
+	renderList(ul, sorted, currentId, errors, LIVE);
+}
+
+/**
+ * @param {HTMLUListElement} ul
+ * @param {Array<object>} closed closed sessions, newest closed first
+ * @param {string|null} currentId
+ */
+export function renderClosed(ul, closed, currentId, errors = new Map()) {
+	renderList(ul, closed, currentId, errors, CLOSED);
+}
+
+/**
+ * What tells a list's rows apart: the one place where the live and the
+ * closed lists differ.
+ * @typedef {object} RowKind
+ * @property {string} testid data-testid of a row
+ * @property {string} className classes of a row
+ * @property {string} empty the text of an empty list
+ * @property {(s: object) => boolean} dimmed a row shown as closed (class "closed")
+ * @property {boolean} ariaCurrent the current row says so (aria-current)
+ * @property {(s: object) => string[]} tooltip the lines of the row's title
+ * @property {(s: object) => Node[]} info what follows the title
+ * @property {(s: object, current: boolean, name: string) => HTMLButtonElement[]} actions the row's buttons
+ */
+
+/** @type {RowKind} */
+const LIVE = {
+	testid: 'session-item',
+	className: 'session-item',
+	empty: 'No sessions',
+	dimmed: isGone,
+	ariaCurrent: true,
+	tooltip: (s) => [`created ${s.created_at ?? '?'}`, `last active ${s.last_active ?? '?'}`, `viewers ${s.viewers ?? '?'}`],
+	info(s) {
+		const state = span('session-state', s.state ?? '');
+		state.dataset.state = s.state ?? '';
+		return s.running ? [state, span('session-running', 'running')] : [state];
+	},
+	actions(s, current, name) {
+		const out = [];
+		// The current session is not offered to itself.
+		if (!current) {
+			const resume = button('Resume', 'session-resume', 'btn');
+			resume.disabled = isGone(s);
+			resume.setAttribute('aria-label', `Resume ${name}`);
+			out.push(resume);
+		}
+		const close = button('Close', 'session-close', 'btn btn-danger');
+		close.disabled = isGone(s);
+		close.setAttribute('aria-label', `Close ${name}`);
+		out.push(close);
+		return out;
+	},
+};
+
+/** @type {RowKind} */
+const CLOSED = {
+	testid: 'closed-session',
+	className: 'session-item closed-session',
+	empty: 'No closed sessions',
+	dimmed: () => false, // closed-session says it already
+	ariaCurrent: false,
+	tooltip: (s) => [`created ${s.created_at ?? '?'}`, `closed ${s.closed_at ?? '?'}`],
+	info(s) {
+		const reason = span('session-state', endLabel(s.end_reason));
+		reason.dataset.state = 'closed';
+		reason.dataset.testid = 'closed-reason';
+		reason.dataset.reason = s.end_reason ?? '';
+		const when = document.createElement('time');
+		when.dataset.testid = 'closed-when';
+		when.className = 'closed-when';
+		if (s.closed_at) when.dateTime = String(s.closed_at);
+		when.textContent = shortTime(s.closed_at);
+		return [reason, when];
+	},
+	actions(s, current, name) {
+		const reopen = button('Reopen', 'reopen', 'btn');
+		reopen.setAttribute('aria-label', `Reopen ${name}`);
+		const del = button('Delete', 'delete', 'btn btn-danger');
+		del.setAttribute('aria-label', `Delete ${name}`);
+		return [reopen, del];
+	},
+};
+
+function renderList(ul, sessions, currentId, errors, kind) {
+	const items = sessions.map((s) => sessionRow(s, s.session_id === currentId, errors.get(s.session_id), kind));
 	if (items.length === 0) {
 		const li = document.createElement('li');
 		li.className = 'session-empty';
-		li.textContent = 'No sessions';
+		li.textContent = kind.empty;
 		items.push(li);
 	}
 	morphChildren(ul, items);
 }
 
-function sessionItem(s, current, error) {
+/** One row of either list: the title, kind's info and buttons, and the error of a failed resume. */
+function sessionRow(s, current, error, kind) {
 	const li = document.createElement('li');
-	li.className = 'session-item';
+	li.className = kind.className;
 	li.classList.toggle('current', current);
-	li.classList.toggle('closed', isGone(s));
-	li.dataset.testid = 'session-item';
+	li.classList.toggle('closed', kind.dimmed(s));
+	li.dataset.testid = kind.testid;
 	li.dataset.sessionId = s.session_id;
-	li.title = [
-		s.session_id,
-		`created ${s.created_at ?? '?'}`,
-		`last active ${s.last_active ?? '?'}`,
-		`viewers ${s.viewers ?? '?'}`,
-	].join('\n');
+	li.title = [s.session_id, ...kind.tooltip(s)].join('\n');
+	if (current && kind.ariaCurrent) li.setAttribute('aria-current', 'true');
 
-	const title = document.createElement('span');
-	title.className = 'session-title';
-	title.textContent = s.title || s.session_id;
-
+	const name = s.title || s.session_id;
 	const info = document.createElement('span');
 	info.className = 'session-info';
-	const state = document.createElement('span');
-	state.className = 'session-state';
-	state.dataset.state = s.state ?? '';
-	state.textContent = s.state ?? '';
-	info.append(state);
-	if (s.running) {
-		const running = document.createElement('span');
-		running.className = 'session-running';
-		running.textContent = 'running';
-		info.append(running);
-	}
-
+	info.append(...kind.info(s));
 	const actions = document.createElement('span');
 	actions.className = 'session-actions';
-	// The current session is not offered to itself.
-	if (!current) {
-		const resume = button('Resume', 'session-resume', 'btn');
-		resume.disabled = isGone(s);
-		resume.setAttribute('aria-label', `Resume ${s.title || s.session_id}`);
-		actions.append(resume);
-	} else {
-		li.setAttribute('aria-current', 'true');
-	}
-	const close = button('Close', 'session-close', 'btn btn-danger');
-	close.disabled = isGone(s);
-	close.setAttribute('aria-label', `Close ${s.title || s.session_id}`);
-	actions.append(close);
+	actions.append(...kind.actions(s, current, name));
 
-	li.append(title, info, actions);
+	li.append(span('session-title', name), info, actions);
 	if (error) li.append(sessionError(error));
 	return li;
+}
+
+function span(className, text) {
+	const e = document.createElement('span');
+	e.className = className;
+	e.textContent = text;
+	return e;
 }
 
 function sessionError(text) {
@@ -113,63 +177,6 @@ function button(label, testid, className) {
 	b.dataset.testid = testid;
 	b.textContent = label;
 	return b;
-}
-
-/**
- * @param {HTMLUListElement} ul
- * @param {Array<object>} closed closed sessions, newest closed first
- * @param {string|null} currentId
- */
-export function renderClosed(ul, closed, currentId, errors = new Map()) {
-	const items = closed.map((s) => closedItem(s, s.session_id === currentId, errors.get(s.session_id)));
-	if (items.length === 0) {
-		const li = document.createElement('li');
-		li.className = 'session-empty';
-		li.textContent = 'No closed sessions';
-		items.push(li);
-	}
-	morphChildren(ul, items);
-}
-
-function closedItem(s, current, error) {
-	const li = document.createElement('li');
-	li.className = 'session-item closed-session';
-	li.classList.toggle('current', current);
-	li.dataset.testid = 'closed-session';
-	li.dataset.sessionId = s.session_id;
-	li.title = [s.session_id, `created ${s.created_at ?? '?'}`, `closed ${s.closed_at ?? '?'}`].join('\n');
-
-	const title = document.createElement('span');
-	title.className = 'session-title';
-	title.textContent = s.title || s.session_id;
-
-	const info = document.createElement('span');
-	info.className = 'session-info';
-	const reason = document.createElement('span');
-	reason.className = 'session-state';
-	reason.dataset.state = 'closed';
-	reason.dataset.testid = 'closed-reason';
-	reason.dataset.reason = s.end_reason ?? '';
-	reason.textContent = endLabel(s.end_reason);
-	const when = document.createElement('time');
-	when.dataset.testid = 'closed-when';
-	when.className = 'closed-when';
-	if (s.closed_at) when.dateTime = String(s.closed_at);
-	when.textContent = shortTime(s.closed_at);
-	info.append(reason, when);
-
-	const actions = document.createElement('span');
-	actions.className = 'session-actions';
-	const name = s.title || s.session_id;
-	const reopen = button('Reopen', 'reopen', 'btn');
-	reopen.setAttribute('aria-label', `Reopen ${name}`);
-	const del = button('Delete', 'delete', 'btn btn-danger');
-	del.setAttribute('aria-label', `Delete ${name}`);
-	actions.append(reopen, del);
-
-	li.append(title, info, actions);
-	if (error) li.append(sessionError(error));
-	return li;
 }
 
 /**
