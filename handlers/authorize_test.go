@@ -479,10 +479,10 @@ func TestForeignSessionOnTheWire(t *testing.T) {
 		t.Errorf("alice lists %d sessions after bob's calls; want her 2", n)
 	}
 
-	status := func(sid string) int {
+	status := func(user, sid string) int {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		p, res, err := testkit.DialPTY(ctx, url+"/ws/pty?session_id="+sid, testkit.DialOptions{Header: http.Header{"X-Test-User": {"bob"}}})
+		p, res, err := testkit.DialPTY(ctx, url+"/ws/pty?session_id="+sid, testkit.DialOptions{Header: http.Header{"X-Test-User": {user}}})
 		if err == nil {
 			p.Close()
 			return http.StatusSwitchingProtocols
@@ -492,7 +492,10 @@ func TestForeignSessionOnTheWire(t *testing.T) {
 		}
 		return res.StatusCode
 	}
-	if foreign, absent := status(f.live), status(missing); foreign != absent || foreign == http.StatusSwitchingProtocols {
+	if foreign, absent := status("bob", f.live), status("bob", missing); foreign != absent || foreign == http.StatusSwitchingProtocols {
 		t.Errorf("/ws/pty of alice's session answers bob %d, a missing one %d", foreign, absent)
+	}
+	if got := status("alice", f.live); got != http.StatusSwitchingProtocols {
+		t.Errorf("/ws/pty of alice's session answers alice %d", got)
 	}
 }
