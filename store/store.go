@@ -8,7 +8,15 @@
 // nothing survives a restart) and sqlite.Store (package store/sqlite, an
 // embedded file). A PostgreSQL backend follows; the interface therefore
 // speaks in whole rows and batches, never in SQL, and every query carries
-// the owner it is for (empty until users are kept apart).
+// the owner it is for (empty until users are kept apart). The exceptions
+// are the registry's own: Restorable and Prune read and delete across
+// owners, and so do Claim, Renew and Release, which speak for a node.
+//
+// Ownership is data with a version: a node holds a session under a lease
+// (Session.Node, LeaseUntil) with an epoch that Claim bumps; each write
+// says which epoch it was made under and a stale one is refused whole
+// (ErrFenced), never merged. A write with epoch 0 is not checked, as
+// before leases existed.
 package store
 
 import (

@@ -14,4 +14,10 @@
 // lets one transaction write at a time; a single connection queues writers
 // in Go instead of spinning on busy_timeout) and a few readers, which WAL
 // lets run beside the writer. Nothing here logs: every failure is returned.
+//
+// Several Stores may share one file (two processes, or two in a test):
+// each write is one IMMEDIATE transaction, so Claim takes the claimable
+// rows and bumps their epochs in one step no other Store interleaves with,
+// and Apply checks its epochs in the transaction that writes. Only Open's
+// migration wants the file to itself (cmd/dashgate's lease gives it that).
 package sqlite
