@@ -68,6 +68,9 @@ func copySchema1(t *testing.T) string {
 func TestOpenSchema1(t *testing.T) {
 	t.Parallel()
 	p := copySchema1(t)
+	if user, applied := versionsOf(t, p); user != 1 || applied != 0 {
+		t.Fatalf("%s: user_version %d, goose version %d; want the schema before goose (1, no goose table)", schema1DB, user, applied)
+	}
 	s := openTest(t, p)
 	ctx := t.Context()
 
