@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/dashgate/dashgate/sessions"
@@ -126,7 +127,7 @@ func cgroupSummary(p workers.ProcInfo) string {
 		parts = append(parts, "cpu "+(time.Duration(s.CPUUsec)*time.Microsecond).Round(time.Millisecond).String())
 	}
 	if s.MemoryBytes >= 0 {
-		parts = append(parts, humanBytes(uint64(s.MemoryBytes)))
+		parts = append(parts, humanize.IBytes(uint64(s.MemoryBytes)))
 	}
 	if s.Pids >= 0 {
 		parts = append(parts, fmt.Sprintf("%d pids", s.Pids))
@@ -174,7 +175,7 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 
 	v := templates.AdminView{
 		BasePath: base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
-		SelfRSS: humanBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
+		SelfRSS: humanize.IBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
 		SelfFDs: self.NumFDs, Goroutines: runtime.NumGoroutine(),
 	}
 	v.Containment, v.ContainmentDir = h.Procs.Containment()
@@ -194,8 +195,8 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 		kinds[string(p.Kind)]++
 		v.Workers = append(v.Workers, templates.WorkerRow{
 			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State,
-			Age: humanDuration(now.Sub(p.StartedAt)), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
-			RSS: humanBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
+			Age: humanAge(now, p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
+			RSS: humanize.IBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
 			CPU: fmt.Sprintf("%.1f%%", p.CPUPercent), FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
 			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p),
 		})
@@ -315,28 +316,8 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
 }
 
-func humanBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// humanAgo is when t was, seen from now: "now", "3 minutes ago".
+func humanAgo(now, t time.Time) string { return humanize.RelTime(t, now, "ago", "from now") }
 
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
-
-func humanAgo(now, t time.Time) string { return humanDuration(now.Sub(t)) + " ago" }
+// humanAge is how long ago start was, without "ago": "now", "2 hours".
+func humanAge(now, start time.Time) string { return humanize.RelTime(start, now, "", "") }
