@@ -65,14 +65,3 @@ func (r *Registry) announce(owner string, c Change) {
 	defer r.mu.Unlock()
 	r.announceLocked(owner, c)
 }
-
-// execStopLocked registers the cancel of a running slash command of s, which
-// Interrupt calls; the returned func unregisters it. r.mu must be held.
-func (r *Registry) execStopLocked(s *Session, cancel func()) func() {
-	if s.execStops == nil {
-		s.execStops = map[*func()]struct{}{}
-	}
-	key := &cancel
-	s.execStops[key] = struct{}{}
-	return func() { delete(s.execStops, key) }
-}

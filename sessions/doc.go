@@ -22,7 +22,7 @@
 // Who is asking. Every call acts for a [Principal] (a [Viewer] carries
 // it; calls without a viewer take it as a parameter) and every method that
 // reads or changes a session goes through the one authorize
-// (principal.go): another user's session answers exactly as a missing one
+// (viewers.go): another user's session answers exactly as a missing one
 // (ErrNotFound). A session's owner is set when it is made and written with
 // every stored row; store queries carry it. Admins ([AdminPrincipal],
 // [Registry.Admin]) list and end any session, and read none but their own.

@@ -115,24 +115,6 @@ func viewerGone(v Viewer) bool {
 	}
 }
 
-// turn is a prompt being answered.
-type turn struct {
-	id        string
-	seq       uint64 // the entry seq of its reply, given at its first delta (0: none yet)
-	promptSeq uint64 // the entry seq of its prompt
-	at        time.Time
-	text      string // streamed so far
-	cancel    func()
-	done      bool
-	finished  chan struct{} // closed when done is set
-	ckpt      *time.Timer   // the pending checkpoint of the streamed text, nil when none
-	idle      *time.Timer   // ends the turn after WorkerTimeout of silence (see Prompt)
-	tools     int           // tool runs started and not complete
-	usage     *store.Usage  // reported by the worker with its reply
-	status    string        // the worker's status of its reply ("": derived)
-	failed    bool          // the turn ended with an error
-}
-
 // Session is one conversation with its worker and terminal. Its fields are
 // guarded by the registry's mutex.
 type Session struct {

@@ -1,21 +1,215 @@
 package sessions
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
 
-// This file is what a session does with an agent worker's events beyond
-// deltas (docs/PROTOCOL.md §7, "The agent worker"): approvals of tool runs,
-// the runs themselves, the conversation sent with each prompt, and the
-// model a session uses.
+// This file owns a prompt's turn: its run in the worker, the checkpoints
+// of its streamed reply, its end (complete, failed, interrupted), its
+// interrupt, and what it does with an agent worker's events beyond deltas
+// (docs/PROTOCOL.md §7, "The agent worker"): approvals of tool runs and
+// the runs themselves.
+
+// Prompt starts a turn: it records the prompt and returns the turn id and a
+// start function that the caller calls once it has sent its reply, so that
+// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy.
+func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return "", nil, err
+	}
+	r.mu.Lock()
+	if s.turn != nil {
+		r.mu.Unlock()
+		return "", nil, ErrBusy
+	}
+	// WorkerTimeout bounds the silence of a turn, not its length: every
+	// event the worker sends restarts it, and it stands still while the turn
+	// waits for a viewer's approval or a tool runs.
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(context.Canceled) }
+	now := time.Now()
+	t := &turn{id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
+	t.idle = time.AfterFunc(r.cfg.WorkerTimeout, func() { cancelCause(context.DeadlineExceeded) })
+	s.turn = t
+	s.turns++
+	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
+	t.promptSeq = s.entrySeq
+	r.mu.Unlock()
+	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
+	return t.id, start, nil
+}
+
+func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string) {
+	defer t.cancel()
+	w, err := r.ensureWorker(ctx, s)
+	if err != nil {
+		r.finishTurn(s, t, "", true, err)
+		return
+	}
+	r.mu.Lock()
+	unloaded := s.unloaded
+	r.mu.Unlock()
+	if unloaded { // restored: the model gets the earlier conversation too
+		if err := r.load(ctx, s); err != nil {
+			r.log.Warn("history load", "sid", s.id, "err", err)
+		}
+	}
+	r.mu.Lock()
+	params := map[string]any{"text": text, "turn_id": t.id, "history": r.modelHistoryLocked(s, t), "model": s.model}
+	r.mu.Unlock()
+	raw, err := w.Call(ctx, "prompt", params, func(ev workers.Event) { r.onEvent(s, t, w, ev) })
+	if err != nil {
+		r.finishTurn(s, t, "", true, err)
+		return
+	}
+	var res struct {
+		Output      string       `json:"output"`
+		Interrupted bool         `json:"interrupted"`
+		Status      string       `json:"status"`
+		Usage       *store.Usage `json:"usage"`
+	}
+	json.Unmarshal(raw, &res)
+	r.mu.Lock()
+	t.usage, t.status = res.Usage, res.Status
+	r.mu.Unlock()
+	r.finishTurn(s, t, res.Output, res.Interrupted, nil)
+}
+
+// checkpoint queues the text t streamed so far as its (interrupted) reply.
+func (r *Registry) checkpoint(s *Session, t *turn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.ckpt = nil
+	if !t.done {
+		r.journal.putEntry(s.id, t.reply(t.text, true, nil))
+	}
+}
+
+// reply is the history entry of t's answer.
+func (t *turn) reply(text string, interrupted bool, usage *store.Usage) Message {
+	return Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: text, At: t.at,
+		TurnID: t.id, Interrupted: interrupted, Usage: usage, Status: t.replyStatus(interrupted)}
+}
+
+// replyStatus is the status of t's reply: the worker's word, else error
+// (the turn failed), interrupted or complete.
+func (t *turn) replyStatus(interrupted bool) string {
+	switch {
+	case t.status != "":
+		return t.status
+	case t.failed:
+		return "error"
+	case interrupted:
+		return "interrupted"
+	}
+	return "complete"
+}
+
+// finishTurn ends t once: history, message.complete and, on failure, an
+// error event and entry.
+func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !t.done {
+		t.failed = err != nil && !errors.Is(err, context.Canceled)
+		r.completeTurnLocked(s, t, output, interrupted)
+		if t.failed {
+			code, msg := r.cfg.DescribeError(err)
+			payload := map[string]any{"message": msg, "code": code}
+			data := failureData(err)
+			if data != nil {
+				payload["data"] = data
+			}
+			r.emitLocked(s, "error", payload)
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, TurnID: t.id, Data: data})
+		}
+	}
+}
+
+func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interrupted bool) {
+	t.done = true
+	close(t.finished)
+	t.idle.Stop()
+	if t.ckpt != nil {
+		t.ckpt.Stop()
+		t.ckpt = nil
+	}
+	if s.turn == t {
+		s.turn = nil
+	}
+	r.denyApprovalsLocked(s, ByInterrupt) // none is left when the turn ended by itself
+	if output == "" {
+		output = t.text
+	}
+	reply := t.reply(output, interrupted, t.usage)
+	r.appendLocked(s, reply)
+	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted, "status": reply.Status}
+	if t.usage != nil {
+		payload["usage"] = t.usage
+	}
+	r.emitLocked(s, "message.complete", payload)
+	if s.grace != nil { // the turn finished within its grace: the worker goes now
+		if work := r.endGraceLocked(s); work != nil {
+			r.goTracked(work)
+		}
+	}
+}
+
+// interruptTurnLocked ends the running turn as interrupted and cancels its
+// call. r.mu must be held.
+func (r *Registry) interruptTurnLocked(s *Session) {
+	t := s.turn
+	if t == nil || t.done {
+		return
+	}
+	t.cancel()
+	r.completeTurnLocked(s, t, "", true)
+}
+
+// Interrupt stops the running turn of sid: the worker is asked to cancel and
+// is recycled when it does not answer within InterruptGrace. It returns
+// "interrupted", or "idle" when no turn ran. It blocks until the turn ended
+// or InterruptGrace plus a second passed.
+func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	t := s.turn
+	r.denyApprovalsLocked(s, ByInterrupt)
+	// Running slash commands are cancelled too (the worker is asked to
+	// stop them, as a prompt).
+	stopped := len(s.execStops)
+	for c := range s.execStops {
+		(*c)()
+	}
+	r.mu.Unlock()
+	if t == nil {
+		if stopped > 0 {
+			return "interrupted", nil
+		}
+		return "idle", nil
+	}
+	t.cancel()
+	select {
+	case <-t.finished:
+	case <-time.After(r.cfg.InterruptGrace + time.Second):
+		r.mu.Lock()
+		if !t.done {
+			r.completeTurnLocked(s, t, "", true)
+		}
+		r.mu.Unlock()
+	}
+	return "interrupted", nil
+}
 
 // Approval is a tool run a worker asked for, waiting for a viewer's
 // answer (approval.request; session.resume lists the pending ones).
@@ -279,116 +473,20 @@ func (s *Session) pendingLocked() []Approval {
 	return out
 }
 
-// modelHistoryLocked is the conversation a prompt of turn t sends its
-// worker: prompts, replies and tool entries, oldest first, the oldest
-// dropped to fit Config.AgentContext bytes of text. A tool run that was
-// denied, or never answered (dashgate stopped first), is there as its
-// tool_call and a tool_result saying it did not run and why, so the model
-// knows. r.mu must be held.
-func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
-	var out []modelEntry
-	total := 0
-	add := func(kind, role, text string) bool {
-		if total+len(text) > r.cfg.AgentContext {
-			return false
-		}
-		total += len(text)
-		out = append(out, modelEntry{Kind: kind, Role: role, Text: text})
-		return true
-	}
-	denied := map[string]string{} // request_id -> by, of the resolutions seen so far (newer)
-	approved := map[string]bool{}
-	for i := len(s.history) - 1; i >= 0; i-- {
-		e := s.history[i]
-		if e.Seq >= t.promptSeq { // this turn's own prompt (and anything after it)
-			continue
-		}
-		switch e.Kind {
-		case store.KindPrompt, store.KindReply, KindToolCall, KindToolResult:
-			if !add(e.Kind, e.Role, e.Text) {
-				return reversed(out)
-			}
-		case KindApprovalResolved:
-			var d struct {
-				RequestID string `json:"request_id"`
-				Choice    string `json:"choice"`
-				By        string `json:"by"`
-			}
-			if json.Unmarshal(e.Data, &d) == nil {
-				if d.Choice == ChoiceDeny {
-					denied[d.RequestID] = d.By
-				} else {
-					approved[d.RequestID] = true // its run has tool entries of its own
-				}
-			}
-		case KindApprovalRequest:
-			var d struct {
-				RequestID string `json:"request_id"`
-			}
-			json.Unmarshal(e.Data, &d)
-			if approved[d.RequestID] {
-				continue
-			}
-			by, ok := denied[d.RequestID]
-			if !ok {
-				by = byRestart
-			}
-			// Newest first, as the loop goes: the result, then the call.
-			if !add(KindToolResult, store.RoleTool, notRun(by)) || !add(KindToolCall, store.RoleTool, e.Text) {
-				return reversed(out)
-			}
-		}
-	}
-	return reversed(out)
-}
-
-// byRestart stands for the resolution an approval never got: dashgate
-// stopped before it was answered or denied (a crash; a clean stop denies
-// it by close).
-const byRestart = "restart"
-
-// notRunWhy says, for the model, why a run denied by whom did not run.
-var notRunWhy = map[string]string{
-	ByViewer:    "the user denied it",
-	ByTimeout:   "nobody approved it in time",
-	ByInterrupt: "the user interrupted the turn",
-	ByDetach:    "the user left before approving it",
-	ByClose:     "the session ended before it was approved",
-	byRestart:   "dashgate restarted before it was approved",
-}
-
-// notRun is the tool result the model gets for a run denied by by.
-func notRun(by string) string {
-	return "not run: " + cmp.Or(notRunWhy[by], "it was denied")
-}
-
-func reversed(out []modelEntry) []modelEntry {
-	slices.Reverse(out)
-	if out == nil {
-		out = []modelEntry{}
-	}
-	return out
-}
-
-// modelEntry is an entry of a prompt's history (a struct, not a map: it is
-// encoded on every prompt's path to its first delta).
-type modelEntry struct {
-	Kind string `json:"kind"`
-	Role string `json:"role"`
-	Text string `json:"text"`
-}
-
-// Configure sets the model of sid's prompts ("" for the worker's
-// default); it is kept with the session. v becomes a viewer of it.
-// Errors: ErrNotFound, ErrViewerCapacity.
-func (r *Registry) Configure(v Viewer, sid, model string) error {
-	s, err := r.use(v, sid)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s.model = model
-	r.saveLocked(s)
-	return nil
+// turn is a prompt being answered.
+type turn struct {
+	id        string
+	seq       uint64 // the entry seq of its reply, given at its first delta (0: none yet)
+	promptSeq uint64 // the entry seq of its prompt
+	at        time.Time
+	text      string // streamed so far
+	cancel    func()
+	done      bool
+	finished  chan struct{} // closed when done is set
+	ckpt      *time.Timer   // the pending checkpoint of the streamed text, nil when none
+	idle      *time.Timer   // ends the turn after WorkerTimeout of silence (see Prompt)
+	tools     int           // tool runs started and not complete
+	usage     *store.Usage  // reported by the worker with its reply
+	status    string        // the worker's status of its reply ("": derived)
+	failed    bool          // the turn ended with an error
 }

@@ -1,7 +1,9 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -11,11 +13,197 @@ import (
 	"github.com/dashgate/dashgate/store"
 )
 
-// This file is the registry's side of the conversation store: restoring
-// sessions at start, reopening, deleting, renaming, paging history,
-// listing closed sessions and searching. Every store read happens outside
-// the registry's lock, after the journal was flushed (so a read sees
-// every write queued before it, unless the store is failing).
+// This file owns the conversation: its entries and their seqs, the bounds
+// of what memory keeps, what is queued for the store (the one place that
+// stamps the owner on stored rows: Session.row, written by saveLocked and
+// finish), the conversation sent with each prompt and the model a session
+// uses; and the registry's side of the store: restoring sessions at start,
+// reopening, deleting, renaming, paging history, listing closed sessions
+// and searching. Every store read happens outside the registry's lock,
+// after the journal was flushed (so a read sees every write queued before
+// it, unless the store is failing).
+
+// load reads the latest stored entries of a restored or reopened session
+// into its memory, below the entries it got since. Errors: *StoreError.
+func (r *Registry) load(ctx context.Context, s *Session) error {
+	entries, _, err := r.cfg.Store.History(ctx, s.id, 0, r.cfg.HistoryMessages)
+	if err != nil {
+		return &StoreError{err}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.unloaded {
+		return nil
+	}
+	s.unloaded = false
+	if len(s.history) > 0 {
+		first := s.history[0].Seq
+		entries = slices.DeleteFunc(entries, func(e Message) bool { return e.Seq >= first })
+	}
+	s.history = append(entries, s.history...)
+	s.histBytes = 0
+	for _, e := range s.history {
+		s.histBytes += len(e.Text)
+	}
+	r.trimLocked(s)
+	return nil
+}
+
+// appendLocked adds an entry to the history of s (giving it the next seq
+// unless it has one, reserved earlier) and queues it for the store. Memory
+// keeps the latest entries within the bounds. r.mu must be held.
+func (r *Registry) appendLocked(s *Session, m Message) {
+	if m.Seq == 0 {
+		s.entrySeq++
+		m.Seq = s.entrySeq
+	}
+	if m.At.IsZero() {
+		m.At = time.Now()
+	}
+	i := len(s.history)
+	for i > 0 && s.history[i-1].Seq > m.Seq { // a reply whose seq was reserved at its prompt
+		i--
+	}
+	s.history = slices.Insert(s.history, i, m)
+	s.histBytes += len(m.Text)
+	r.trimLocked(s)
+	if !s.terminalOnly {
+		r.journal.putEntry(s.id, m)
+		r.saveLocked(s)
+	}
+}
+
+// trimLocked drops the oldest entries of s beyond the memory bounds (the
+// store keeps them).
+func (r *Registry) trimLocked(s *Session) {
+	for len(s.history) > r.cfg.HistoryMessages || (s.histBytes > r.cfg.HistoryBytes && len(s.history) > 1) {
+		s.histBytes -= len(s.history[0].Text)
+		s.history[0] = Message{}
+		s.history = s.history[1:]
+	}
+}
+
+// saveLocked queues the row of s for the store (a terminal-only session
+// is not stored: it has no conversation). r.mu must be held.
+func (r *Registry) saveLocked(s *Session) {
+	if !s.terminalOnly {
+		r.journal.putSession(s.row())
+	}
+}
+
+// modelHistoryLocked is the conversation a prompt of turn t sends its
+// worker: prompts, replies and tool entries, oldest first, the oldest
+// dropped to fit Config.AgentContext bytes of text. A tool run that was
+// denied, or never answered (dashgate stopped first), is there as its
+// tool_call and a tool_result saying it did not run and why, so the model
+// knows. r.mu must be held.
+func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
+	var out []modelEntry
+	total := 0
+	add := func(kind, role, text string) bool {
+		if total+len(text) > r.cfg.AgentContext {
+			return false
+		}
+		total += len(text)
+		out = append(out, modelEntry{Kind: kind, Role: role, Text: text})
+		return true
+	}
+	denied := map[string]string{} // request_id -> by, of the resolutions seen so far (newer)
+	approved := map[string]bool{}
+	for i := len(s.history) - 1; i >= 0; i-- {
+		e := s.history[i]
+		if e.Seq >= t.promptSeq { // this turn's own prompt (and anything after it)
+			continue
+		}
+		switch e.Kind {
+		case store.KindPrompt, store.KindReply, KindToolCall, KindToolResult:
+			if !add(e.Kind, e.Role, e.Text) {
+				return reversed(out)
+			}
+		case KindApprovalResolved:
+			var d struct {
+				RequestID string `json:"request_id"`
+				Choice    string `json:"choice"`
+				By        string `json:"by"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil {
+				if d.Choice == ChoiceDeny {
+					denied[d.RequestID] = d.By
+				} else {
+					approved[d.RequestID] = true // its run has tool entries of its own
+				}
+			}
+		case KindApprovalRequest:
+			var d struct {
+				RequestID string `json:"request_id"`
+			}
+			json.Unmarshal(e.Data, &d)
+			if approved[d.RequestID] {
+				continue
+			}
+			by, ok := denied[d.RequestID]
+			if !ok {
+				by = byRestart
+			}
+			// Newest first, as the loop goes: the result, then the call.
+			if !add(KindToolResult, store.RoleTool, notRun(by)) || !add(KindToolCall, store.RoleTool, e.Text) {
+				return reversed(out)
+			}
+		}
+	}
+	return reversed(out)
+}
+
+// byRestart stands for the resolution an approval never got: dashgate
+// stopped before it was answered or denied (a crash; a clean stop denies
+// it by close).
+const byRestart = "restart"
+
+// notRunWhy says, for the model, why a run denied by whom did not run.
+var notRunWhy = map[string]string{
+	ByViewer:    "the user denied it",
+	ByTimeout:   "nobody approved it in time",
+	ByInterrupt: "the user interrupted the turn",
+	ByDetach:    "the user left before approving it",
+	ByClose:     "the session ended before it was approved",
+	byRestart:   "dashgate restarted before it was approved",
+}
+
+// notRun is the tool result the model gets for a run denied by by.
+func notRun(by string) string {
+	return "not run: " + cmp.Or(notRunWhy[by], "it was denied")
+}
+
+func reversed(out []modelEntry) []modelEntry {
+	slices.Reverse(out)
+	if out == nil {
+		out = []modelEntry{}
+	}
+	return out
+}
+
+// modelEntry is an entry of a prompt's history (a struct, not a map: it is
+// encoded on every prompt's path to its first delta).
+type modelEntry struct {
+	Kind string `json:"kind"`
+	Role string `json:"role"`
+	Text string `json:"text"`
+}
+
+// Configure sets the model of sid's prompts ("" for the worker's
+// default); it is kept with the session. v becomes a viewer of it.
+// Errors: ErrNotFound, ErrViewerCapacity.
+func (r *Registry) Configure(v Viewer, sid, model string) error {
+	s, err := r.use(v, sid)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.model = model
+	r.saveLocked(s)
+	return nil
+}
 
 // Restore brings back every stored session that did not close (suspended
 // by a clean shutdown, or attached or detached when the process died) as

@@ -1,0 +1,141 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// This file owns a session's chat worker: its lazy start (one spawn at a
+// time per session), its exit, and an administrator's reap of a session's
+// child.
+
+// ensureWorker returns the session's live worker, spawning one when there is
+// none. Spawns are serialised per session, so concurrent calls never start
+// two; a worker whose session ended while it was spawned is closed at once.
+func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
+	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer s.spawnMu.Release(1)
+	r.mu.Lock()
+	if !s.live() {
+		r.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	if w := s.worker; w != nil && !w.Closing() {
+		r.mu.Unlock()
+		return w, nil
+	}
+	s.worker = nil
+	r.mu.Unlock()
+
+	spawn := func() (Worker, error) {
+		return r.cfg.Spawner.SpawnWorker(SpawnRequest{
+			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace,
+			OnClose: func(res workers.CloseResult) { r.workerGone(s, res) },
+		})
+	}
+	w, err := spawn()
+	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
+		w, err = spawn() // a spare terminal held the last slot
+	}
+	if errors.Is(err, workers.ErrCapacity) {
+		return nil, err
+	}
+	if err != nil {
+		r.log.Warn("worker spawn failed", "sid", s.id, "err", err)
+		return nil, &workers.Error{Failure: workers.FailSpawn, Message: err.Error()}
+	}
+	r.mu.Lock()
+	if s.state != StateAttached && s.state != StateCreated {
+		detached := s.state == StateDetached
+		r.mu.Unlock()
+		w.Close(spawnRaceReason(detached))
+		return nil, ErrNotFound
+	}
+	s.worker = w
+	r.mu.Unlock()
+	return w, nil
+}
+
+// workerGone is called once per closed worker of s.
+func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.worker == nil || s.worker.PID() != res.PID {
+		return // the session closed it itself, and knows
+	}
+	s.worker = nil
+	r.denyApprovalsLocked(s, ByClose) // its tool runs went with it
+	if s.execs > 0 {
+		// A command it was running fails with it: its error is told first
+		// (see Exec), so the history reads command, error, exit.
+		s.exited = &res
+		return
+	}
+	r.exitedLocked(s, res)
+}
+
+// exitedLocked tells the viewers, and the history, that the worker of s
+// went away. r.mu must be held.
+func (r *Registry) exitedLocked(s *Session, res workers.CloseResult) {
+	payload := map[string]any{"reason": res.Reason, "exit_code": res.ExitCode}
+	if res.Signal != "" {
+		payload["signal"] = res.Signal
+	}
+	r.emitLocked(s, "worker.exited", payload)
+	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: workerNotice(res)})
+}
+
+func (r *Registry) touch(s *Session) {
+	r.mu.Lock()
+	s.lastActive = time.Now()
+	r.mu.Unlock()
+}
+
+// ReapWorker ends the child with pid of a live session, as an administrator
+// asked: a chat worker is closed with reason admin_reap (its session stays,
+// and its viewers get worker.exited); a terminal is ended with reason
+// admin_reap, which ends a terminal-only session with end_reason
+// admin_reap. It blocks until the child is reaped. ErrNotFound: no
+// session p may end (its own; any for an admin) has a child with that pid.
+func (r *Registry) ReapWorker(p Principal, pid int) error {
+	r.mu.Lock()
+	var w Worker
+	var t *Terminal
+	var owner *Session
+	for _, s := range r.sessions {
+		if !s.live() || !authorize(p, s.owner, accessManage) {
+			continue
+		}
+		if s.worker != nil && s.worker.PID() == pid {
+			w = s.worker
+			break
+		}
+		if s.term != nil && s.term.PID() == pid {
+			t, owner = s.term, s
+			break
+		}
+	}
+	r.mu.Unlock()
+	switch {
+	case w != nil:
+		w.Close(workers.ReasonAdminReap)
+	case t != nil:
+		t.end(workers.ReasonAdminReap, false)
+		r.mu.Lock()
+		if owner.live() && !owner.terminalOnly {
+			// Its chat viewers, and its history, say what happened.
+			r.emitLocked(owner, "notice", map[string]any{"text": terminalReapNotice})
+			r.appendLocked(owner, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: terminalReapNotice})
+		}
+		r.mu.Unlock()
+	default:
+		return ErrNotFound
+	}
+	return nil
+}

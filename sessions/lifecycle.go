@@ -1,0 +1,491 @@
+package sessions
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/workers"
+)
+
+// This file owns a session's life: its creation, attach (resume), detach
+// and the grace of a running turn, its TTL and the sweep, and the one
+// close funnel (end: claim under the lock, finish outside it), shutdown
+// and an administrator's reap of detached sessions.
+
+// setState moves s to next. An illegal move is a bug: it is logged at
+// ERROR and, in a test binary, panics so the test fails loudly. r.mu must
+// be held.
+func (r *Registry) setState(s *Session, next State) {
+	if err := s.setState(next); err != nil {
+		r.log.Error("session state", "sid", s.id, "err", err)
+		if testing.Testing() {
+			panic(err)
+		}
+		return
+	}
+	r.changedLocked(s)
+}
+
+// Sweep ends every detached session whose TTL has passed and returns how
+// many it ended. It blocks until they are torn down.
+func (r *Registry) Sweep() int {
+	now := time.Now()
+	r.mu.Lock()
+	var due []*Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached && now.Sub(s.detachedAt) >= r.cfg.DetachedTTL {
+			due = append(due, s)
+		}
+	}
+	r.mu.Unlock()
+	return r.endAll(due, EndDetachedTTL)
+}
+
+// endAll ends sessions concurrently and returns how many this call ended.
+func (r *Registry) endAll(ss []*Session, reason EndReason) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	for _, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r.end(s, reason) {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return n
+}
+
+// Create makes a session viewed by v and owned by its principal. It evicts the least recently active
+// detached session when MaxSessions are live, or fails with ErrCapacity when
+// none is detached. Other errors: ErrShuttingDown, ErrNotFound (v is gone),
+// ErrViewerCapacity (v views MaxViewed sessions).
+func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
+	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
+}
+
+// create makes a session owned by p; v, when not nil, must carry p.
+func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+	return r.register(v, newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
+}
+
+// newSession returns a session of owner not yet in the registry (see register).
+func newSession(owner, title string, closeOnDisconnect, terminalOnly bool) *Session {
+	return &Session{
+		id: newID(), owner: owner, title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
+		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
+	}
+}
+
+// register adds s, made by newSession, viewed by v, with the terminal t
+// already started for it (a spare; nil for none). It fails like Create,
+// and with ErrNotFound when t ended before it could be given to s.
+func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
+	now := time.Now()
+	s.createdAt, s.liveSince, s.lastActive = now, now, now
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return Info{}, ErrShuttingDown
+	}
+	if v != nil && viewerGone(v) {
+		r.mu.Unlock()
+		return Info{}, ErrNotFound
+	}
+	if err := r.viewerFullLocked(v); err != nil {
+		r.mu.Unlock()
+		return Info{}, err
+	}
+	if t != nil {
+		// Lock order: r.mu, then t.mu. A terminal that ended already has
+		// run the part of end that looks at its session (which did not
+		// hold it); one that ends later finds it there and ends s.
+		t.mu.Lock()
+		ended := t.ended
+		t.mu.Unlock()
+		if ended {
+			r.mu.Unlock()
+			return Info{}, ErrNotFound
+		}
+	}
+	evict, err := r.makeRoomLocked()
+	if err != nil {
+		r.mu.Unlock()
+		return Info{}, err
+	}
+	s.term = t
+	r.sessions[s.id] = s
+	r.saveLocked(s)
+	r.viewLocked(s, v) // cannot fail: v is not gone and has room
+	in := s.info()
+	r.mu.Unlock()
+	if evict != nil {
+		r.goTracked(func() { r.finish(evict) })
+	}
+	return in, nil
+}
+
+// makeRoomLocked claims the least recently active detached session when
+// MaxSessions are live (the caller finishes it outside the lock), or fails
+// with ErrCapacity when none is detached. r.mu must be held.
+func (r *Registry) makeRoomLocked() (*Session, error) {
+	if r.liveCountLocked() < r.cfg.MaxSessions {
+		return nil, nil
+	}
+	var evict *Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached && (evict == nil || s.lastActive.Before(evict.lastActive)) {
+			evict = s
+		}
+	}
+	if evict == nil {
+		return nil, ErrCapacity
+	}
+	r.claimLocked(evict, EndLRUEvict) // frees its slot now
+	return evict, nil
+}
+
+func (r *Registry) liveCountLocked() int {
+	n := 0
+	for _, s := range r.sessions {
+		if s.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// ResumeResult is what session.resume answers.
+type ResumeResult struct {
+	Info
+	History          []Message
+	PendingApprovals []Approval
+}
+
+// Resume attaches s to v and returns its history. Errors: ErrNotFound
+// (also for a session v's principal may not use), ErrViewerCapacity.
+func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+		r.mu.Unlock()
+		return ResumeResult{}, ErrNotFound
+	}
+	if err := r.viewLocked(s, v); err != nil {
+		r.mu.Unlock()
+		return ResumeResult{}, err
+	}
+	unloaded := s.unloaded
+	r.mu.Unlock()
+	if unloaded {
+		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+		defer cancel()
+		if err := r.load(ctx, s); err != nil {
+			// The conversation goes on from memory; the next resume retries.
+			r.log.Warn("history load", "sid", sid, "err", err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !s.live() {
+		return ResumeResult{}, ErrNotFound
+	}
+	return ResumeResult{Info: s.info(), History: slices.Clone(s.history), PendingApprovals: s.pendingLocked()}, nil
+}
+
+// storeReadTimeout bounds a store read on a path that has no context of
+// its own (resume).
+const storeReadTimeout = 5 * time.Second
+
+// Close ends a session of p's (any session for an admin) with reason and
+// blocks until it is torn down. It returns false when the session had
+// already ended (or is ending), and ErrNotFound when the id was never known
+// (or was forgotten long ago) or is another user's.
+func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s != nil && !authorize(p, s.owner, accessManage) {
+		s = nil
+	}
+	owner, wasEnded := r.ended[sid]
+	wasEnded = wasEnded && authorize(p, owner, accessManage)
+	r.mu.Unlock()
+	if s == nil {
+		if wasEnded {
+			return false, nil
+		}
+		return false, ErrNotFound
+	}
+	return r.end(s, reason), nil
+}
+
+// ReapDetached ends every detached session p may end (its own; every one
+// for an admin) with end_reason=admin_reap and returns how many it ended.
+func (r *Registry) ReapDetached(p Principal) int {
+	r.mu.Lock()
+	var due []*Session
+	for _, s := range r.sessions {
+		if s.state == StateDetached && authorize(p, s.owner, accessManage) {
+			due = append(due, s)
+		}
+	}
+	r.mu.Unlock()
+	return r.endAll(due, EndAdminReap)
+}
+
+// Shutdown refuses new sessions and ends every session with
+// end_reason=shutdown, concurrently, until ctx ends. The viewers get
+// session.closed first. When ctx ends first, the teardowns go on; Wait
+// joins them.
+func (r *Registry) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	if r.spareIdle != nil {
+		r.spareIdle.Stop()
+	}
+	for _, sp := range r.spares {
+		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
+	}
+	r.spares = nil
+	all := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	r.goTracked(func() { r.endAll(all, EndShutdown); close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// detachLocked handles the last viewer leaving s and returns the slow part
+// to run outside the lock. r.mu must be held.
+func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
+	parked := s.term != nil && s.term.parked()
+	if s.closeOnDisconnect || (s.terminalOnly && !parked) {
+		if !r.claimLocked(s, EndCloseOnDisconnect) {
+			return nil
+		}
+		return func() { r.finish(s) }
+	}
+	if s.state == StateDetached {
+		return nil
+	}
+	r.setState(s, StateDetached)
+	now := time.Now()
+	s.detachedAt, s.lastActive = now, now
+	r.saveLocked(s)
+	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
+	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil && len(s.approvals) == 0 {
+		// The turn may finish (its reply saved); then, or at the end of
+		// the grace, the worker goes (see endGraceLocked).
+		s.grace = &turnGrace{start: now, reason: reason}
+		s.grace.timer = time.AfterFunc(r.cfg.DetachTurnGrace, func() {
+			r.mu.Lock()
+			work := r.endGraceLocked(s)
+			r.mu.Unlock()
+			if work != nil {
+				r.goTracked(work)
+			}
+		})
+		return nil
+	}
+	r.denyApprovalsLocked(s, ByDetach)
+	r.interruptTurnLocked(s)
+	w := s.worker
+	s.worker = nil
+	if w == nil {
+		return nil
+	}
+	return func() { w.Close(reason) }
+}
+
+// turnGrace is a detached session's running turn let finish
+// (Config.DetachTurnGrace).
+type turnGrace struct {
+	start  time.Time
+	reason workers.Reason
+	timer  *time.Timer
+}
+
+// endGraceLocked ends the grace of a detached session: its turn, if it
+// still runs, is interrupted, and the slow part returned closes its worker
+// with the detach reason, the record carrying turn_grace_ms. A viewer
+// coming back (or the session ending) ends the grace without closing
+// anything. r.mu must be held.
+func (r *Registry) endGraceLocked(s *Session) func() {
+	g := s.grace
+	if g == nil {
+		return nil
+	}
+	s.grace = nil
+	g.timer.Stop()
+	if s.state != StateDetached {
+		return nil
+	}
+	r.denyApprovalsLocked(s, ByDetach)
+	r.interruptTurnLocked(s)
+	w := s.worker
+	s.worker = nil
+	if w == nil {
+		return nil
+	}
+	ms := time.Since(g.start).Milliseconds()
+	return func() {
+		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
+			n.AddCloseAttr("turn_grace_ms", ms)
+		}
+		w.Close(g.reason)
+	}
+}
+
+// expire is the detach timer of s.
+func (r *Registry) expire(s *Session) {
+	r.mu.Lock()
+	due := s.state == StateDetached && time.Since(s.detachedAt) >= r.cfg.DetachedTTL
+	r.mu.Unlock()
+	if due {
+		r.goTracked(func() { r.end(s, EndDetachedTTL) })
+	}
+}
+
+// end is the one close funnel of a session: every end reason comes here.
+// It reports whether this call ended s (false: it was ending already).
+func (r *Registry) end(s *Session, reason EndReason) bool {
+	r.mu.Lock()
+	ok := r.claimLocked(s, reason)
+	r.mu.Unlock()
+	if ok {
+		r.finish(s)
+	}
+	return ok
+}
+
+// claimLocked moves s to closing, takes its worker and terminal, ends its
+// turn and tells its viewers. r.mu must be held; finish must follow.
+func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
+	if !s.live() {
+		return false
+	}
+	s.endReason = reason // before the state: session.changed carries it
+	r.setState(s, StateClosing)
+	if g := s.grace; g != nil { // finish closes the worker
+		g.timer.Stop()
+		s.grace = nil
+	}
+	if s.ttlTimer != nil {
+		s.ttlTimer.Stop()
+		s.ttlTimer = nil
+	}
+	r.denyApprovalsLocked(s, ByClose)
+	r.interruptTurnLocked(s)
+	if r.suspends(s, reason) {
+		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason, "suspended": true})
+	} else {
+		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
+		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: endNotices[reason]})
+	}
+	for v := range s.viewers {
+		if set := r.viewing[v]; set != nil {
+			delete(set, s)
+		}
+	}
+	s.viewers = map[Viewer]struct{}{}
+	return true
+}
+
+// suspends reports whether s, ending with reason, is suspended (stored to
+// be restored at the next start) rather than closed.
+func (r *Registry) suspends(s *Session, reason EndReason) bool {
+	return reason == EndShutdown && r.cfg.SuspendOnShutdown && !s.terminalOnly
+}
+
+// finish tears down a claimed session outside the lock, worker and terminal
+// in parallel, then stores it and logs its one record: "session closed",
+// or "session suspended" for a chat session at shutdown when
+// Config.SuspendOnShutdown is set.
+func (r *Registry) finish(s *Session) {
+	defer close(s.finished)
+	start := time.Now()
+	r.mu.Lock()
+	w, t := s.worker, s.term
+	s.worker, s.term = nil, nil
+	reason := s.endReason
+	r.mu.Unlock()
+
+	wreason := childReason(reason)
+	var wg sync.WaitGroup
+	workerPID, ptyPID := 0, 0
+	if w != nil {
+		workerPID = w.PID()
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Close(wreason) }()
+	}
+	if ptyPID = s.endedPTYPID; t != nil {
+		ptyPID = t.PID()
+		wg.Add(1)
+		go func() { defer wg.Done(); t.end(wreason, false) }()
+	}
+	wg.Wait()
+
+	r.mu.Lock()
+	r.setState(s, StateClosed)
+	delete(r.sessions, s.id)
+	r.ended[s.id] = s.owner
+	r.endedQ = append(r.endedQ, s.id)
+	if len(r.endedQ) > 4096 {
+		delete(r.ended, r.endedQ[0])
+		r.endedQ = r.endedQ[1:]
+	}
+	turns := s.turns
+	now := time.Now()
+	suspended := r.suspends(s, reason)
+	if !s.terminalOnly {
+		row := s.row()
+		if suspended {
+			row.State = store.StateSuspended
+		} else {
+			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(reason), now
+		}
+		r.journal.putSession(row)
+	}
+	r.mu.Unlock()
+
+	if suspended {
+		r.log.Info("session suspended",
+			"sid", s.id,
+			"duration_ms", now.Sub(s.liveSince).Milliseconds(),
+			"close_ms", now.Sub(start).Milliseconds(),
+			"worker_pid", workerPID,
+			"turns", turns,
+		)
+		return
+	}
+	r.log.Info("session closed",
+		"sid", s.id,
+		"end_reason", string(reason),
+		"duration_ms", now.Sub(s.liveSince).Milliseconds(),
+		"close_ms", now.Sub(start).Milliseconds(),
+		"worker_pid", workerPID,
+		"pty_pid", ptyPID,
+		"turns", turns,
+	)
+	if r.cfg.OnSessionClose != nil {
+		r.cfg.OnSessionClose(reason)
+	}
+}

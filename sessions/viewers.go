@@ -1,0 +1,207 @@
+package sessions
+
+import (
+	"time"
+
+	"github.com/dashgate/dashgate/workers"
+)
+
+// This file owns who views what and who may: the viewer index, the
+// per-viewer cap (Config.MaxViewed), the fan-out of a session's events to
+// its viewers, a socket leaving; the Principal a call acts for and the one
+// rule (authorize) that says whether it may touch a session. Every
+// registry method that reads or changes a session goes through authorize;
+// a session it refuses answers exactly as a missing one (ErrNotFound), so
+// a caller learns nothing of another user's sessions, not even that they
+// exist. A test of package handlers lists every method the handlers call
+// and fails when one is added without an entry.
+
+// emitLocked queues an event for every viewer of s; the viewers' writers
+// encode it, once, outside the lock. payload must not change afterwards.
+// r.mu must be held.
+func (r *Registry) emitLocked(s *Session, typ string, payload any) {
+	s.seq++
+	ev := NewEvent(typ, s.id, s.seq, payload)
+	for v := range s.viewers {
+		v.Deliver(ev)
+	}
+}
+
+// viewLocked makes v a viewer of s and s attached. It fails with
+// ErrNotFound for a viewer whose socket is gone, and with a
+// *ViewerCapacityError when v views MaxViewed other sessions. r.mu must be
+// held.
+func (r *Registry) viewLocked(s *Session, v Viewer) error {
+	if v == nil {
+		return nil
+	}
+	if viewerGone(v) {
+		return ErrNotFound
+	}
+	if _, ok := s.viewers[v]; !ok {
+		if err := r.viewerFullLocked(v); err != nil {
+			return err
+		}
+		set := r.viewing[v]
+		if set == nil {
+			set = map[*Session]struct{}{}
+			r.viewing[v] = set
+		}
+		set[s] = struct{}{}
+		s.viewers[v] = struct{}{}
+	}
+	if s.state != StateAttached {
+		r.setState(s, StateAttached)
+		if s.ttlTimer != nil {
+			s.ttlTimer.Stop()
+			s.ttlTimer = nil
+		}
+		if g := s.grace; g != nil { // back in time: the turn and its worker go on
+			g.timer.Stop()
+			s.grace = nil
+		}
+		s.lastActive = time.Now()
+		r.saveLocked(s)
+	}
+	s.lastActive = time.Now()
+	return nil
+}
+
+// viewerFullLocked fails with a *ViewerCapacityError when v may view no
+// more sessions. r.mu must be held.
+func (r *Registry) viewerFullLocked(v Viewer) error {
+	if v != nil && len(r.viewing[v]) >= r.cfg.MaxViewed {
+		return &ViewerCapacityError{Limit: r.cfg.MaxViewed}
+	}
+	return nil
+}
+
+// DetachViewer removes v from every session it views: each session left
+// without a viewer detaches (its worker closed at once with reason, even
+// mid-turn; reason is detach, write_timeout or ping_timeout) or,
+// when created with close_on_disconnect, closes. It returns at once; the
+// teardowns run in the background (see Wait).
+func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
+	r.mu.Lock()
+	var work []func()
+	for s := range r.viewing[v] {
+		delete(s.viewers, v)
+		if len(s.viewers) == 0 && s.live() {
+			if f := r.detachLocked(s, reason); f != nil {
+				work = append(work, f)
+			}
+		}
+	}
+	delete(r.viewing, v)
+	r.mu.Unlock()
+	for _, f := range work {
+		r.goTracked(f)
+	}
+}
+
+// Leave stops v viewing sid (session.detach): when v was its last viewer
+// the session detaches as if the socket had gone (worker closed with
+// reason detach). It reports whether v was viewing sid; ErrNotFound for an
+// unknown or ended session, or one v's principal may not use.
+func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+		r.mu.Unlock()
+		return false, ErrNotFound
+	}
+	if _, ok := s.viewers[v]; !ok {
+		r.mu.Unlock()
+		return false, nil
+	}
+	delete(s.viewers, v)
+	if set := r.viewing[v]; set != nil {
+		delete(set, s)
+	}
+	var work func()
+	if len(s.viewers) == 0 {
+		work = r.detachLocked(s, workers.ReasonDetach)
+	}
+	r.mu.Unlock()
+	if work != nil {
+		r.goTracked(work)
+	}
+	return true, nil
+}
+
+// use finds a live session for a call from v and makes v a viewer of it (a
+// socket using a session views it, so its liveness is tracked). Errors:
+// ErrNotFound (also for a session v's principal may not use),
+// ErrViewerCapacity.
+func (r *Registry) use(v Viewer, sid string) (*Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[sid]
+	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+		return nil, ErrNotFound
+	}
+	if err := r.viewLocked(s, v); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Principal is who a call acts for, resolved once at the edge (package
+// web) and passed down explicitly: a [Viewer] carries it, calls without a
+// viewer take it as a parameter.
+//
+// Today there is one user: the dashboard token is the anonymous user
+// (User "", the owner of every session stored so far) and the admin token
+// the admin principal ([AdminPrincipal]).
+type Principal struct {
+	User  string // the owner of the sessions it makes; "" is the anonymous user
+	Admin bool   // may list and end any session, never read or type into another user's
+}
+
+// AdminPrincipal is what the admin token resolves to.
+var AdminPrincipal = Principal{Admin: true}
+
+// access is what a call does to a session.
+type access int
+
+const (
+	// accessUse reads or changes a conversation or its terminal (resume,
+	// history, prompt, approvals, rename, delete, ...): its owner only.
+	accessUse access = iota
+	// accessManage lists or ends a session (the admin page's list and
+	// reaps, session.close): its owner or an admin.
+	accessManage
+)
+
+// authorize reports whether p may act on a session owned by owner as a
+// says. It is the one place that decides; a false answers ErrNotFound.
+func authorize(p Principal, owner string, a access) bool {
+	if p.User == owner {
+		return true
+	}
+	return a == accessManage && p.Admin
+}
+
+// AdminView is the registry as the admin page sees it (handlers.AdminSessions):
+// every session, acting for [AdminPrincipal]. Only routes behind the admin
+// token may be given it.
+type AdminView struct{ r *Registry }
+
+// Admin returns the admin page's view of r.
+func (r *Registry) Admin() AdminView { return AdminView{r} }
+
+// List is Registry.List for the admin.
+func (a AdminView) List() []Info { return a.r.List(AdminPrincipal) }
+
+// Close is Registry.Close for the admin (it blocks until the session is
+// torn down).
+func (a AdminView) Close(sid string, reason EndReason) (bool, error) {
+	return a.r.Close(AdminPrincipal, sid, reason)
+}
+
+// ReapDetached is Registry.ReapDetached for the admin.
+func (a AdminView) ReapDetached() int { return a.r.ReapDetached(AdminPrincipal) }
+
+// ReapWorker is Registry.ReapWorker for the admin (it blocks until the
+// child is reaped).
+func (a AdminView) ReapWorker(pid int) error { return a.r.ReapWorker(AdminPrincipal, pid) }
