@@ -312,7 +312,7 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 		r.mu.Unlock()
 		return ResumeResult{}, ErrNotFound
 	}
-	if err := r.viewerFullLocked(v); err != nil {
+	if err := r.viewers.full(v); err != nil {
 		r.mu.Unlock()
 		return ResumeResult{}, err
 	}

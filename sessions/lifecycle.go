@@ -103,7 +103,7 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 		r.mu.Unlock()
 		return Info{}, ErrNotFound
 	}
-	if err := r.viewerFullLocked(v); err != nil {
+	if err := r.viewers.full(v); err != nil {
 		r.mu.Unlock()
 		return Info{}, err
 	}
@@ -400,12 +400,7 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason})
 		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: endNotices[reason]})
 	}
-	for v := range s.viewers {
-		if set := r.viewing[v]; set != nil {
-			delete(set, s)
-		}
-	}
-	s.viewers = map[Viewer]struct{}{}
+	r.viewers.drop(s)
 	return true
 }
 

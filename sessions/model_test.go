@@ -34,12 +34,12 @@ func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, 
 			t.Fatalf("step %d (%s): session %s attached without viewers", step, op, id)
 		}
 		for v := range s.viewers {
-			if _, ok := r.viewing[v][s]; !ok {
+			if _, ok := r.viewers.byViewer[v][s]; !ok {
 				t.Fatalf("step %d (%s): viewer index out of step for %s", step, op, id)
 			}
 		}
 	}
-	for v, set := range r.viewing {
+	for v, set := range r.viewers.byViewer {
 		if len(set) > r.cfg.MaxViewed {
 			t.Fatalf("step %d (%s): a viewer views %d sessions, over the cap %d", step, op, len(set), r.cfg.MaxViewed)
 		}

@@ -219,7 +219,7 @@ type Registry struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	viewing  map[Viewer]map[*Session]struct{}
+	viewers  viewerIndex       // who views what (viewers.go)
 	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
 	endedQ   []string
 	closing  bool                // Shutdown started
@@ -270,7 +270,7 @@ func New(cfg Config) *Registry {
 	return &Registry{
 		cfg: cfg, log: cfg.Log,
 		sessions: map[string]*Session{},
-		viewing:  map[Viewer]map[*Session]struct{}{},
+		viewers:  newViewerIndex(cfg.MaxViewed),
 		ended:    map[string]string{},
 		journal:  newJournal(cfg.Store, cfg.Log),
 	}

@@ -16,6 +16,87 @@ import (
 // exist. A test of package handlers lists every method the handlers call
 // and fails when one is added without an entry.
 
+// viewerIndex is the one record of who views what, both ways: the
+// sessions of each viewer (for the cap and a socket's end) and the viewers
+// of each session (Session.viewers, for the fan-out and the counts). Only
+// its methods change either side, so they never drift apart. It is
+// guarded by the registry's mutex, like everything of a session.
+type viewerIndex struct {
+	max      int // Config.MaxViewed: sessions one viewer may view
+	byViewer map[Viewer]map[*Session]struct{}
+}
+
+func newViewerIndex(max int) viewerIndex {
+	return viewerIndex{max: max, byViewer: map[Viewer]map[*Session]struct{}{}}
+}
+
+// full fails with a *ViewerCapacityError when v may view no more sessions.
+func (ix *viewerIndex) full(v Viewer) error {
+	if v != nil && len(ix.byViewer[v]) >= ix.max {
+		return &ViewerCapacityError{Limit: ix.max}
+	}
+	return nil
+}
+
+// register makes v a viewer of s, unless it is one already; it fails as
+// full does.
+func (ix *viewerIndex) register(v Viewer, s *Session) error {
+	if _, ok := s.viewers[v]; ok {
+		return nil
+	}
+	if err := ix.full(v); err != nil {
+		return err
+	}
+	set := ix.byViewer[v]
+	if set == nil {
+		set = map[*Session]struct{}{}
+		ix.byViewer[v] = set
+	}
+	set[s] = struct{}{}
+	s.viewers[v] = struct{}{}
+	return nil
+}
+
+// unregister stops v viewing s and reports whether it did.
+func (ix *viewerIndex) unregister(v Viewer, s *Session) bool {
+	if _, ok := s.viewers[v]; !ok {
+		return false
+	}
+	delete(s.viewers, v)
+	if set := ix.byViewer[v]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(ix.byViewer, v)
+		}
+	}
+	return true
+}
+
+// leave stops v viewing anything and returns the sessions it viewed.
+func (ix *viewerIndex) leave(v Viewer) []*Session {
+	set := ix.byViewer[v]
+	delete(ix.byViewer, v)
+	out := make([]*Session, 0, len(set))
+	for s := range set {
+		delete(s.viewers, v)
+		out = append(out, s)
+	}
+	return out
+}
+
+// drop removes every viewer of s (it ends): their counts are freed at once.
+func (ix *viewerIndex) drop(s *Session) {
+	for v := range s.viewers {
+		if set := ix.byViewer[v]; set != nil {
+			delete(set, s)
+			if len(set) == 0 {
+				delete(ix.byViewer, v)
+			}
+		}
+	}
+	s.viewers = map[Viewer]struct{}{}
+}
+
 // emitLocked queues an event for every viewer of s; the viewers' writers
 // encode it, once, outside the lock. payload must not change afterwards.
 // r.mu must be held.
@@ -38,17 +119,8 @@ func (r *Registry) viewLocked(s *Session, v Viewer) error {
 	if viewerGone(v) {
 		return ErrNotFound
 	}
-	if _, ok := s.viewers[v]; !ok {
-		if err := r.viewerFullLocked(v); err != nil {
-			return err
-		}
-		set := r.viewing[v]
-		if set == nil {
-			set = map[*Session]struct{}{}
-			r.viewing[v] = set
-		}
-		set[s] = struct{}{}
-		s.viewers[v] = struct{}{}
+	if err := r.viewers.register(v, s); err != nil {
+		return err
 	}
 	if s.state != StateAttached {
 		r.setState(s, StateAttached)
@@ -67,15 +139,6 @@ func (r *Registry) viewLocked(s *Session, v Viewer) error {
 	return nil
 }
 
-// viewerFullLocked fails with a *ViewerCapacityError when v may view no
-// more sessions. r.mu must be held.
-func (r *Registry) viewerFullLocked(v Viewer) error {
-	if v != nil && len(r.viewing[v]) >= r.cfg.MaxViewed {
-		return &ViewerCapacityError{Limit: r.cfg.MaxViewed}
-	}
-	return nil
-}
-
 // DetachViewer removes v from every session it views: each session left
 // without a viewer detaches (its worker closed at once with reason, even
 // mid-turn; reason is detach, write_timeout or ping_timeout) or,
@@ -84,15 +147,13 @@ func (r *Registry) viewerFullLocked(v Viewer) error {
 func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
 	r.mu.Lock()
 	var work []func()
-	for s := range r.viewing[v] {
-		delete(s.viewers, v)
+	for _, s := range r.viewers.leave(v) {
 		if len(s.viewers) == 0 && s.live() {
 			if f := r.detachLocked(s, reason); f != nil {
 				work = append(work, f)
 			}
 		}
 	}
-	delete(r.viewing, v)
 	r.mu.Unlock()
 	for _, f := range work {
 		r.goTracked(f)
@@ -110,13 +171,9 @@ func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
 		r.mu.Unlock()
 		return false, ErrNotFound
 	}
-	if _, ok := s.viewers[v]; !ok {
+	if !r.viewers.unregister(v, s) {
 		r.mu.Unlock()
 		return false, nil
-	}
-	delete(s.viewers, v)
-	if set := r.viewing[v]; set != nil {
-		delete(set, s)
 	}
 	var work func()
 	if len(s.viewers) == 0 {
