@@ -23,6 +23,95 @@ import (
 // after the journal was flushed (so a read sees every write queued before
 // it, unless the store is failing).
 
+// conversation is a session's conversation: the latest entries in memory,
+// their seqs, and the journal its rows and entries are queued to. It is
+// the one place that stamps the owner on stored rows (putRow): nothing
+// else writes a session's row or entries. It is guarded by the registry's
+// mutex.
+type conversation struct {
+	sid       string
+	owner     string    // Principal.User of who made it: authorize checks it, putRow stamps it
+	journal   *journal  // nil: not stored (a terminal-only session has no conversation to keep)
+	history   []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
+	histBytes int
+	entrySeq  uint64 // the last entry seq given out
+	unloaded  bool   // restored or reopened: its stored entries are not in history yet
+}
+
+// putRow queues row, the session's metadata, for the store, stamped with
+// the owner.
+func (c *conversation) putRow(row store.Session) {
+	if c.journal == nil {
+		return
+	}
+	row.ID, row.Owner = c.sid, c.owner
+	c.journal.putSession(row)
+}
+
+// putEntry queues m for the store (a later put of its seq replaces it: a
+// streaming reply's checkpoints).
+func (c *conversation) putEntry(m Message) {
+	if c.journal != nil {
+		c.journal.putEntry(c.sid, m)
+	}
+}
+
+// nextSeq gives out the next entry seq.
+func (c *conversation) nextSeq() uint64 {
+	c.entrySeq++
+	return c.entrySeq
+}
+
+// add puts m in memory at its seq (the next one unless it has one,
+// reserved earlier), at now unless it has a time, keeps memory within
+// maxEntries and maxBytes, and queues m. It returns m as added.
+func (c *conversation) add(m Message, maxEntries, maxBytes int) Message {
+	if m.Seq == 0 {
+		m.Seq = c.nextSeq()
+	}
+	if m.At.IsZero() {
+		m.At = time.Now()
+	}
+	i := len(c.history)
+	for i > 0 && c.history[i-1].Seq > m.Seq { // a reply whose seq was reserved at its prompt
+		i--
+	}
+	c.history = slices.Insert(c.history, i, m)
+	c.histBytes += len(m.Text)
+	c.trim(maxEntries, maxBytes)
+	c.putEntry(m)
+	return m
+}
+
+// trim drops the oldest entries beyond the memory bounds (the store keeps
+// them).
+func (c *conversation) trim(maxEntries, maxBytes int) {
+	for len(c.history) > maxEntries || (c.histBytes > maxBytes && len(c.history) > 1) {
+		c.histBytes -= len(c.history[0].Text)
+		c.history[0] = Message{}
+		c.history = c.history[1:]
+	}
+}
+
+// merge puts entries read from the store below those memory got since
+// (once: a conversation loaded already ignores them).
+func (c *conversation) merge(entries []Message, maxEntries, maxBytes int) {
+	if !c.unloaded {
+		return
+	}
+	c.unloaded = false
+	if len(c.history) > 0 {
+		first := c.history[0].Seq
+		entries = slices.DeleteFunc(entries, func(e Message) bool { return e.Seq >= first })
+	}
+	c.history = append(entries, c.history...)
+	c.histBytes = 0
+	for _, e := range c.history {
+		c.histBytes += len(e.Text)
+	}
+	c.trim(maxEntries, maxBytes)
+}
+
 // load reads the latest stored entries of a restored or reopened session
 // into its memory, below the entries it got since. Errors: *StoreError.
 func (r *Registry) load(ctx context.Context, s *Session) error {
@@ -32,20 +121,7 @@ func (r *Registry) load(ctx context.Context, s *Session) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !s.unloaded {
-		return nil
-	}
-	s.unloaded = false
-	if len(s.history) > 0 {
-		first := s.history[0].Seq
-		entries = slices.DeleteFunc(entries, func(e Message) bool { return e.Seq >= first })
-	}
-	s.history = append(entries, s.history...)
-	s.histBytes = 0
-	for _, e := range s.history {
-		s.histBytes += len(e.Text)
-	}
-	r.trimLocked(s)
+	s.merge(entries, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
 	return nil
 }
 
@@ -53,42 +129,14 @@ func (r *Registry) load(ctx context.Context, s *Session) error {
 // unless it has one, reserved earlier) and queues it for the store. Memory
 // keeps the latest entries within the bounds. r.mu must be held.
 func (r *Registry) appendLocked(s *Session, m Message) {
-	if m.Seq == 0 {
-		s.entrySeq++
-		m.Seq = s.entrySeq
-	}
-	if m.At.IsZero() {
-		m.At = time.Now()
-	}
-	i := len(s.history)
-	for i > 0 && s.history[i-1].Seq > m.Seq { // a reply whose seq was reserved at its prompt
-		i--
-	}
-	s.history = slices.Insert(s.history, i, m)
-	s.histBytes += len(m.Text)
-	r.trimLocked(s)
-	if !s.terminalOnly {
-		r.journal.putEntry(s.id, m)
-		r.saveLocked(s)
-	}
-}
-
-// trimLocked drops the oldest entries of s beyond the memory bounds (the
-// store keeps them).
-func (r *Registry) trimLocked(s *Session) {
-	for len(s.history) > r.cfg.HistoryMessages || (s.histBytes > r.cfg.HistoryBytes && len(s.history) > 1) {
-		s.histBytes -= len(s.history[0].Text)
-		s.history[0] = Message{}
-		s.history = s.history[1:]
-	}
+	s.add(m, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
+	r.saveLocked(s)
 }
 
 // saveLocked queues the row of s for the store (a terminal-only session
 // is not stored: it has no conversation). r.mu must be held.
 func (r *Registry) saveLocked(s *Session) {
-	if !s.terminalOnly {
-		r.journal.putSession(s.row())
-	}
+	s.putRow(s.row())
 }
 
 // modelHistoryLocked is the conversation a prompt of turn t sends its
@@ -227,7 +275,8 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 		}
 		if live >= r.cfg.MaxSessions {
 			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(EndLRUEvict), now
-			r.journal.putSession(row)
+			c := conversation{sid: row.ID, owner: row.Owner, journal: r.journal}
+			c.putRow(row)
 			evicted++
 			continue
 		}
@@ -248,9 +297,10 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 // history still in the store.
 func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
 	return &Session{
-		id: row.ID, owner: row.Owner, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
+		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
-		finished: make(chan struct{}), entrySeq: row.LastSeq, unloaded: row.LastSeq > 0, model: row.Model,
+		finished: make(chan struct{}), model: row.Model,
+		conversation: conversation{sid: row.ID, owner: row.Owner, journal: r.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0},
 	}
 }
 

@@ -77,14 +77,21 @@ func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info,
 
 // create makes a session owned by p; v, when not nil, must carry p.
 func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
-	return r.register(v, newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
+	return r.register(v, r.newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
 }
 
-// newSession returns a session of owner not yet in the registry (see register).
-func newSession(owner, title string, closeOnDisconnect, terminalOnly bool) *Session {
+// newSession returns a session of owner not yet in the registry (see
+// register). A terminal-only one is not stored.
+func (r *Registry) newSession(owner, title string, closeOnDisconnect, terminalOnly bool) *Session {
+	id := newID()
+	c := conversation{sid: id, owner: owner}
+	if !terminalOnly {
+		c.journal = r.journal
+	}
 	return &Session{
-		id: newID(), owner: owner, title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
+		id: id, title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1), finished: make(chan struct{}),
+		conversation: c,
 	}
 }
 
@@ -450,15 +457,14 @@ func (r *Registry) finish(s *Session) {
 	turns := s.turns
 	now := time.Now()
 	suspended := r.suspends(s, reason)
-	if !s.terminalOnly {
-		row := s.row()
-		if suspended {
-			row.State = store.StateSuspended
-		} else {
-			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(reason), now
-		}
-		r.journal.putSession(row)
+	row := s.row()
+	if suspended {
+		row.State = store.StateSuspended
+	} else {
+		row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(reason), now
 	}
+	s.putRow(row) // a terminal-only session is not stored
+
 	r.mu.Unlock()
 
 	if suspended {

@@ -119,7 +119,6 @@ func viewerGone(v Viewer) bool {
 // guarded by the registry's mutex.
 type Session struct {
 	id                string
-	owner             string // Principal.User of who made it; authorize checks it, row stores it
 	title             string
 	closeOnDisconnect bool
 	terminalOnly      bool // made by /ws/pty without a session_id
@@ -132,19 +131,16 @@ type Session struct {
 	detachedAt time.Time
 	ttlTimer   *time.Timer
 
-	history   []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
-	histBytes int
-	entrySeq  uint64               // the last entry seq given out
-	unloaded  bool                 // restored or reopened: its stored entries are not in history yet
-	seq       uint64               // the last event seq
-	approvals map[string]*approval // pending, by request id
-	grace     *turnGrace           // a detached session's turn let finish, nil when none
-	execs     int                  // slash commands running
-	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
-	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
-	model     string               // "" for the worker's default
-	turn      *turn
-	turns     int
+	conversation                      // its entries, their seqs, its owner and its journal (conversation.go)
+	seq          uint64               // the last event seq
+	approvals    map[string]*approval // pending, by request id
+	grace        *turnGrace           // a detached session's turn let finish, nil when none
+	execs        int                  // slash commands running
+	execStops    map[*func()]struct{} // cancels of the running slash commands (Interrupt)
+	exited       *workers.CloseResult // its worker's exit, told once the running commands' results are
+	model        string               // "" for the worker's default
+	turn         *turn
+	turns        int
 
 	worker      Worker
 	term        *Terminal
@@ -155,9 +151,10 @@ type Session struct {
 	finished  chan struct{} // closed when its teardown is done and its end stored
 }
 
-// row is the stored form of s.
+// row is the stored form of s, without what the conversation stamps on
+// it when it is queued (see conversation.putRow).
 func (s *Session) row() store.Session {
-	return store.Session{ID: s.id, Owner: s.owner, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
+	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
 }
 
 // setState moves the session to next, or refuses an illegal move. Callers

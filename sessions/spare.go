@@ -89,7 +89,7 @@ func (r *Registry) refill(cols, rows uint16) {
 		return // the next request of that size takes them or ends them
 	}
 	for !r.closing && len(r.spares) < spareCount {
-		next := &spare{s: newSession("", "terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
+		next := &spare{s: r.newSession("", "terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
 		r.spares = append(r.spares, next)
 		r.goTracked(func() {
 			next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)

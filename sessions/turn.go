@@ -88,7 +88,7 @@ func (r *Registry) checkpoint(s *Session, t *turn) {
 	defer r.mu.Unlock()
 	t.ckpt = nil
 	if !t.done {
-		r.journal.putEntry(s.id, t.reply(t.text, true, nil))
+		s.putEntry(t.reply(t.text, true, nil))
 	}
 }
 
@@ -278,11 +278,8 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			// or after the approvals and tool runs that came before its
 			// text. Until it completes, the store holds it as interrupted
 			// with what streamed so far, so a crash leaves exactly that.
-			s.entrySeq++
-			t.seq = s.entrySeq
-			if !s.terminalOnly {
-				r.journal.putEntry(s.id, t.reply(t.text, true, nil))
-			}
+			t.seq = s.nextSeq()
+			s.putEntry(t.reply(t.text, true, nil)) // a terminal-only session stores nothing
 		}
 		if t.ckpt == nil && !s.terminalOnly {
 			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
