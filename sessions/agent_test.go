@@ -45,7 +45,10 @@ func askApproval(h *harness, id string) string {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
 	for _, s := range h.r.sessions {
-		for pub, a := range s.approvals {
+		if s.turn == nil {
+			continue
+		}
+		for pub, a := range s.turn.approvals {
 			if a.workerID == id {
 				return pub
 			}

@@ -298,7 +298,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	s.detachedAt, s.lastActive = now, now
 	r.saveLocked(s)
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
-	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil && len(s.approvals) == 0 {
+	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil && len(t.approvals) == 0 {
 		// The turn may finish (its reply saved); then, or at the end of
 		// the grace, the worker goes (see endGraceLocked).
 		s.grace = &turnGrace{start: now, reason: reason}

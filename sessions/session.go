@@ -133,7 +133,6 @@ type Session struct {
 
 	conversation                      // its entries, their seqs, its owner and its journal (conversation.go)
 	seq          uint64               // the last event seq
-	approvals    map[string]*approval // pending, by request id
 	grace        *turnGrace           // a detached session's turn let finish, nil when none
 	execs        int                  // slash commands running
 	execStops    map[*func()]struct{} // cancels of the running slash commands (Interrupt)

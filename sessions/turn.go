@@ -35,22 +35,26 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	ctx, cancelCause := context.WithCancelCause(context.Background())
 	cancel := func() { cancelCause(context.Canceled) }
 	now := time.Now()
-	t := &turn{id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
+	t := &turn{r: r, s: s, id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
 	t.idle = time.AfterFunc(r.cfg.WorkerTimeout, func() { cancelCause(context.DeadlineExceeded) })
 	s.turn = t
 	s.turns++
 	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
 	t.promptSeq = s.entrySeq
 	r.mu.Unlock()
-	start := func() { r.goTracked(func() { r.runTurn(ctx, s, t, text) }) }
+	start := func() { r.goTracked(func() { t.run(ctx, text) }) }
 	return t.id, start, nil
 }
 
-func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string) {
+// run asks the session's worker (spawned when needed) for the reply to
+// text, with the conversation so far, and ends the turn with its answer or
+// its failure. It runs on a tracked goroutine of its own.
+func (t *turn) run(ctx context.Context, text string) {
+	r, s := t.r, t.s
 	defer t.cancel()
 	w, err := r.ensureWorker(ctx, s)
 	if err != nil {
-		r.finishTurn(s, t, "", true, err)
+		t.finish("", true, err)
 		return
 	}
 	r.mu.Lock()
@@ -64,9 +68,9 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 	r.mu.Lock()
 	params := map[string]any{"text": text, "turn_id": t.id, "history": r.modelHistoryLocked(s, t), "model": s.model}
 	r.mu.Unlock()
-	raw, err := w.Call(ctx, "prompt", params, func(ev workers.Event) { r.onEvent(s, t, w, ev) })
+	raw, err := w.Call(ctx, "prompt", params, func(ev workers.Event) { t.onEvent(w, ev) })
 	if err != nil {
-		r.finishTurn(s, t, "", true, err)
+		t.finish("", true, err)
 		return
 	}
 	var res struct {
@@ -79,16 +83,16 @@ func (r *Registry) runTurn(ctx context.Context, s *Session, t *turn, text string
 	r.mu.Lock()
 	t.usage, t.status = res.Usage, res.Status
 	r.mu.Unlock()
-	r.finishTurn(s, t, res.Output, res.Interrupted, nil)
+	t.finish(res.Output, res.Interrupted, nil)
 }
 
 // checkpoint queues the text t streamed so far as its (interrupted) reply.
-func (r *Registry) checkpoint(s *Session, t *turn) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (t *turn) checkpoint() {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
 	t.ckpt = nil
 	if !t.done {
-		s.putEntry(t.reply(t.text, true, nil))
+		t.s.putEntry(t.reply(t.text, true, nil))
 	}
 }
 
@@ -112,14 +116,15 @@ func (t *turn) replyStatus(interrupted bool) string {
 	return "complete"
 }
 
-// finishTurn ends t once: history, message.complete and, on failure, an
+// finish ends t once: history, message.complete and, on failure, an
 // error event and entry.
-func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bool, err error) {
+func (t *turn) finish(output string, interrupted bool, err error) {
+	r, s := t.r, t.s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !t.done {
 		t.failed = err != nil && !errors.Is(err, context.Canceled)
-		r.completeTurnLocked(s, t, output, interrupted)
+		t.completeLocked(output, interrupted)
 		if t.failed {
 			code, msg := r.cfg.DescribeError(err)
 			payload := map[string]any{"message": msg, "code": code}
@@ -133,7 +138,11 @@ func (r *Registry) finishTurn(s *Session, t *turn, output string, interrupted bo
 	}
 }
 
-func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interrupted bool) {
+// completeLocked ends t: its reply is added and told (message.complete),
+// what it still waited for is denied, and a detached session's grace ends.
+// r.mu must be held.
+func (t *turn) completeLocked(output string, interrupted bool) {
+	r, s := t.r, t.s
 	t.done = true
 	close(t.finished)
 	t.idle.Stop()
@@ -144,7 +153,7 @@ func (r *Registry) completeTurnLocked(s *Session, t *turn, output string, interr
 	if s.turn == t {
 		s.turn = nil
 	}
-	r.denyApprovalsLocked(s, ByInterrupt) // none is left when the turn ended by itself
+	t.denyLocked(ByInterrupt) // none is left when the turn ended by itself
 	if output == "" {
 		output = t.text
 	}
@@ -170,7 +179,7 @@ func (r *Registry) interruptTurnLocked(s *Session) {
 		return
 	}
 	t.cancel()
-	r.completeTurnLocked(s, t, "", true)
+	t.completeLocked("", true)
 }
 
 // Interrupt stops the running turn of sid: the worker is asked to cancel and
@@ -204,7 +213,7 @@ func (r *Registry) Interrupt(v Viewer, sid string) (string, error) {
 	case <-time.After(r.cfg.InterruptGrace + time.Second):
 		r.mu.Lock()
 		if !t.done {
-			r.completeTurnLocked(s, t, "", true)
+			t.completeLocked("", true)
 		}
 		r.mu.Unlock()
 	}
@@ -259,16 +268,17 @@ func publicID(t *turn, workerID string) string {
 // approvalAnswerTimeout bounds telling a worker the answer to its approval.
 const approvalAnswerTimeout = 5 * time.Second
 
-// onEvent handles an event the worker streams for turn t of s. It runs on
-// the worker's stdout goroutine: it takes the lock briefly and never
-// blocks on I/O.
-func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
+// onEvent handles an event the worker w streams for t. It runs on the
+// worker's stdout goroutine: it takes the lock briefly and never blocks on
+// I/O.
+func (t *turn) onEvent(w Worker, ev workers.Event) {
+	r, s := t.r, t.s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t.done {
 		return // the turn ended (interrupted): the worker's cancel denies what it asks
 	}
-	defer r.idleLocked(s, t)
+	defer t.idleLocked()
 	switch ev.Name {
 	case "delta":
 		t.text += ev.Text
@@ -282,7 +292,7 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 			s.putEntry(t.reply(t.text, true, nil)) // a terminal-only session stores nothing
 		}
 		if t.ckpt == nil && !s.terminalOnly {
-			t.ckpt = time.AfterFunc(checkpointEvery, func() { r.checkpoint(s, t) })
+			t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
 		}
 	case "approval":
 		if s.grace != nil { // nobody is left to approve: the grace ends here
@@ -302,15 +312,15 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 		// A worker numbers its requests itself (a new worker starts again):
 		// viewers get an id made unique by the turn's.
 		id := publicID(t, p.RequestID)
-		if s.approvals[id] != nil {
+		if t.approvals[id] != nil {
 			return
 		}
 		a := &approval{Approval: Approval{RequestID: id, TurnID: t.id, Tool: p.Tool, Command: p.Command}, w: w, workerID: p.RequestID}
-		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { r.expireApproval(s, id) })
-		if s.approvals == nil {
-			s.approvals = map[string]*approval{}
+		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { t.expireApproval(id) })
+		if t.approvals == nil {
+			t.approvals = map[string]*approval{}
 		}
-		s.approvals[id] = a
+		t.approvals[id] = a
 		r.emitLocked(s, "approval.request", a.Approval)
 		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: p.Command, TurnID: t.id,
 			Data: mustJSON(map[string]string{"request_id": id, "tool": p.Tool})})
@@ -351,21 +361,15 @@ func (r *Registry) onEvent(s *Session, t *turn, w Worker, ev workers.Event) {
 // idleLocked restarts t's silence timer after an event, or stops it while
 // t waits for an approval or a tool runs (the tool has its own timeout).
 // r.mu must be held.
-func (r *Registry) idleLocked(s *Session, t *turn) {
+func (t *turn) idleLocked() {
 	if t.done {
 		return
 	}
-	for _, a := range s.approvals {
-		if a.TurnID == t.id {
-			t.idle.Stop()
-			return
-		}
-	}
-	if t.tools > 0 {
+	if len(t.approvals) > 0 || t.tools > 0 {
 		t.idle.Stop()
 		return
 	}
-	t.idle.Reset(r.cfg.WorkerTimeout)
+	t.idle.Reset(t.r.cfg.WorkerTimeout)
 }
 
 // failureData is the data of a failed turn's error event and history
@@ -389,22 +393,31 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// resolveLocked settles a pending approval once: the viewers get
+// resolveLocked settles a pending approval of t once: the viewers get
 // approval.resolved and the history an entry. r.mu must be held.
-func (r *Registry) resolveLocked(s *Session, a *approval, choice, by string) {
-	delete(s.approvals, a.RequestID)
+func (t *turn) resolveLocked(a *approval, choice, by string) {
+	r, s := t.r, t.s
+	delete(t.approvals, a.RequestID)
 	a.timer.Stop()
 	r.emitLocked(s, "approval.resolved", map[string]string{"request_id": a.RequestID, "choice": choice, "by": by})
 	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalResolved, Text: choice, TurnID: a.TurnID,
 		Data: mustJSON(map[string]string{"request_id": a.RequestID, "choice": choice, "by": by})})
 }
 
-// denyApprovalsLocked denies every pending approval of s, by by (the turn
-// is ending: its worker is cancelled or closed, so it is not told).
-// r.mu must be held.
+// denyApprovalsLocked denies every pending approval of s (its running
+// turn's), by by. r.mu must be held.
 func (r *Registry) denyApprovalsLocked(s *Session, by string) {
-	for _, a := range s.approvals {
-		r.resolveLocked(s, a, ChoiceDeny, by)
+	if t := s.turn; t != nil {
+		t.denyLocked(by)
+	}
+}
+
+// denyLocked denies every pending approval of t, by by (the turn is
+// ending: its worker is cancelled or closed, so it is not told). r.mu must
+// be held.
+func (t *turn) denyLocked(by string) {
+	for _, a := range t.approvals {
+		t.resolveLocked(a, ChoiceDeny, by)
 	}
 }
 
@@ -427,15 +440,17 @@ func (r *Registry) RespondApproval(ctx context.Context, v Viewer, sid, requestID
 		return false, err
 	}
 	r.mu.Lock()
-	a := s.approvals[requestID]
+	t := s.turn
+	var a *approval
+	if t != nil {
+		a = t.approvals[requestID]
+	}
 	if a == nil {
 		r.mu.Unlock()
 		return false, nil
 	}
-	r.resolveLocked(s, a, choice, ByViewer)
-	if t := s.turn; t != nil && t.id == a.TurnID {
-		r.idleLocked(s, t)
-	}
+	t.resolveLocked(a, choice, ByViewer)
+	t.idleLocked()
 	r.mu.Unlock()
 	if err := answer(ctx, a, choice, ByViewer); err != nil {
 		// The worker is gone or stuck: its turn fails on its own.
@@ -444,19 +459,18 @@ func (r *Registry) RespondApproval(ctx context.Context, v Viewer, sid, requestID
 	return true, nil
 }
 
-// expireApproval denies an approval nobody answered within
+// expireApproval denies an approval of t nobody answered within
 // ApprovalTimeout.
-func (r *Registry) expireApproval(s *Session, requestID string) {
+func (t *turn) expireApproval(requestID string) {
+	r := t.r
 	r.mu.Lock()
-	a := s.approvals[requestID]
+	a := t.approvals[requestID]
 	if a == nil {
 		r.mu.Unlock()
 		return
 	}
-	r.resolveLocked(s, a, ChoiceDeny, ByTimeout)
-	if t := s.turn; t != nil && t.id == a.TurnID {
-		r.idleLocked(s, t)
-	}
+	t.resolveLocked(a, ChoiceDeny, ByTimeout)
+	t.idleLocked()
 	r.mu.Unlock()
 	r.goTracked(func() { answer(context.Background(), a, ChoiceDeny, ByTimeout) })
 }
@@ -464,14 +478,22 @@ func (r *Registry) expireApproval(s *Session, requestID string) {
 // pendingLocked lists the pending approvals of s. r.mu must be held.
 func (s *Session) pendingLocked() []Approval {
 	out := []Approval{}
-	for _, a := range s.approvals {
+	if s.turn == nil {
+		return out
+	}
+	for _, a := range s.turn.approvals {
 		out = append(out, a.Approval)
 	}
 	return out
 }
 
-// turn is a prompt being answered.
+// turn is a prompt being answered: its run in the worker, its streamed
+// reply and checkpoints, the approvals it waits for, its end. Its fields
+// are guarded by the registry's mutex, as its session's.
 type turn struct {
+	r         *Registry
+	s         *Session             // the session it answers in; s.turn is t while it runs
+	approvals map[string]*approval // pending, by public request id
 	id        string
 	seq       uint64 // the entry seq of its reply, given at its first delta (0: none yet)
 	promptSeq uint64 // the entry seq of its prompt
