@@ -254,6 +254,13 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 		if err != nil || len(closed) != 1 || closed[0].Title != "alice's" {
 			t.Fatalf("alice's closed sessions after bob's rename: %+v, %v", closed, err)
 		}
+		if err := f.reg.Rename(t.Context(), alice, f.closed, "alice's, renamed"); err != nil {
+			t.Fatalf("alice renames her closed session: %v", err)
+		}
+		closed, _, err = f.reg.ListClosed(t.Context(), alice, time.Time{}, 10)
+		if err != nil || len(closed) != 1 || closed[0].Title != "alice's, renamed" {
+			t.Fatalf("alice's closed sessions after her rename: %+v, %v", closed, err)
+		}
 	},
 	"ChatRegistry.History": func(t *testing.T, f *twoUsers) {
 		_, _, absent := f.reg.History(t.Context(), bob, missing, 0, 10)

@@ -115,7 +115,7 @@ func (c *conversation) merge(entries []Message, maxEntries, maxBytes int) {
 // load reads the latest stored entries of a restored or reopened session
 // into its memory, below the entries it got since. Errors: *StoreError.
 func (r *Registry) load(ctx context.Context, s *Session) error {
-	entries, _, err := r.cfg.Store.History(ctx, s.id, 0, r.cfg.HistoryMessages)
+	entries, _, err := r.cfg.Store.HistoryFor(ctx, s.owner, s.id, 0, r.cfg.HistoryMessages)
 	if err != nil {
 		return &StoreError{err}
 	}
@@ -435,9 +435,13 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	if err != nil {
 		return err
 	}
-	row.Title = title
-	if err := r.cfg.Store.Apply(ctx, store.Batch{Sessions: []store.Session{row}}); err != nil {
+	// Only the title changes: a write beside this one keeps its fields.
+	found, err := r.cfg.Store.Rename(ctx, p.User, sid, title)
+	if err != nil {
 		return &StoreError{err}
+	}
+	if !found { // deleted meanwhile
+		return ErrNotFound
 	}
 	r.announce(row.Owner, Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
 	return nil
@@ -455,7 +459,7 @@ func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeS
 		if _, err := r.storedSession(ctx, p, sid); err != nil {
 			return nil, false, err
 		}
-		out, more, err := r.cfg.Store.History(ctx, sid, beforeSeq, limit)
+		out, more, err := r.cfg.Store.HistoryFor(ctx, p.User, sid, beforeSeq, limit)
 		if err != nil {
 			return nil, false, &StoreError{err}
 		}
@@ -494,7 +498,7 @@ func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeS
 		return out, false, nil
 	}
 	r.journal.flush(ctx)
-	older, more, err := r.cfg.Store.History(ctx, sid, below, limit-len(out))
+	older, more, err := r.cfg.Store.HistoryFor(ctx, p.User, sid, below, limit-len(out))
 	if err != nil {
 		return nil, false, &StoreError{err}
 	}
