@@ -29,13 +29,20 @@ import (
 // else writes a session's row or entries. It is guarded by the registry's
 // mutex.
 type conversation struct {
-	sid       string
-	owner     string    // Principal.User of who made it: authorize checks it, putRow stamps it
-	journal   *journal  // nil: not stored (a terminal-only session has no conversation to keep)
-	history   []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
-	histBytes int
-	entrySeq  uint64 // the last entry seq given out
-	unloaded  bool   // restored or reopened: its stored entries are not in history yet
+	sid     string
+	owner   string   // Principal.User of who made it: authorize checks it, putRow stamps it
+	journal *journal // nil: not stored (a terminal-only session, or one whose lease was lost)
+	// The node that holds it and the epoch it holds it under (Registry.Claim);
+	// every row and entry is written under that epoch, so that once another
+	// node claimed it the store refuses them (store.ErrFenced). Epoch 0:
+	// no lease (writes unfenced, as before leases).
+	node       string
+	epoch      uint64
+	leaseUntil time.Time // stored with a new row only: afterwards Renew moves it
+	history    []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
+	histBytes  int
+	entrySeq   uint64 // the last entry seq given out
+	unloaded   bool   // restored or reopened: its stored entries are not in history yet
 }
 
 // putRow queues row, the session's metadata, for the store, stamped with
@@ -45,6 +52,7 @@ func (c *conversation) putRow(row store.Session) {
 		return
 	}
 	row.ID, row.Owner = c.sid, c.owner
+	row.Node, row.Epoch, row.LeaseUntil = c.node, c.epoch, c.leaseUntil
 	c.journal.putSession(row)
 }
 
@@ -52,7 +60,7 @@ func (c *conversation) putRow(row store.Session) {
 // streaming reply's checkpoints).
 func (c *conversation) putEntry(m Message) {
 	if c.journal != nil {
-		c.journal.putEntry(c.sid, m)
+		c.journal.putEntry(c.sid, c.epoch, m)
 	}
 }
 
@@ -264,6 +272,11 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return r.restore(rows), nil
+}
+
+// restore brings back rows as Restore says and returns the count.
+func (r *Registry) restore(rows []store.Session) int {
 	slices.SortFunc(rows, func(a, b store.Session) int { return b.LastActive.Compare(a.LastActive) })
 	now := time.Now()
 	restored, evicted := 0, 0
@@ -275,7 +288,7 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 		}
 		if live >= r.cfg.MaxSessions {
 			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(EndLRUEvict), now
-			c := conversation{sid: row.ID, owner: row.Owner, journal: r.journal}
+			c := conversation{sid: row.ID, owner: row.Owner, journal: r.journal, node: row.Node, epoch: row.Epoch}
 			c.putRow(row)
 			evicted++
 			continue
@@ -290,7 +303,7 @@ func (r *Registry) Restore(ctx context.Context) (int, error) {
 	}
 	r.mu.Unlock()
 	r.log.Info("sessions restored", "count", restored, "evicted", evicted)
-	return restored, nil
+	return restored
 }
 
 // fromRow makes the live form of a stored session, in state created, its
@@ -300,7 +313,8 @@ func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
 		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
 		finished: make(chan struct{}), model: row.Model,
-		conversation: conversation{sid: row.ID, owner: row.Owner, journal: r.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0},
+		conversation: conversation{sid: row.ID, owner: row.Owner, journal: r.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0,
+			node: row.Node, epoch: row.Epoch},
 	}
 }
 
@@ -533,6 +547,13 @@ func (r *Registry) Search(ctx context.Context, p Principal, query string, limit 
 // ctx ends at most, and stops writing; what could not be written is logged
 // at ERROR and the error returned. Call it once, after Shutdown and Wait,
 // before closing the store.
+//
+// After a Claim, a clean flush also releases the node's leases (so that
+// another node may claim its sessions at once); a flush that lost writes
+// leaves them to expire.
 func (r *Registry) FlushStore(ctx context.Context) error {
-	return r.journal.close(ctx)
+	if err := r.journal.close(ctx); err != nil {
+		return err
+	}
+	return r.release(ctx)
 }

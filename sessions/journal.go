@@ -50,6 +50,11 @@ type journal struct {
 
 	hurry chan struct{} // cuts the drain's delay short (flush, close)
 	wg    sync.WaitGroup
+
+	// onFenced is told, outside the journal's lock, the sessions whose
+	// writes the store refused as another node's (store.ErrFenced): their
+	// queue was dropped. Set once, before the first write.
+	onFenced func(sids []string)
 }
 
 type entryKey struct {
@@ -99,8 +104,9 @@ func (j *journal) putSession(row store.Session) {
 	j.kickLocked()
 }
 
-// putEntry queues an entry; a later entry with the same seq replaces it.
-func (j *journal) putEntry(sid string, e store.Entry) {
+// putEntry queues an entry, written under epoch (0: unfenced); a later
+// entry with the same seq replaces it.
+func (j *journal) putEntry(sid string, epoch uint64, e store.Entry) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	k := entryKey{sid, e.Seq}
@@ -115,7 +121,7 @@ func (j *journal) putEntry(sid string, e store.Entry) {
 		}
 		j.order = append(j.order, k)
 	}
-	j.entries[k] = store.SessionEntry{SessionID: sid, Entry: e}
+	j.entries[k] = store.SessionEntry{SessionID: sid, Epoch: epoch, Entry: e}
 	j.kickLocked()
 }
 
@@ -198,6 +204,11 @@ func (j *journal) drain() {
 			err = j.st.Apply(context.Background(), b)
 		}
 
+		var fenced *store.FencedError
+		if errors.As(err, &fenced) {
+			j.fenced(rest, upto, fenced.SessionIDs)
+			continue // the rest was no failure: it is written at once
+		}
 		j.mu.Lock()
 		if err != nil {
 			j.requeueLocked(rest)
@@ -226,6 +237,51 @@ func (j *journal) drain() {
 		backoff = 50 * time.Millisecond
 		j.signalLocked()
 		j.mu.Unlock()
+	}
+}
+
+// fenced drops, from rest (the part of a batch the store did not write)
+// and from what was queued since, every row and entry of sids, which
+// another node holds now; it requeues what is left of rest and tells
+// onFenced. upto is the count the batch covered.
+func (j *journal) fenced(rest store.Batch, upto uint64, sids []string) {
+	drop := map[string]bool{}
+	for _, id := range sids {
+		drop[id] = true
+	}
+	var keep store.Batch
+	for _, row := range rest.Sessions {
+		if !drop[row.ID] {
+			keep.Sessions = append(keep.Sessions, row)
+		}
+	}
+	for _, e := range rest.Entries {
+		if !drop[e.SessionID] {
+			keep.Entries = append(keep.Entries, e)
+		}
+	}
+	keep.Deletes = rest.Deletes
+	j.mu.Lock()
+	for id := range drop {
+		delete(j.sessions, id)
+	}
+	j.order = slices.DeleteFunc(j.order, func(k entryKey) bool {
+		if drop[k.sid] {
+			delete(j.entries, k)
+			return true
+		}
+		return false
+	})
+	if keep.Empty() {
+		j.applied = max(j.applied, upto) // everything of the batch is written or dropped
+	} else {
+		j.requeueLocked(keep)
+	}
+	j.signalLocked()
+	j.mu.Unlock()
+	j.log.Debug("store write fenced", "sids", sids)
+	if j.onFenced != nil {
+		j.onFenced(sids)
 	}
 }
 

@@ -93,7 +93,7 @@ func TestJournalSavesWhatFits(t *testing.T) {
 	text := strings.Repeat("a backlog bigger than the free space ", 13) // ~480 bytes
 	for seq := uint64(1); seq <= n; seq++ {
 		for _, sid := range []string{"a", "b"} {
-			j.putEntry(sid, store.Entry{Seq: seq, Role: store.RoleUser, Kind: store.KindPrompt, Text: fmt.Sprint(seq, " ", text)})
+			j.putEntry(sid, 0, store.Entry{Seq: seq, Role: store.RoleUser, Kind: store.KindPrompt, Text: fmt.Sprint(seq, " ", text)})
 		}
 	}
 	testkit.WaitFor(t, 20*time.Second, "the store write failure", func() bool { return len(logs.Records("store write failed")) > 0 })

@@ -86,7 +86,7 @@ func (r *Registry) newSession(owner, title string, closeOnDisconnect, terminalOn
 	id := newID()
 	c := conversation{sid: id, owner: owner}
 	if !terminalOnly {
-		c.journal = r.journal
+		c.journal = r.journal // register stamps the lease
 	}
 	return &Session{
 		id: id, title: title, closeOnDisconnect: closeOnDisconnect, terminalOnly: terminalOnly,
@@ -132,6 +132,9 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 		return Info{}, err
 	}
 	s.term = t
+	if s.journal != nil {
+		s.node, s.epoch, s.leaseUntil = r.lease.newRowLocked()
+	}
 	r.sessions[s.id] = s
 	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room

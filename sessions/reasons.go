@@ -25,11 +25,13 @@ const (
 	EndAdminReap         EndReason = "admin_reap"          // an administrator reaped it, or the program of its terminal-only session
 	EndShutdown          EndReason = "shutdown"            // dashgate is shutting down
 	EndPTYExit           EndReason = "pty_exit"            // the program of a terminal-only session ended by itself
+	EndLeaseLost         EndReason = "lease_lost"          // another node claimed it: a write of it was refused (store.ErrFenced) or its lease was not renewed
 )
 
 // EndReasons lists every EndReason, for metrics and tests.
 var EndReasons = []EndReason{
 	EndClientClose, EndCloseOnDisconnect, EndDetachedTTL, EndLRUEvict, EndAdminReap, EndShutdown, EndPTYExit,
+	EndLeaseLost,
 }
 
 // WorkerReasons lists every workers.Reason (declared in package workers,
@@ -132,6 +134,7 @@ var endNotices = map[EndReason]string{
 	EndAdminReap:         "session ended by an administrator",
 	EndShutdown:          "session closed: dashgate shut down",
 	EndPTYExit:           "session closed: its terminal program ended",
+	EndLeaseLost:         "session closed: another dashgate instance took it over",
 }
 
 // workerNotice is what a session's history says when its worker went away

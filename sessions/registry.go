@@ -229,6 +229,7 @@ type Registry struct {
 	spareIdle *time.Timer
 
 	journal *journal // writes to cfg.Store
+	lease   lease    // this node's hold on its sessions (lease.go), zero until Claim
 	tracked tracker  // teardowns, turns and terminal readers
 }
 
@@ -267,13 +268,15 @@ func (t *tracker) wait() {
 // and Wait.
 func New(cfg Config) *Registry {
 	cfg.defaults()
-	return &Registry{
+	r := &Registry{
 		cfg: cfg, log: cfg.Log,
 		sessions: map[string]*Session{},
 		viewers:  newViewerIndex(cfg.MaxViewed),
 		ended:    map[string]string{},
 		journal:  newJournal(cfg.Store, cfg.Log),
 	}
+	r.journal.onFenced = r.leaseLost
+	return r
 }
 
 func newID() string {
@@ -302,6 +305,12 @@ func (r *Registry) Run(ctx context.Context) {
 	defer t.Stop()
 	prune := time.NewTicker(r.cfg.PruneInterval)
 	defer prune.Stop()
+	var renew <-chan time.Time // nil until Claim: no lease to renew
+	if _, ttl := r.leaseHeld(); ttl > 0 {
+		rt := time.NewTicker(ttl / 3)
+		defer rt.Stop()
+		renew = rt.C
+	}
 	r.Prune(ctx)
 	for {
 		select {
@@ -311,6 +320,8 @@ func (r *Registry) Run(ctx context.Context) {
 			r.Sweep()
 		case <-prune.C:
 			r.Prune(ctx)
+		case <-renew:
+			r.Renew(ctx)
 		}
 	}
 }

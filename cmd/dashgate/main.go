@@ -259,7 +259,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
 	metrics = handlers.NewMetrics(reg.Admin().List, mgr.CountByKind)
-	if _, err := reg.Restore(ctx); err != nil {
+	restore := reg.Restore
+	if cfg.NodeID != "" { // a node of a cluster holds its sessions under leases
+		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, cfg.NodeID, sessions.DefaultLeaseTTL) }
+	}
+	if _, err := restore(ctx); err != nil {
 		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
 	}
 
