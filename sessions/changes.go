@@ -1,5 +1,9 @@
 package sessions
 
+import (
+	"sync"
+)
+
 // Session changes for every chat socket (event session.changed,
 // docs/PROTOCOL.md §7): a socket that watches gets one event whenever a
 // session is created, attached, detached, closing, closed, renamed,
@@ -9,6 +13,11 @@ package sessions
 // The event is not one of a session's numbered events: like gateway.ready
 // it has no params.session_id and seq 0 (the session is in its payload), so
 // the per-session seq its viewers count keeps no gaps.
+//
+// Registries that share a store tell each other their changes through a
+// ChangeBus (Config.Changes; MemoryBus in one process, a database's
+// notifications across nodes), so that a dashboard on one node hears of a
+// session another node renamed or closed.
 
 // StateDeleted is the state session.changed reports for a deleted session.
 const StateDeleted State = "deleted"
@@ -44,11 +53,36 @@ func (r *Registry) changedLocked(s *Session) {
 }
 
 // announceLocked delivers c, a change of a session of owner, to every
-// watcher that may list it. r.mu must be held. Once
-// Shutdown started nothing is announced: every socket is about to close
-// (1001), and its last frames are the session.closed of its sessions.
+// watcher that may list it, and publishes it on Config.Changes. r.mu must
+// be held. Once Shutdown started nothing is announced: every socket is
+// about to close (1001), and its last frames are the session.closed of
+// its sessions.
 func (r *Registry) announceLocked(owner string, c Change) {
-	if len(r.watchers) == 0 || r.closing {
+	if r.closing {
+		return
+	}
+	if bus := r.cfg.Changes; bus != nil {
+		bus.Publish(Announcement{Origin: r.id, Owner: owner, Change: c})
+	}
+	r.tellLocked(owner, c)
+}
+
+// heard tells the watchers a change another registry published.
+func (r *Registry) heard(a Announcement) {
+	if a.Origin == r.id {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closing {
+		r.tellLocked(a.Owner, a.Change)
+	}
+}
+
+// tellLocked delivers c, a change of a session of owner, to every watcher
+// that may list it. r.mu must be held.
+func (r *Registry) tellLocked(owner string, c Change) {
+	if len(r.watchers) == 0 {
 		return
 	}
 	ev := NewEvent("session.changed", "", 0, c)
@@ -64,4 +98,86 @@ func (r *Registry) announce(owner string, c Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.announceLocked(owner, c)
+}
+
+// Announcement is a session.changed as it goes between registries: the
+// change, the owner of its session (watchers hear only of what they may
+// list) and the registry it came from.
+type Announcement struct {
+	Origin string // the publishing registry's id
+	Owner  string
+	Change Change
+}
+
+// ChangeBus carries session.changed between the registries that share a
+// store, as hints (the store stays the truth): a lost one costs a
+// dashboard a stale row until its next list. Publish runs under the
+// publisher's lock and must not block; Subscribe calls f, one call at a
+// time, for every announcement published after it (its own included)
+// until stop, which returns once f no longer runs.
+type ChangeBus interface {
+	Publish(a Announcement)
+	Subscribe(f func(Announcement)) (stop func())
+}
+
+// MemoryBus is the ChangeBus of the registries of one process. Each
+// subscription queues up to memoryBusQueue announcements; beyond, new
+// ones are dropped for it. The zero value is ready to use.
+type MemoryBus struct {
+	mu   sync.Mutex
+	subs map[*memorySub]struct{}
+}
+
+// memoryBusQueue bounds what one subscription holds undelivered.
+const memoryBusQueue = 1024
+
+type memorySub struct {
+	ch   chan Announcement
+	quit chan struct{}
+	done chan struct{}
+}
+
+// Publish queues a for every subscription; it never blocks.
+func (b *MemoryBus) Publish(a Announcement) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		select {
+		case s.ch <- a:
+		default: // full: this hint is lost for that subscriber
+		}
+	}
+}
+
+// Subscribe calls f on a goroutine of its own, which stop ends and waits
+// for.
+func (b *MemoryBus) Subscribe(f func(Announcement)) (stop func()) {
+	s := &memorySub{ch: make(chan Announcement, memoryBusQueue), quit: make(chan struct{}), done: make(chan struct{})}
+	b.mu.Lock()
+	if b.subs == nil {
+		b.subs = map[*memorySub]struct{}{}
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case a := <-s.ch:
+				f(a)
+			case <-s.quit:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			delete(b.subs, s)
+			b.mu.Unlock()
+			close(s.quit)
+			<-s.done
+		})
+	}
 }

@@ -143,6 +143,11 @@ type Config struct {
 	// OnPTYOutput, when set, is called with the size of each pty read; it
 	// must not block (metrics).
 	OnPTYOutput func(int)
+	// Changes, when set, carries session.changed between the registries
+	// that share a store (changes.go): this registry publishes its
+	// sessions' changes on it and, while Run runs, tells its watchers those
+	// of the others. nil: its watchers hear of its own sessions only.
+	Changes ChangeBus
 	// PTYSpare keeps two terminal programs started ahead, once a terminal
 	// was asked for without a session: the next such attach at the same
 	// size takes one (its first output is there already) instead of
@@ -216,6 +221,7 @@ func (c *Config) defaults() {
 type Registry struct {
 	cfg Config
 	log *slog.Logger
+	id  string // tells its own announcements apart on Config.Changes
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -269,7 +275,7 @@ func (t *tracker) wait() {
 func New(cfg Config) *Registry {
 	cfg.defaults()
 	r := &Registry{
-		cfg: cfg, log: cfg.Log,
+		cfg: cfg, log: cfg.Log, id: newID(),
 		sessions: map[string]*Session{},
 		viewers:  newViewerIndex(cfg.MaxViewed),
 		ended:    map[string]string{},
@@ -299,12 +305,17 @@ func (r *Registry) goTracked(f func()) {
 func (r *Registry) Wait() { r.tracked.wait() }
 
 // Run sweeps detached sessions past their TTL every SweepInterval until ctx
-// is done; it repairs any timer that was lost (docs/failure-classes.md #5). It blocks.
+// is done; it repairs any timer that was lost (docs/failure-classes.md #5).
+// After a Claim it renews the leases; with Config.Changes it tells the
+// watchers the changes other registries publish. It blocks.
 func (r *Registry) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	prune := time.NewTicker(r.cfg.PruneInterval)
 	defer prune.Stop()
+	if bus := r.cfg.Changes; bus != nil {
+		defer bus.Subscribe(r.heard)()
+	}
 	var renew <-chan time.Time // nil until Claim: no lease to renew
 	if _, ttl := r.leaseHeld(); ttl > 0 {
 		rt := time.NewTicker(ttl / 3)
