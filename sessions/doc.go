@@ -9,13 +9,23 @@
 // viewers only queues an [Event] (a [Viewer]'s Deliver must not block; the
 // viewer's writer encodes it, once for all viewers, with Event.Encode).
 //
+// Files, one per concern, each opening with what it owns: registry.go (the
+// config, the constructor, Run, List/Get, the tracker), viewers.go (the
+// viewer index, the cap, the principal and authorize), lifecycle.go (make,
+// attach, detach and grace, TTL and sweep, the end funnel, shutdown),
+// children.go (the chat worker), terminal.go and spare.go (terminals),
+// turn.go (a prompt's turn and its approvals), commands.go (slash
+// commands), conversation.go (history, entry seqs, the store's side),
+// lease.go (a node's hold on its sessions), changes.go (session.changed),
+// journal.go (the write-behind queue), reasons.go (the table).
+//
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
 // started ahead of the sessions they will serve (spare.go): not in the
 // registry until an attach without a session takes one, ended by Shutdown
 // or to free a worker slot.
 //
-// Who views what. The registry is the only record of which viewer views
-// which session; it enforces Config.MaxViewed per viewer, and a session
+// Who views what. The registry's viewer index is the only record of which
+// viewer views which session; it enforces Config.MaxViewed per viewer, and a session
 // that ends by any path leaves every viewer's count at once. Transports
 // keep no copy.
 //
@@ -24,8 +34,15 @@
 // reads or changes a session goes through the one authorize
 // (viewers.go): another user's session answers exactly as a missing one
 // (ErrNotFound). A session's owner is set when it is made and written with
-// every stored row; store queries carry it. Admins ([AdminPrincipal],
+// every stored row (the conversation stamps it, in one place); store
+// queries carry it. Admins ([AdminPrincipal],
 // [Registry.Admin]) list and end any session, and read none but their own.
+//
+// Leases. After Claim (a node of a cluster) every stored row and entry
+// carries its session's epoch; a write the store fences as another node's,
+// or a lease Renew could not keep, ends the session with end_reason
+// lease_lost and nothing more of it is written. FlushStore releases the
+// leases at a clean stop.
 //
 // Reasons. reasons.go is the one table of end reasons ([EndReason]),
 // worker reasons (workers.Reason) and every translation between them and
