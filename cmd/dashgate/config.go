@@ -129,7 +129,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
-	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie")
+	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store")
 	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 50, "open WebSockets per client address (0: no limit)")
 	fs.IntVar(&c.MaxHTTPConns, "max-http-conns", 256, "open HTTP connections, WebSockets not counted; beyond it the longest idle one is closed, or with none idle the request gets 503 (0: no limit)")
