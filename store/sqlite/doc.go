@@ -7,7 +7,9 @@
 // the schema with goose (the SQL steps in migrations/sqlite, embedded;
 // each step one transaction; a file of the schema before goose, PRAGMA
 // user_version 1, is taken up as it is) and returns a *Store whose Close
-// checkpoints and releases the file. Close blocks until the calls in
+// checkpoints and releases the file, then seals it (its size and CRC-32C
+// in <file>.sealed), so that the next Open of the same bytes skips the
+// page-by-page check. Close blocks until the calls in
 // flight have returned; after it every method returns store.ErrClosed.
 //
 // A Store holds two pools on the one file: one writer connection (SQLite
