@@ -3,6 +3,7 @@ package web
 import (
 	"container/list"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,7 +82,9 @@ type listener struct {
 func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
-		l.set.acceptFailed(err)
+		if !errors.Is(err, net.ErrClosed) { // closed: the server is shutting down
+			l.set.acceptFailed(err)
+		}
 		return nil, err
 	}
 	return &trackedConn{Conn: c, set: l.set}, nil
