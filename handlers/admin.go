@@ -26,9 +26,11 @@ import (
 // records why they ended.
 type AdminSessions interface {
 	List() []sessions.Info
-	Close(sid string, reason sessions.EndReason) (bool, error)
-	ReapDetached() int
-	ReapWorker(pid int) error
+	// The actions act for the admin given (the request's principal): the
+	// close records name it (by=).
+	Close(by sessions.Principal, sid string, reason sessions.EndReason) (bool, error)
+	ReapDetached(by sessions.Principal) int
+	ReapWorker(by sessions.Principal, pid int) error
 }
 
 // AdminProcs is what the admin page needs of the worker manager: snapshots,
@@ -259,7 +261,7 @@ func (h *Admin) audit(r *http.Request, target, result string) {
 
 func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	closed, err := h.Sessions.Close(id, sessions.EndAdminReap)
+	closed, err := h.Sessions.Close(PrincipalFrom(r.Context()), id, sessions.EndAdminReap)
 	target := "session " + id
 	switch {
 	case errors.Is(err, sessions.ErrNotFound), err == nil && !closed:
@@ -282,7 +284,7 @@ func (h *Admin) logger() *slog.Logger {
 }
 
 func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
-	n := h.Sessions.ReapDetached()
+	n := h.Sessions.ReapDetached(PrincipalFrom(r.Context()))
 	h.audit(r, "detached sessions", fmt.Sprintf("reaped %d", n))
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n, "end_reason": sessions.EndAdminReap})
 }
@@ -296,7 +298,7 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such worker"})
 		return
 	}
-	err = h.Sessions.ReapWorker(pid)
+	err = h.Sessions.ReapWorker(PrincipalFrom(r.Context()), pid)
 	if err == nil {
 		h.audit(r, target, "reaped")
 		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "reason": workers.ReasonAdminReap})

@@ -352,7 +352,7 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 		_, foreign := f.reg.Close(bob, sid, sessions.EndAdminReap)
 		_, absent := f.reg.Close(bob, missing, sessions.EndAdminReap)
 		asMissing(t, "reap as bob", foreign, absent)
-		if ok, err := f.reg.Admin().Close(sid, sessions.EndAdminReap); !ok || err != nil {
+		if ok, err := f.reg.Admin().Close(sessions.AdminPrincipal, sid, sessions.EndAdminReap); !ok || err != nil {
 			t.Fatalf("the admin reaps alice's session: %v, %v", ok, err)
 		}
 	},
@@ -367,7 +367,7 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 		if _, ok := f.reg.Get(alice, sid); !ok {
 			t.Fatal("alice's detached session gone after bob's reap")
 		}
-		if n := f.reg.Admin().ReapDetached(); n != 1 {
+		if n := f.reg.Admin().ReapDetached(sessions.AdminPrincipal); n != 1 {
 			t.Fatalf("the admin reaped %d detached sessions; want alice's", n)
 		}
 	},
@@ -375,7 +375,7 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 		in, _ := f.reg.Get(alice, f.live)
 		asMissing(t, "worker reap as bob", f.reg.ReapWorker(bob, in.WorkerPID), f.reg.ReapWorker(bob, 1<<30))
 		f.stillAlices(t)
-		if err := f.reg.Admin().ReapWorker(in.WorkerPID); err != nil {
+		if err := f.reg.Admin().ReapWorker(sessions.AdminPrincipal, in.WorkerPID); err != nil {
 			t.Fatalf("the admin reaps alice's worker: %v", err)
 		}
 		testkit.WaitFor(t, 5*time.Second, "alice's worker reaped", func() bool { return testkit.Reaped(in.WorkerPID) })

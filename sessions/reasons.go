@@ -99,6 +99,9 @@ var (
 	ErrViewerSlow         = errors.New("slow consumer: the send queue overflowed")
 	ErrViewerPingTimeout  = errors.New("ping timeout: the client stopped answering")
 	ErrViewerShutdown     = errors.New("server shutting down")
+	// ErrViewerRevoked: the socket's user was removed from (or changed in)
+	// --users-file; its sessions detach as when the browser goes.
+	ErrViewerRevoked = errors.New("access revoked: the user was removed")
 )
 
 // ViewerEndReason maps the cause of a socket's end to the reason the

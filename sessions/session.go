@@ -173,6 +173,7 @@ func (s *Session) live() bool {
 // Info is a snapshot of a session (session.list, the admin page).
 type Info struct {
 	ID         string    `json:"session_id"`
+	Owner      string    `json:"user"` // Principal.User of who made it; "" the anonymous user
 	Title      string    `json:"title"`
 	State      State     `json:"state"`
 	Viewers    int       `json:"viewers"` // sockets
@@ -188,7 +189,7 @@ type Info struct {
 
 func (s *Session) info() Info {
 	in := Info{
-		ID: s.id, Title: s.title, State: s.state, Viewers: len(s.viewers), Pages: pagesOf(s.viewers),
+		ID: s.id, Owner: s.owner, Title: s.title, State: s.state, Viewers: len(s.viewers), Pages: pagesOf(s.viewers),
 		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns, Model: s.model,
 	}
 	if s.worker != nil {

@@ -240,25 +240,27 @@ func authorize(p Principal, owner string, a access) bool {
 }
 
 // AdminView is the registry as the admin page sees it (handlers.AdminSessions):
-// every session, acting for [AdminPrincipal]. Only routes behind the admin
-// token may be given it.
+// every session listed, and every action taken for the principal given,
+// who must be an admin (an admin user, or the admin token's
+// [AdminPrincipal]); a non-admin acts only on its own sessions, as
+// everywhere. Only routes behind the admin check may be given it.
 type AdminView struct{ r *Registry }
 
 // Admin returns the admin page's view of r.
 func (r *Registry) Admin() AdminView { return AdminView{r} }
 
-// List is Registry.List for the admin.
+// List is Registry.List for the admin: every session.
 func (a AdminView) List() []Info { return a.r.List(AdminPrincipal) }
 
-// Close is Registry.Close for the admin (it blocks until the session is
+// Close is Registry.Close acting for by (it blocks until the session is
 // torn down).
-func (a AdminView) Close(sid string, reason EndReason) (bool, error) {
-	return a.r.Close(AdminPrincipal, sid, reason)
+func (a AdminView) Close(by Principal, sid string, reason EndReason) (bool, error) {
+	return a.r.Close(by, sid, reason)
 }
 
-// ReapDetached is Registry.ReapDetached for the admin.
-func (a AdminView) ReapDetached() int { return a.r.ReapDetached(AdminPrincipal) }
+// ReapDetached is Registry.ReapDetached acting for by.
+func (a AdminView) ReapDetached(by Principal) int { return a.r.ReapDetached(by) }
 
-// ReapWorker is Registry.ReapWorker for the admin (it blocks until the
+// ReapWorker is Registry.ReapWorker acting for by (it blocks until the
 // child is reaped).
-func (a AdminView) ReapWorker(pid int) error { return a.r.ReapWorker(AdminPrincipal, pid) }
+func (a AdminView) ReapWorker(by Principal, pid int) error { return a.r.ReapWorker(by, pid) }
