@@ -4,6 +4,7 @@
 //	dashgate [serve] [flags]   run the gateway (the default)
 //	dashgate worker            the built-in JSON-lines worker (PROTOCOL.md §4)
 //	dashgate agent             the LLM worker (PROTOCOL.md §7), configured by its environment
+//	dashgate user add|list|remove NAME   the users of --users-file
 package main
 
 import (
@@ -50,6 +51,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "agent" {
 		return agent.Main()
+	}
+	if len(args) > 0 && args[0] == "user" {
+		return userMain(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "serve" {
 		args = args[1:]
