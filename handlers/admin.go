@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime"
 	"slices"
 	"strconv"
@@ -61,6 +62,7 @@ type Admin struct {
 func (h *Admin) Routes(r chi.Router) {
 	r.Get("/", h.page)
 	r.Get("/api/sessions", h.apiSessions)
+	r.Get("/api/users", h.apiUsers)
 	r.Get("/api/workers", h.apiWorkers)
 	r.Get("/api/unowned", h.apiUnowned)
 	r.Get("/api/samples", h.apiSamples)
@@ -143,9 +145,107 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// UserFilter narrows the admin page and /admin/api/sessions to the
+// sessions of one owner: ?user=NAME, where ?user= (present, empty) is the
+// anonymous user's and no user parameter is everyone's (the zero value).
+type UserFilter struct {
+	User string // Info.Owner to keep; "" the anonymous user
+	On   bool   // false: no filter
+}
+
+// UserFilterOf reads r's ?user= parameter.
+func UserFilterOf(r *http.Request) UserFilter {
+	q := r.URL.Query()
+	return UserFilter{User: q.Get("user"), On: q.Has("user")}
+}
+
+// Query is the filter as a query string: "?user=NAME", or "" for none.
+func (f UserFilter) Query() string {
+	if !f.On {
+		return ""
+	}
+	return "?user=" + url.QueryEscape(f.User)
+}
+
+// keeps reports whether the filter keeps a session owned by owner.
+func (f UserFilter) keeps(owner string) bool { return !f.On || owner == f.User }
+
+// filterSessions returns the sessions of list f keeps (list itself when
+// there is no filter).
+func filterSessions(list []sessions.Info, f UserFilter) []sessions.Info {
+	if !f.On {
+		return list
+	}
+	out := make([]sessions.Info, 0, len(list)/8)
+	for _, s := range list {
+		if f.keeps(s.Owner) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
-	// sessions.Info is the JSON shape of PROTOCOL.md §5.
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": h.Sessions.List()})
+	// sessions.Info is the JSON shape of PROTOCOL.md §5; ?user=NAME keeps
+	// that user's sessions ("" the anonymous user's).
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": filterSessions(h.Sessions.List(), UserFilterOf(r))})
+}
+
+// UserJSON is one user's figures in GET /admin/api/users:
+//
+//	{"users":[{"user":"alice","sessions":3,"workers":1,"terminals":2,"rss_bytes":52428800}]}
+//
+// one row per user with at least one live session, sorted by name, the
+// anonymous user (sessions made before users were on, or every session
+// without users) as "user":"". sessions counts the user's live sessions,
+// workers those with a chat worker (Info.worker_pid != 0), terminals those
+// with a terminal (Info.pty_pid != 0); rss_bytes is the resident memory, in
+// bytes, of those worker and terminal processes (their leaders, as the
+// workers table's rss_bytes; descendants not included), summed. There is no
+// per-user metric: this is where per-user figures are.
+type UserJSON struct {
+	User      string `json:"user"`
+	Sessions  int    `json:"sessions"`
+	Workers   int    `json:"workers"`
+	Terminals int    `json:"terminals"`
+	RSSBytes  uint64 `json:"rss_bytes"`
+}
+
+// usersOf sums list per owner, the RSS from procs (matched by the
+// sessions' WorkerPID and PTYPID), sorted by user. It runs on snapshots,
+// after the registry's lock was released.
+func usersOf(list []sessions.Info, procs []workers.ProcInfo) []UserJSON {
+	rss := make(map[int]uint64, len(procs))
+	for _, p := range procs {
+		rss[p.PID] = p.RSSBytes
+	}
+	at := map[string]int{} // owner -> index in out
+	out := []UserJSON{}
+	for _, s := range list {
+		i, ok := at[s.Owner]
+		if !ok {
+			i = len(out)
+			at[s.Owner] = i
+			out = append(out, UserJSON{User: s.Owner})
+		}
+		u := &out[i]
+		u.Sessions++
+		if s.WorkerPID != 0 {
+			u.Workers++
+			u.RSSBytes += rss[s.WorkerPID]
+		}
+		if s.PTYPID != 0 {
+			u.Terminals++
+			u.RSSBytes += rss[s.PTYPID]
+		}
+	}
+	slices.SortFunc(out, func(a, b UserJSON) int { return strings.Compare(a.User, b.User) })
+	return out
+}
+
+func (h *Admin) apiUsers(w http.ResponseWriter, r *http.Request) {
+	list := h.Sessions.List()
+	writeJSON(w, http.StatusOK, map[string]any{"users": usersOf(list, h.Procs.Table(r.Context()))})
 }
 
 func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
@@ -166,11 +266,13 @@ func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"unowned": out})
 }
 
-// View builds the admin page's view: the session and process snapshots are
-// taken first, the stats read afterwards, never under the registry lock.
-func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
+// View builds the admin page's view, its sessions and workers tables
+// narrowed to f's user (the counters and the users table are everyone's):
+// the session and process snapshots are taken first, the stats read
+// afterwards, never under the registry lock.
+func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.AdminView {
 	now := time.Now()
-	list := h.Sessions.List()
+	all := h.Sessions.List()
 	procs := h.Procs.Table(ctx)
 	unowned := h.Procs.Unowned()
 	self := workers.SelfStats(ctx)
@@ -181,11 +283,29 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 		SelfFDs: self.NumFDs, Goroutines: runtime.NumGoroutine(),
 	}
 	v.Containment, v.ContainmentDir = h.Procs.Containment()
+	v.Filtered, v.FilterUser, v.Query = f.On, f.User, f.Query()
+	for _, u := range usersOf(all, procs) {
+		v.Users = append(v.Users, templates.UserRow{
+			Name: u.User, Link: base + "admin" + UserFilter{User: u.User, On: true}.Query(), Selected: f.On && f.User == u.User,
+			Sessions: u.Sessions, Workers: u.Workers, Terminals: u.Terminals,
+			RSS: humanize.IBytes(u.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", u.RSSBytes),
+		})
+	}
 	states := map[string]int{}
-	for _, s := range list {
+	for _, s := range all {
 		states[string(s.State)]++
+	}
+	list := filterSessions(all, f)
+	var shown map[string]bool // the filtered sessions' ids: the workers table keeps their children
+	if f.On {
+		shown = make(map[string]bool, len(list))
+	}
+	for _, s := range list {
+		if shown != nil {
+			shown[s.ID] = true
+		}
 		v.Sessions = append(v.Sessions, templates.SessionRow{
-			ID: s.ID, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
+			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
 			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID,
@@ -195,6 +315,9 @@ func (h *Admin) View(ctx context.Context, base string) templates.AdminView {
 	slices.SortFunc(procs, func(a, b workers.ProcInfo) int { return a.PID - b.PID })
 	for _, p := range procs {
 		kinds[string(p.Kind)]++
+		if shown != nil && !shown[p.SessionID] {
+			continue
+		}
 		v.Workers = append(v.Workers, templates.WorkerRow{
 			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State,
 			Age: humanAge(now, p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
@@ -230,7 +353,7 @@ func countsOf(m map[string]int) []templates.Count {
 }
 
 func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
-	v := h.View(r.Context(), h.BasePath(r))
+	v := h.View(r.Context(), h.BasePath(r), UserFilterOf(r))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if r.URL.Query().Get("fragment") == "1" {
@@ -250,12 +373,35 @@ func (h *Admin) done(w http.ResponseWriter, r *http.Request, status int, body ma
 		writeJSON(w, status, body)
 		return
 	}
-	http.Redirect(w, r, h.BasePath(r)+"admin", http.StatusSeeOther)
+	// back to the page, with the user filter the form was posted under
+	http.Redirect(w, r, h.BasePath(r)+"admin"+UserFilterOf(r).Query(), http.StatusSeeOther)
 }
 
-func (h *Admin) audit(r *http.Request, target, result string) {
+// Admin actions, the audit records' action key.
+const (
+	actionReapSession  = "reap_session"
+	actionReapDetached = "reap_detached"
+	actionReapWorker   = "reap_worker"
+	actionReapUnowned  = "reap_unowned"
+)
+
+// actor is the user key of an audit record for p: its User, or
+// "admin-token" for the admin token's principal (User "").
+func actor(p sessions.Principal) string {
+	if p == sessions.AdminPrincipal {
+		return "admin-token"
+	}
+	return p.User
+}
+
+// audit logs an action's one INFO record: msg "admin reap" with user (who
+// acted, see actor), remote (the client's address, r.RemoteAddr as the web
+// middleware resolved it) and remote_addr (the same, the key this record
+// had first), action, target and result.
+func (h *Admin) audit(r *http.Request, action, target, result string) {
 	if h.Log != nil {
-		h.Log.Info("admin reap", "remote_addr", r.RemoteAddr, "target", target, "result", result)
+		h.Log.Info("admin reap", "user", actor(PrincipalFrom(r.Context())), "remote", r.RemoteAddr, "remote_addr", r.RemoteAddr,
+			"action", action, "target", target, "result", result)
 	}
 }
 
@@ -265,13 +411,13 @@ func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 	target := "session " + id
 	switch {
 	case errors.Is(err, sessions.ErrNotFound), err == nil && !closed:
-		h.audit(r, target, "not_found")
+		h.audit(r, actionReapSession, target, "not_found")
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "session not found"})
 	case err != nil:
-		h.audit(r, target, "error")
+		h.audit(r, actionReapSession, target, "error")
 		httpError(w, r, h.logger(), err)
 	default:
-		h.audit(r, target, "reaped")
+		h.audit(r, actionReapSession, target, "reaped")
 		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "end_reason": sessions.EndAdminReap})
 	}
 }
@@ -285,7 +431,7 @@ func (h *Admin) logger() *slog.Logger {
 
 func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
 	n := h.Sessions.ReapDetached(PrincipalFrom(r.Context()))
-	h.audit(r, "detached sessions", fmt.Sprintf("reaped %d", n))
+	h.audit(r, actionReapDetached, "detached sessions", fmt.Sprintf("reaped %d", n))
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
@@ -294,27 +440,27 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	pid, err := strconv.Atoi(raw)
 	target := "worker " + raw
 	if err != nil || pid <= 1 {
-		h.audit(r, target, "not_found")
+		h.audit(r, actionReapWorker, target, "not_found")
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such worker"})
 		return
 	}
 	err = h.Sessions.ReapWorker(PrincipalFrom(r.Context()), pid)
 	if err == nil {
-		h.audit(r, target, "reaped")
+		h.audit(r, actionReapWorker, target, "reaped")
 		h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "reason": workers.ReasonAdminReap})
 		return
 	}
 	if !errors.Is(err, sessions.ErrNotFound) {
-		h.audit(r, target, "error")
+		h.audit(r, actionReapWorker, target, "error")
 		httpError(w, r, h.logger(), err)
 		return
 	}
 	if err := h.Procs.ReapUnowned(pid); err != nil {
-		h.audit(r, target, "not_found")
+		h.audit(r, actionReapWorker, target, "not_found")
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "not a worker nor a descendant of dashgate"})
 		return
 	}
-	h.audit(r, "unowned "+raw, "reaped")
+	h.audit(r, actionReapUnowned, "unowned "+raw, "reaped")
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
 }
 

@@ -21,7 +21,7 @@ func TestAdminReadableValues(t *testing.T) {
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	adm := &handlers.Admin{Sessions: s.reg.Admin(), Procs: s.mgr}
-	v := adm.View(t.Context(), "/")
+	v := adm.View(t.Context(), "/", handlers.UserFilter{})
 
 	at := func(exact string) time.Time {
 		t.Helper()

@@ -1,7 +1,8 @@
 // The admin page's script.
 //
 // Refresh: the body is fetched again every 2 s (?fragment=1, the same templ
-// component) and the old one is updated in place to match it (morph.js: a
+// component, with the page's own ?user= filter so a filtered page stays
+// filtered) and the old one is updated in place to match it (morph.js: a
 // button holding the focus stays put); the window's scroll position is kept.
 //
 // Reaps: a reap button (each carries data-confirm, the question) asks first
@@ -25,11 +26,19 @@ const question = document.querySelector('[data-testid="confirm-text"]');
 const result = document.querySelector('[data-testid="admin-result"]');
 let asking = false; // a question is open: the refresh waits
 
+/** The refresh's query: fragment=1 and the page's user filter, if any (?user= is the anonymous user's). */
+function fragmentQuery() {
+	const q = new URLSearchParams({ fragment: '1' });
+	const here = new URLSearchParams(window.location.search);
+	if (here.has('user')) q.set('user', here.get('user'));
+	return q.toString();
+}
+
 async function refresh() {
 	const body = document.getElementById('admin-body');
 	if (!body || document.hidden || asking) return;
 	try {
-		const res = await fetch(base + 'admin?fragment=1', { credentials: 'same-origin', cache: 'no-store' });
+		const res = await fetch(base + 'admin?' + fragmentQuery(), { credentials: 'same-origin', cache: 'no-store' });
 		if (!res.ok || asking) return;
 		const html = await res.text();
 		const tpl = document.createElement('template');
@@ -71,7 +80,7 @@ function show(state, text) {
 
 /** What a reap's JSON answer means, in words, with the logged reason. */
 function describe(form, status, body) {
-	const action = form.getAttribute('action') ?? '';
+	const action = (form.getAttribute('action') ?? '').split('?')[0]; // without the ?user= filter
 	if (status === 404 || body?.reaped === false) {
 		if (/reap-detached$/.test(action)) return ['ok', 'No detached session to reap.'];
 		return ['error', `Nothing reaped: ${body?.error ?? 'not found'} (it may have ended already).`];
