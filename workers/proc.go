@@ -121,6 +121,10 @@ type Spec struct {
 	// closed, whoever closed it. It runs on the closing goroutine and must
 	// not call Close.
 	OnClose func(CloseResult)
+	// LogAttrs are key, value pairs added to the child's "worker closed"
+	// record (a session's owner as user, say), as AddCloseAttr adds them,
+	// from the start: a child that ends at once logs them too.
+	LogAttrs []any
 }
 
 // CloseResult tells how a child ended.
@@ -214,10 +218,18 @@ type Proc struct {
 }
 
 // AddCloseAttr adds key=value to the child's "worker closed" record (a
-// session's turn_grace_ms, say). Call it before Close.
+// session's turn_grace_ms, say); a key added before (here or in
+// Spec.LogAttrs) gets the new value instead, so the record never has a key
+// twice. Call it before Close.
 func (p *Proc) AddCloseAttr(key string, value any) {
 	p.attrMu.Lock()
 	defer p.attrMu.Unlock()
+	for i := 0; i+1 < len(p.closeAttrs); i += 2 {
+		if p.closeAttrs[i] == key {
+			p.closeAttrs[i+1] = value
+			return
+		}
+	}
 	p.closeAttrs = append(p.closeAttrs, key, value)
 }
 
@@ -244,12 +256,13 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	}()
 
 	p := &Proc{
-		m:       m,
-		spec:    spec,
-		marker:  newMarker(),
-		waited:  make(chan struct{}),
-		closed:  make(chan struct{}),
-		closeRq: make(chan Reason, 1),
+		m:          m,
+		spec:       spec,
+		marker:     newMarker(),
+		waited:     make(chan struct{}),
+		closed:     make(chan struct{}),
+		closeRq:    make(chan Reason, 1),
+		closeAttrs: slices.Clone(spec.LogAttrs),
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Dir = spec.Dir
