@@ -16,6 +16,8 @@ import (
 	"github.com/dashgate/dashgate/workers"
 )
 
+// fakeAdminSessions is an AdminSessions listing what list returns; its
+// actions panic.
 type fakeAdminSessions struct {
 	handlers.AdminSessions // nil: other methods panic
 	list                   func() []sessions.Info
@@ -23,12 +25,16 @@ type fakeAdminSessions struct {
 
 func (f fakeAdminSessions) List() []sessions.Info { return f.list() }
 
+// fakeAdminProcs is an AdminProcs whose table is what table returns, with
+// no unowned process, in the fallback containment; ReapUnowned panics.
 type fakeAdminProcs struct {
 	handlers.AdminProcs // nil: other methods panic
 	table               func() []workers.ProcInfo
 }
 
 func (f fakeAdminProcs) Table(context.Context) []workers.ProcInfo { return f.table() }
+func (f fakeAdminProcs) Unowned() []workers.Unowned               { return nil }
+func (f fakeAdminProcs) Containment() (mode, dir string)          { return "fallback", "" }
 
 // The admin plots' samples: one at start and one per interval, with the
 // live sessions, the workers and their RSS, and the closes since the
