@@ -16,6 +16,9 @@ import (
 // ensureWorker returns the session's live worker, spawning one when there is
 // none. Spawns are serialised per session, so concurrent calls never start
 // two; a worker whose session ended while it was spawned is closed at once.
+// A spawn takes a slot of the owner's MaxWorkersPerUser first (a
+// *UserCapacityError when there is none), given back when the spawn fails
+// or, through its OnClose, whenever the worker closes.
 func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
 	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -31,26 +34,36 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 		return w, nil
 	}
 	s.worker = nil
+	c, err := r.usage.reserve(s.owner, kindWorker)
 	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 
 	spawn := func() (Worker, error) {
 		return r.cfg.Spawner.SpawnWorker(SpawnRequest{
-			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace,
-			OnClose: func(res workers.CloseResult) { r.workerGone(s, res) },
+			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace, Owner: s.owner,
+			OnClose: func(res workers.CloseResult) { r.workerGone(s, c, res) },
 		})
 	}
 	w, err := spawn()
 	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
 		w, err = spawn() // a spare terminal held the last slot
 	}
+	if err != nil {
+		r.mu.Lock()
+		r.usage.release(c) // no OnClose comes for a child that never started
+		r.mu.Unlock()
+	}
 	if errors.Is(err, workers.ErrCapacity) {
 		return nil, err
 	}
 	if err != nil {
-		r.log.Warn("worker spawn failed", "sid", s.id, "err", err)
+		r.log.Warn("worker spawn failed", "sid", s.id, "user", s.owner, "err", err)
 		return nil, &workers.Error{Failure: workers.FailSpawn, Message: err.Error()}
 	}
 	r.mu.Lock()
+	c.pid = w.PID()
 	if s.state != StateAttached && s.state != StateCreated {
 		detached := s.state == StateDetached
 		r.mu.Unlock()
@@ -62,10 +75,12 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	return w, nil
 }
 
-// workerGone is called once per closed worker of s.
-func (r *Registry) workerGone(s *Session, res workers.CloseResult) {
+// workerGone is called once per closed worker of s, whose slot in its
+// owner's count was c.
+func (r *Registry) workerGone(s *Session, c *child, res workers.CloseResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.usage.release(c)
 	if s.worker == nil || s.worker.PID() != res.PID {
 		return // the session closed it itself, and knows
 	}
@@ -103,6 +118,9 @@ func (r *Registry) touch(s *Session) {
 // admin_reap, which ends a terminal-only session with end_reason
 // admin_reap. It blocks until the child is reaped. ErrNotFound: no
 // session p may end (its own; any for an admin) has a child with that pid.
+// An admin reaping another user's child is named (by=, see byOf) on its
+// "worker closed" record and on the "session closed" record of a
+// terminal-only session it ends.
 func (r *Registry) ReapWorker(p Principal, pid int) error {
 	r.mu.Lock()
 	var w Worker
@@ -113,7 +131,7 @@ func (r *Registry) ReapWorker(p Principal, pid int) error {
 			continue
 		}
 		if s.worker != nil && s.worker.PID() == pid {
-			w = s.worker
+			w, owner = s.worker, s
 			break
 		}
 		if s.term != nil && s.term.PID() == pid {
@@ -121,12 +139,19 @@ func (r *Registry) ReapWorker(p Principal, pid int) error {
 			break
 		}
 	}
+	by := ""
+	if owner != nil {
+		by = byOf(p, owner.owner)
+	}
 	r.mu.Unlock()
 	switch {
 	case w != nil:
+		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok && by != "" {
+			n.AddCloseAttr("by", by)
+		}
 		w.Close(workers.ReasonAdminReap)
 	case t != nil:
-		t.end(workers.ReasonAdminReap, false)
+		t.endBy(workers.ReasonAdminReap, by)
 		r.mu.Lock()
 		if owner.live() && !owner.terminalOnly {
 			// Its chat viewers, and its history, say what happened.

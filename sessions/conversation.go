@@ -265,7 +265,8 @@ func (r *Registry) Configure(v Viewer, sid, model string) error {
 // by a clean shutdown, or attached or detached when the process died) as
 // detached: resumable, its TTL counted from now, no worker running. Its
 // history is read from the store on its first resume. Beyond MaxSessions,
-// the least recently active are stored as closed (end_reason lru_evict).
+// and beyond MaxSessionsPerUser of one owner, the least recently active
+// are stored as closed (end_reason lru_evict).
 // It logs one INFO "sessions restored" record and returns the count.
 func (r *Registry) Restore(ctx context.Context) (int, error) {
 	rows, err := r.cfg.Store.Restorable(ctx)
@@ -286,7 +287,7 @@ func (r *Registry) restore(rows []store.Session) int {
 		if r.sessions[row.ID] != nil {
 			continue
 		}
-		if live >= r.cfg.MaxSessions {
+		if live >= r.cfg.MaxSessions || r.usage.sessionsFull(row.Owner) {
 			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(EndLRUEvict), now
 			c := conversation{sid: row.ID, owner: row.Owner, journal: r.journal, node: row.Node, epoch: row.Epoch}
 			c.putRow(row)
@@ -297,6 +298,7 @@ func (r *Registry) restore(rows []store.Session) int {
 		s.state, s.detachedAt = StateDetached, now
 		s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 		r.sessions[s.id] = s
+		r.usage.addSession(s)
 		r.saveLocked(s)
 		restored++
 		live++
@@ -342,8 +344,10 @@ func storeErr(err error) error {
 // Reopen makes a closed session live again, viewed by v, with its stored
 // history (the last HistoryMessages entries); a live one is resumed. It
 // logs one INFO "session reopened" record. Errors: ErrNotFound (never
-// stored, deleted, or ending right now), ErrCapacity, ErrViewerCapacity,
-// ErrShuttingDown, *StoreError. Another user's session is ErrNotFound.
+// stored, deleted, or ending right now), ErrCapacity (a *UserCapacityError
+// at MaxSessionsPerUser, when no session of the owner's is detached to
+// evict), ErrViewerCapacity, ErrShuttingDown, *StoreError. Another user's
+// session is ErrNotFound.
 func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResult, error) {
 	p := principalOf(v)
 	r.mu.Lock()
@@ -380,21 +384,21 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 		r.mu.Unlock()
 		return ResumeResult{}, err
 	}
-	evict, err := r.makeRoomLocked()
+	evict, err := r.makeRoomLocked(s.owner)
 	if err != nil {
 		r.mu.Unlock()
+		r.finishAll(evict)
 		return ResumeResult{}, err
 	}
 	r.sessions[sid] = s
+	r.usage.addSession(s)
 	delete(r.ended, sid)
 	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	res := ResumeResult{Info: s.info(), History: slices.Clone(s.history)}
 	r.mu.Unlock()
-	if evict != nil {
-		r.goTracked(func() { r.finish(evict) })
-	}
-	r.log.Info("session reopened", "sid", sid, "entries", row.LastSeq)
+	r.finishAll(evict)
+	r.log.Info("session reopened", "sid", sid, "user", s.owner, "entries", row.LastSeq)
 	return res, nil
 }
 
@@ -428,7 +432,7 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 		return ErrNotFound
 	}
 	r.announce(p.User, Change{SessionID: sid, State: StateDeleted})
-	r.log.Info("session deleted", "sid", sid)
+	r.log.Info("session deleted", "sid", sid, "user", p.User)
 	return nil
 }
 

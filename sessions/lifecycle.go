@@ -29,6 +29,9 @@ func (r *Registry) setState(s *Session, next State) {
 		}
 		return
 	}
+	if next == StateClosing {
+		r.usage.dropSession(s) // its slot is free from its claim, as the global one
+	}
 	r.changedLocked(s)
 }
 
@@ -44,11 +47,12 @@ func (r *Registry) Sweep() int {
 		}
 	}
 	r.mu.Unlock()
-	return r.endAll(due, EndDetachedTTL)
+	return r.endAll(due, EndDetachedTTL, Principal{})
 }
 
-// endAll ends sessions concurrently and returns how many this call ended.
-func (r *Registry) endAll(ss []*Session, reason EndReason) int {
+// endAll ends sessions concurrently, acting for p (see byOf), and returns
+// how many this call ended.
+func (r *Registry) endAll(ss []*Session, reason EndReason, p Principal) int {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	n := 0
@@ -56,7 +60,7 @@ func (r *Registry) endAll(ss []*Session, reason EndReason) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r.end(s, reason) {
+			if r.endBy(s, reason, byOf(p, s.owner)) {
 				mu.Lock()
 				n++
 				mu.Unlock()
@@ -69,8 +73,10 @@ func (r *Registry) endAll(ss []*Session, reason EndReason) int {
 
 // Create makes a session viewed by v and owned by its principal. It evicts the least recently active
 // detached session when MaxSessions are live, or fails with ErrCapacity when
-// none is detached. Other errors: ErrShuttingDown, ErrNotFound (v is gone),
-// ErrViewerCapacity (v views MaxViewed sessions).
+// none is detached; likewise, at MaxSessionsPerUser, the owner's own least
+// recently active detached session, or fails with a *UserCapacityError
+// (which matches ErrCapacity). Other errors: ErrShuttingDown, ErrNotFound
+// (v is gone), ErrViewerCapacity (v views MaxViewed sessions).
 func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
 	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
 }
@@ -96,8 +102,10 @@ func (r *Registry) newSession(owner, title string, closeOnDisconnect, terminalOn
 }
 
 // register adds s, made by newSession, viewed by v, with the terminal t
-// already started for it (a spare; nil for none). It fails like Create,
-// and with ErrNotFound when t ended before it could be given to s.
+// already started for it (a spare; nil for none), which from then counts
+// for s's owner. It fails like Create, with ErrNotFound when t ended before
+// it could be given to s, and with a *UserCapacityError when the owner has
+// MaxTerminalsPerUser terminals (t is then left as it was).
 func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 	now := time.Now()
 	s.createdAt, s.liveSince, s.lastActive = now, now, now
@@ -121,49 +129,80 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 		t.mu.Lock()
 		ended := t.ended
 		t.mu.Unlock()
-		if ended {
+		if ended || t.child.closed {
 			r.mu.Unlock()
 			return Info{}, ErrNotFound
 		}
+		if err := r.usage.room(s.owner, kindTerminal); err != nil {
+			r.mu.Unlock()
+			return Info{}, err
+		}
 	}
-	evict, err := r.makeRoomLocked()
+	evict, err := r.makeRoomLocked(s.owner)
 	if err != nil {
 		r.mu.Unlock()
+		r.finishAll(evict)
 		return Info{}, err
+	}
+	if t != nil {
+		r.usage.count(t.child, s.owner)
+		if n, ok := t.pty.(interface{ AddCloseAttr(string, any) }); ok {
+			n.AddCloseAttr("user", s.owner)
+		}
 	}
 	s.term = t
 	if s.journal != nil {
 		s.node, s.epoch, s.leaseUntil = r.lease.newRowLocked()
 	}
 	r.sessions[s.id] = s
+	r.usage.addSession(s)
 	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	in := s.info()
 	r.mu.Unlock()
-	if evict != nil {
-		r.goTracked(func() { r.finish(evict) })
-	}
+	r.finishAll(evict)
 	return in, nil
 }
 
-// makeRoomLocked claims the least recently active detached session when
-// MaxSessions are live (the caller finishes it outside the lock), or fails
-// with ErrCapacity when none is detached. r.mu must be held.
-func (r *Registry) makeRoomLocked() (*Session, error) {
-	if r.liveCountLocked() < r.cfg.MaxSessions {
-		return nil, nil
+// makeRoomLocked makes room for one more live session of owner: at
+// MaxSessionsPerUser it claims owner's least recently active detached
+// session (never another user's), or fails with a *UserCapacityError when
+// owner has none; then, when MaxSessions are live, the least recently
+// active detached session of anyone, or it fails with ErrCapacity. The
+// caller finishes what it returns outside the lock (see finishAll), even
+// with an error. r.mu must be held.
+func (r *Registry) makeRoomLocked(owner string) ([]*Session, error) {
+	var evict []*Session
+	if r.usage.sessionsFull(owner) {
+		s := r.usage.lruDetached(owner)
+		if s == nil {
+			return nil, &UserCapacityError{Limit: LimitSessionsPerUser, Max: r.cfg.MaxSessionsPerUser}
+		}
+		r.claimLocked(s, EndLRUEvict) // frees both its slots now
+		evict = append(evict, s)
 	}
-	var evict *Session
+	if r.liveCountLocked() < r.cfg.MaxSessions {
+		return evict, nil
+	}
+	var lru *Session
 	for _, s := range r.sessions {
-		if s.state == StateDetached && (evict == nil || s.lastActive.Before(evict.lastActive)) {
-			evict = s
+		if s.state == StateDetached && (lru == nil || s.lastActive.Before(lru.lastActive)) {
+			lru = s
 		}
 	}
-	if evict == nil {
-		return nil, ErrCapacity
+	if lru == nil {
+		return evict, ErrCapacity
 	}
-	r.claimLocked(evict, EndLRUEvict) // frees its slot now
-	return evict, nil
+	r.claimLocked(lru, EndLRUEvict) // frees its slot now
+	return append(evict, lru), nil
+}
+
+// finishAll finishes, in the background, the sessions makeRoomLocked
+// claimed.
+func (r *Registry) finishAll(ss []*Session) {
+	for _, s := range ss {
+		r.goTracked(func() { r.finish(s) })
+	}
 }
 
 func (r *Registry) liveCountLocked() int {
@@ -221,7 +260,9 @@ const storeReadTimeout = 5 * time.Second
 // Close ends a session of p's (any session for an admin) with reason and
 // blocks until it is torn down. It returns false when the session had
 // already ended (or is ending), and ErrNotFound when the id was never known
-// (or was forgotten long ago) or is another user's.
+// (or was forgotten long ago) or is another user's. An admin closing a
+// session not its own is named on the "session closed" record and its
+// children's "worker closed" records (by=, see byOf).
 func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error) {
 	r.mu.Lock()
 	s := r.sessions[sid]
@@ -237,11 +278,12 @@ func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error
 		}
 		return false, ErrNotFound
 	}
-	return r.end(s, reason), nil
+	return r.endBy(s, reason, byOf(p, s.owner)), nil
 }
 
 // ReapDetached ends every detached session p may end (its own; every one
-// for an admin) with end_reason=admin_reap and returns how many it ended.
+// for an admin) with end_reason=admin_reap and returns how many it ended;
+// the records of another user's name the admin (by=, as Close).
 func (r *Registry) ReapDetached(p Principal) int {
 	r.mu.Lock()
 	var due []*Session
@@ -251,7 +293,7 @@ func (r *Registry) ReapDetached(p Principal) int {
 		}
 	}
 	r.mu.Unlock()
-	return r.endAll(due, EndAdminReap)
+	return r.endAll(due, EndAdminReap, p)
 }
 
 // Shutdown refuses new sessions and ends every session with
@@ -274,7 +316,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
-	r.goTracked(func() { r.endAll(all, EndShutdown); close(done) })
+	r.goTracked(func() { r.endAll(all, EndShutdown, Principal{}); close(done) })
 	select {
 	case <-done:
 		return nil
@@ -376,9 +418,16 @@ func (r *Registry) expire(s *Session) {
 
 // end is the one close funnel of a session: every end reason comes here.
 // It reports whether this call ended s (false: it was ending already).
-func (r *Registry) end(s *Session, reason EndReason) bool {
+func (r *Registry) end(s *Session, reason EndReason) bool { return r.endBy(s, reason, "") }
+
+// endBy is end caused by the admin by ("" for none: see byOf), whom the
+// records of the close name.
+func (r *Registry) endBy(s *Session, reason EndReason, by string) bool {
 	r.mu.Lock()
 	ok := r.claimLocked(s, reason)
+	if ok {
+		s.endBy = by
+	}
 	r.mu.Unlock()
 	if ok {
 		r.finish(s)
@@ -430,8 +479,18 @@ func (r *Registry) finish(s *Session) {
 	r.mu.Lock()
 	w, t := s.worker, s.term
 	s.worker, s.term = nil, nil
-	reason := s.endReason
+	reason, by := s.endReason, s.endBy
 	r.mu.Unlock()
+	if by != "" {
+		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
+			n.AddCloseAttr("by", by)
+		}
+		if t != nil {
+			if n, ok := t.pty.(interface{ AddCloseAttr(string, any) }); ok {
+				n.AddCloseAttr("by", by)
+			}
+		}
+	}
 
 	wreason := childReason(reason)
 	var wg sync.WaitGroup
@@ -473,6 +532,7 @@ func (r *Registry) finish(s *Session) {
 	if suspended {
 		r.log.Info("session suspended",
 			"sid", s.id,
+			"user", s.owner,
 			"duration_ms", now.Sub(s.liveSince).Milliseconds(),
 			"close_ms", now.Sub(start).Milliseconds(),
 			"worker_pid", workerPID,
@@ -480,15 +540,20 @@ func (r *Registry) finish(s *Session) {
 		)
 		return
 	}
-	r.log.Info("session closed",
+	attrs := []any{
 		"sid", s.id,
+		"user", s.owner,
 		"end_reason", string(reason),
 		"duration_ms", now.Sub(s.liveSince).Milliseconds(),
 		"close_ms", now.Sub(start).Milliseconds(),
 		"worker_pid", workerPID,
 		"pty_pid", ptyPID,
 		"turns", turns,
-	)
+	}
+	if by != "" {
+		attrs = append(attrs, "by", by)
+	}
+	r.log.Info("session closed", attrs...)
 	if r.cfg.OnSessionClose != nil {
 		r.cfg.OnSessionClose(reason)
 	}

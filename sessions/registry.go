@@ -20,7 +20,7 @@ import (
 var (
 	ErrNotFound     = errors.New("session not found or already closed") // 4001
 	ErrBusy         = errors.New("a turn is already running")           // 4009
-	ErrCapacity     = errors.New("session capacity reached")            // 4029
+	ErrCapacity     = errors.New("session capacity reached")            // 4029; a *UserCapacityError matches it too
 	ErrShuttingDown = errors.New("dashgate is shutting down")           // 4029 too: no new work
 	// ErrViewerCapacity: the viewer views Config.MaxViewed sessions already.
 	// It is wrapped in a *ViewerCapacityError that names the limit.
@@ -88,6 +88,10 @@ type SpawnRequest struct {
 	// OnClose is called once when the child was closed, whoever closed it;
 	// it must not block.
 	OnClose func(workers.CloseResult)
+	// Owner is the session owner's name (Principal.User; "" for the
+	// anonymous user and for a spare not yet attached): ProcSpawner logs it
+	// as user on the child's "worker closed" record.
+	Owner string
 }
 
 // Spawner starts the children of a session. Errors: workers.ErrCapacity,
@@ -100,19 +104,30 @@ type Spawner interface {
 // Config configures a Registry. Zero durations and sizes take the defaults
 // noted.
 type Config struct {
-	Spawner         Spawner
-	Log             *slog.Logger // discarded when nil
-	DetachedTTL     time.Duration
-	SweepInterval   time.Duration // 30s
-	MaxSessions     int           // 1000 live sessions
-	MaxViewed       int           // 100: sessions one viewer (chat socket) may view at once
-	WorkerTimeout   time.Duration // 60s
-	InterruptGrace  time.Duration // 1s: how long an interrupted worker may take to stop
-	PTYKeepalive    time.Duration // how long a parked terminal waits; 0 disables parking
-	PTYBuffer       int           // ring buffer per terminal, bytes (1 MiB)
-	PTYPending      int           // unsent output per terminal before the pty is no longer read (256 KiB)
-	HistoryMessages int           // 200: entries a session keeps in memory, and what resume returns
-	HistoryBytes    int           // 1 MiB: text a session keeps in memory
+	Spawner       Spawner
+	Log           *slog.Logger // discarded when nil
+	DetachedTTL   time.Duration
+	SweepInterval time.Duration // 30s
+	MaxSessions   int           // 1000 live sessions
+	MaxViewed     int           // 100: sessions one viewer (chat socket) may view at once
+	// MaxSessionsPerUser, MaxWorkersPerUser and MaxTerminalsPerUser cap
+	// what one owner (Principal.User; the anonymous user "" is one like any
+	// other) has live, beside the global caps (0: no limit). Sessions: its
+	// live ones, attached or detached, terminal-only ones included; at the
+	// cap a create or reopen evicts its own least recently active detached
+	// session (end_reason lru_evict), else fails. Workers: its sessions'
+	// chat workers; a call that would spawn one more fails. Terminals: its
+	// sessions' terminal programs (a spare once attached); an attach that
+	// would start one more fails. Each failure is a *UserCapacityError
+	// naming the flag (usage.go).
+	MaxSessionsPerUser, MaxWorkersPerUser, MaxTerminalsPerUser int
+	WorkerTimeout                                              time.Duration // 60s
+	InterruptGrace                                             time.Duration // 1s: how long an interrupted worker may take to stop
+	PTYKeepalive                                               time.Duration // how long a parked terminal waits; 0 disables parking
+	PTYBuffer                                                  int           // ring buffer per terminal, bytes (1 MiB)
+	PTYPending                                                 int           // unsent output per terminal before the pty is no longer read (256 KiB)
+	HistoryMessages                                            int           // 200: entries a session keeps in memory, and what resume returns
+	HistoryBytes                                               int           // 1 MiB: text a session keeps in memory
 	// Store keeps conversations (nil: a store.Memory). The caller opens and
 	// closes it; Close flushes the registry's writes to it first.
 	Store store.Store
@@ -226,6 +241,7 @@ type Registry struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	viewers  viewerIndex       // who views what (viewers.go)
+	usage    usageIndex        // what each user has live, for the per-user caps (usage.go)
 	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
 	endedQ   []string
 	closing  bool                // Shutdown started
@@ -278,6 +294,7 @@ func New(cfg Config) *Registry {
 		cfg: cfg, log: cfg.Log, id: newID(),
 		sessions: map[string]*Session{},
 		viewers:  newViewerIndex(cfg.MaxViewed),
+		usage:    newUsageIndex(&cfg),
 		ended:    map[string]string{},
 		journal:  newJournal(cfg.Store, cfg.Log),
 	}

@@ -147,6 +147,7 @@ type Session struct {
 	spawnMu     *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
+	endBy     string        // the admin whose action ended it (by=), "" for none
 	finished  chan struct{} // closed when its teardown is done and its end stored
 }
 

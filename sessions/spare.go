@@ -141,6 +141,25 @@ func (sp *spare) end(reason workers.Reason) {
 	}
 }
 
+// giveBack returns sp, taken by takeSpare but not given to a session (a
+// cap refused it), to the front of the spares, beside the others of its
+// size: it is still the oldest. When there are none (dashgate is shutting
+// down, the spares were ended idle or for another size meanwhile, or it
+// was the last: its idle timer may be gone) it is ended instead.
+func (r *Registry) giveBack(sp *spare) {
+	r.mu.Lock()
+	fits := !r.closing && len(r.spares) > 0 && len(r.spares) < spareCount &&
+		r.spares[0].cols == sp.cols && r.spares[0].rows == sp.rows
+	if fits {
+		sp.s.owner = ""
+		r.spares = append([]*spare{sp}, r.spares...)
+	}
+	r.mu.Unlock()
+	if !fits {
+		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	}
+}
+
 // dropSpare ends a spare, if there is one (the newest), and reports
 // whether it held a slot: a spawn that met workers.ErrCapacity may then
 // try again. Spares come back with the next attach without a session.
@@ -177,6 +196,10 @@ func (r *Registry) attachSpare(ctx context.Context, p Principal, sp *spare, o Te
 	if errors.Is(err, ErrNotFound) { // its program ended before it was taken
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 		return nil, false, nil
+	}
+	if errors.Is(err, ErrCapacity) { // p's caps, or the global one: the spare waits for the next
+		r.giveBack(sp)
+		return nil, true, err
 	}
 	if err != nil {
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })

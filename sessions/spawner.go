@@ -22,11 +22,12 @@ type ProcSpawner struct {
 	WorkerEnv []string
 }
 
-// SpawnWorker starts a chat worker.
+// SpawnWorker starts a chat worker; its "worker closed" record carries
+// user (req.Owner).
 func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	w, err := p.Manager.StartWorker(workers.Spec{
 		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: append(p.Env[:len(p.Env):len(p.Env)], p.WorkerEnv...),
-		CancelGrace: req.CancelGrace, OnClose: req.OnClose,
+		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: []any{"user", req.Owner},
 	})
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -35,12 +36,14 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 }
 
 // SpawnPTY starts the terminal program at req's size, with
-// TERM=xterm-256color.
+// TERM=xterm-256color; its "worker closed" record carries user
+// (req.Owner).
 func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	env := append(FilterEnv(p.Env, nil, "TERM"), "TERM=xterm-256color")
 	proc, err := p.Manager.Start(workers.Spec{
 		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
 		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
+		LogAttrs: []any{"user", req.Owner},
 	})
 	if err != nil {
 		return nil, err

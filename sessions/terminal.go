@@ -47,6 +47,10 @@ type Terminal struct {
 	r   *Registry
 	s   *Session
 	pty PTY
+	// child is its place in its owner's count (usage.go); by is the admin
+	// whose reap ended it (endBy). Both are guarded by r.mu.
+	child *child
+	by    string
 
 	mu        sync.Mutex
 	ring      *Ring
@@ -178,6 +182,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 			s.endedPTYPID = t.PID() // its session's close record names it
 			if s.terminalOnly && s.live() {
 				if r.claimLocked(s, endReason) {
+					s.endBy = t.by
 					after = func() { r.finish(s) }
 				}
 			}
@@ -189,6 +194,21 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		close(t.endDone)
 	})
 	<-t.endDone
+}
+
+// endBy is end(reason, false) caused by the admin by ("" for none, see
+// byOf): the program's "worker closed" record and the close record of a
+// terminal-only session it ends name them.
+func (t *Terminal) endBy(reason workers.Reason, by string) {
+	if by != "" {
+		t.r.mu.Lock()
+		t.by = by
+		t.r.mu.Unlock()
+		if n, ok := t.pty.(interface{ AddCloseAttr(string, any) }); ok {
+			n.AddCloseAttr("by", by)
+		}
+	}
+	t.end(reason, false)
 }
 
 // Attachment is one socket attached to a terminal. It is also a Viewer of
@@ -230,10 +250,21 @@ func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 // elsewhere is taken over (the other attachment's Kicked closes). The
 // returned attachment, a Viewer carrying p, must be Detached when the
 // socket ends. Errors: ErrNotFound (also for another user's session),
-// ErrCapacity, workers.ErrCapacity and spawn errors.
+// ErrCapacity (a *UserCapacityError when a new terminal-only session or a
+// new program would pass the owner's MaxSessionsPerUser or
+// MaxTerminalsPerUser), workers.ErrCapacity and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
 	terminalOnly := sid == ""
+	if terminalOnly {
+		// Refused before a spare is taken or a session made for it.
+		r.mu.Lock()
+		err := r.usage.room(p.User, kindTerminal)
+		r.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	if terminalOnly && r.cfg.PTYSpare {
 		a, err := r.attachTerminalOnly(ctx, p, o)
 		if a != nil {
@@ -348,11 +379,31 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 }
 
 // startTerminal starts s's terminal program; isSpare says it is the spare
-// (which never ends itself to make room).
+// (which never ends itself to make room, and counts for no user until
+// register gives it to a session). Any other takes a slot of the owner's
+// MaxTerminalsPerUser first (a *UserCapacityError when there is none),
+// given back when the spawn fails or, through its OnClose, when the
+// program closes.
 func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
 	defer trace.StartRegion(context.Background(), "spawn pty").End()
+	c := &child{kind: kindTerminal}
+	if !isSpare {
+		r.mu.Lock()
+		var err error
+		c, err = r.usage.reserve(s.owner, kindTerminal)
+		r.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	release := func() {
+		r.mu.Lock()
+		r.usage.release(c)
+		r.mu.Unlock()
+	}
 	t := &Terminal{
-		r: r, s: s,
+		child: c,
+		r:     r, s: s,
 		ring:       NewRing(r.cfg.PTYBuffer),
 		first:      true,
 		notify:     make(chan struct{}),
@@ -362,8 +413,9 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 		endDone:    make(chan struct{}),
 		onOutput:   r.cfg.OnPTYOutput,
 	}
-	req := SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows,
+	req := SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows, Owner: s.owner,
 		OnClose: func(res workers.CloseResult) {
+			release()
 			if res.Reason == workers.ReasonExited {
 				// the program ended by itself: end the terminal, off the
 				// closing goroutine
@@ -375,8 +427,12 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare held the last slot
 	}
 	if err != nil {
+		release() // no OnClose comes for a child that never started
 		return nil, err
 	}
+	r.mu.Lock()
+	c.pid = pty.PID()
+	r.mu.Unlock()
 	t.pty = pty
 	close(t.ready)
 	r.goTracked(t.read)
@@ -492,7 +548,7 @@ func (a *Attachment) Detach(reason workers.Reason) {
 		if park {
 			// The program keeps running for a reattach: say so, since the
 			// socket is gone (the tab closed or reloaded).
-			r.log.Info("terminal parked", "sid", t.s.id, "pty_pid", t.PID(),
+			r.log.Info("terminal parked", "sid", t.s.id, "user", a.principal.User, "pty_pid", t.PID(),
 				"keepalive_ms", r.cfg.PTYKeepalive.Milliseconds(), "reason", string(reason))
 		}
 		if current && !park {

@@ -1,0 +1,243 @@
+package sessions
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// This file owns what each user has running: the per-owner index of live
+// sessions, chat workers and terminals (usageIndex), the per-user caps it
+// enforces (Config.MaxSessionsPerUser, MaxWorkersPerUser,
+// MaxTerminalsPerUser), their error, and the admin page's per-user summary.
+// The index is guarded by the registry's mutex. A session is in it from
+// the moment it is in the registry and live until it is claimed by the
+// close funnel (setState to closing); a child from the slot taken before
+// its spawn until its OnClose ran (or the spawn failed). Each is a member
+// of a set, so leaving twice is leaving once: the counts cannot drift.
+
+// The flags of the per-user caps, as UserCapacityError.Limit names them.
+const (
+	LimitSessionsPerUser  = "--max-sessions-per-user"
+	LimitWorkersPerUser   = "--max-workers-per-user"
+	LimitTerminalsPerUser = "--max-terminals-per-user"
+)
+
+// UserCapacityError is returned when a call would give one user (the owner
+// of the sessions, Principal.User) more than Max of what Limit caps: live
+// sessions, chat workers or terminals. It matches ErrCapacity (4029).
+type UserCapacityError struct {
+	Limit string // the flag, e.g. "--max-workers-per-user" (the Limit* constants)
+	Max   int
+}
+
+func (e *UserCapacityError) Error() string {
+	return fmt.Sprintf("user capacity reached: %s (%d)", e.Limit, e.Max)
+}
+
+// Is makes errors.Is(err, ErrCapacity) hold.
+func (e *UserCapacityError) Is(target error) bool { return target == ErrCapacity }
+
+// childKind is what a counted child is.
+type childKind int
+
+const (
+	kindWorker childKind = iota
+	kindTerminal
+	kindCount
+)
+
+// limits are the flags of each kind's cap.
+var childLimits = [kindCount]string{kindWorker: LimitWorkersPerUser, kindTerminal: LimitTerminalsPerUser}
+
+// child is one chat worker's or terminal's place in its owner's count.
+// Its fields are guarded by the registry's mutex.
+type child struct {
+	kind    childKind
+	owner   string
+	pid     int  // 0 until its spawn returned
+	counted bool // in its owner's set
+	closed  bool // its spawn failed or its OnClose ran: never counted again
+}
+
+// usage is one user's live sessions and children.
+type usage struct {
+	sessions map[*Session]struct{}
+	children [kindCount]map[*child]struct{}
+}
+
+func (u *usage) empty() bool {
+	return len(u.sessions) == 0 && len(u.children[kindWorker]) == 0 && len(u.children[kindTerminal]) == 0
+}
+
+// usageIndex is the one record of what each user has live; only its
+// methods change it. r.mu must be held for every call.
+type usageIndex struct {
+	byUser      map[string]*usage
+	max         [kindCount]int // 0: no limit
+	maxSessions int
+}
+
+func newUsageIndex(c *Config) usageIndex {
+	ix := usageIndex{byUser: map[string]*usage{}, maxSessions: c.MaxSessionsPerUser}
+	ix.max[kindWorker], ix.max[kindTerminal] = c.MaxWorkersPerUser, c.MaxTerminalsPerUser
+	return ix
+}
+
+func (ix *usageIndex) of(user string) *usage {
+	u := ix.byUser[user]
+	if u == nil {
+		u = &usage{sessions: map[*Session]struct{}{}}
+		for k := range u.children {
+			u.children[k] = map[*child]struct{}{}
+		}
+		ix.byUser[user] = u
+	}
+	return u
+}
+
+// prune forgets a user with nothing live, so the index holds only users
+// who have something.
+func (ix *usageIndex) prune(user string) {
+	if u := ix.byUser[user]; u != nil && u.empty() {
+		delete(ix.byUser, user)
+	}
+}
+
+// sessions is how many live sessions user has.
+func (ix *usageIndex) sessions(user string) int {
+	if u := ix.byUser[user]; u != nil {
+		return len(u.sessions)
+	}
+	return 0
+}
+
+// sessionsFull reports whether user is at --max-sessions-per-user.
+func (ix *usageIndex) sessionsFull(user string) bool {
+	return ix.maxSessions > 0 && ix.sessions(user) >= ix.maxSessions
+}
+
+// lruDetached is user's least recently active detached session, nil when
+// it has none.
+func (ix *usageIndex) lruDetached(user string) *Session {
+	var out *Session
+	if u := ix.byUser[user]; u != nil {
+		for s := range u.sessions {
+			if s.state == StateDetached && (out == nil || s.lastActive.Before(out.lastActive)) {
+				out = s
+			}
+		}
+	}
+	return out
+}
+
+func (ix *usageIndex) addSession(s *Session) { ix.of(s.owner).sessions[s] = struct{}{} }
+
+func (ix *usageIndex) dropSession(s *Session) {
+	if u := ix.byUser[s.owner]; u != nil {
+		delete(u.sessions, s)
+		ix.prune(s.owner)
+	}
+}
+
+// room fails with a *UserCapacityError when user has as many children of
+// kind as its cap allows.
+func (ix *usageIndex) room(user string, kind childKind) error {
+	max := ix.max[kind]
+	if max <= 0 {
+		return nil
+	}
+	if u := ix.byUser[user]; u != nil && len(u.children[kind]) >= max {
+		return &UserCapacityError{Limit: childLimits[kind], Max: max}
+	}
+	return nil
+}
+
+// reserve returns a counted slot of kind for user, or fails as room does.
+// The caller spawns after it and calls release when the spawn fails or the
+// child closed.
+func (ix *usageIndex) reserve(user string, kind childKind) (*child, error) {
+	c := &child{kind: kind, owner: user}
+	if err := ix.room(user, kind); err != nil {
+		return nil, err
+	}
+	ix.count(c, user)
+	return c, nil
+}
+
+// count counts c, not yet counted (a spare's), for user. The caller
+// checked room and that c is not closed.
+func (ix *usageIndex) count(c *child, user string) {
+	c.owner, c.counted = user, true
+	ix.of(user).children[c.kind][c] = struct{}{}
+}
+
+// release ends c's place for good: its spawn failed or it closed. Safe to
+// call twice.
+func (ix *usageIndex) release(c *child) {
+	c.closed = true
+	if !c.counted {
+		return
+	}
+	c.counted = false
+	if u := ix.byUser[c.owner]; u != nil {
+		delete(u.children[c.kind], c)
+		ix.prune(c.owner)
+	}
+}
+
+// UserSummary is what one user has live (the admin page's per-user row).
+type UserSummary struct {
+	User      string // Principal.User of the owner; "" is the anonymous user
+	Sessions  int    // live sessions: created, attached or detached, terminal-only ones included
+	Workers   int    // live chat workers of its sessions
+	Terminals int    // live terminal programs of its sessions (a spare once attached)
+	// WorkerPIDs and PTYPIDs are the pids of those children, ascending
+	// (a child whose spawn has not returned yet is counted, not listed).
+	WorkerPIDs, PTYPIDs []int
+}
+
+// UsersSummary returns, for every user with something live, what it has,
+// sorted by user; the counts are the ones the per-user caps check. It
+// takes the registry's lock once and scans only the users' own sets (no
+// store read); the caller owns the slices.
+func (r *Registry) UsersSummary() []UserSummary {
+	r.mu.Lock()
+	out := make([]UserSummary, 0, len(r.usage.byUser))
+	for user, u := range r.usage.byUser {
+		sum := UserSummary{User: user, Sessions: len(u.sessions), Workers: len(u.children[kindWorker]), Terminals: len(u.children[kindTerminal])}
+		sum.WorkerPIDs = pidsOf(u.children[kindWorker])
+		sum.PTYPIDs = pidsOf(u.children[kindTerminal])
+		out = append(out, sum)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b UserSummary) int { return strings.Compare(a.User, b.User) })
+	return out
+}
+
+func pidsOf(set map[*child]struct{}) []int {
+	pids := make([]int, 0, len(set))
+	for c := range maps.Keys(set) {
+		if c.pid > 0 {
+			pids = append(pids, c.pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// byOf is the by= of a close p caused on a session of owner: "" when p
+// acts on its own session; the admin's user, or "admin-token" for
+// AdminPrincipal (the admin token, which owns no session), otherwise.
+func byOf(p Principal, owner string) string {
+	switch {
+	case !p.Admin:
+		return ""
+	case p.User == "":
+		return "admin-token"
+	case p.User != owner:
+		return p.User
+	}
+	return ""
+}
