@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -33,12 +34,29 @@ type socket struct {
 func newSocket(parent context.Context, conn *websocket.Conn) *socket {
 	ctx, cancel := context.WithCancelCause(parent)
 	s := &socket{conn: conn, ctx: ctx, cancel: cancel, connCtx: context.WithoutCancel(parent)}
-	// The server shutting down (its base context) closes the socket with 1001.
+	// The parent ends for one of two reasons: the server shutting down (its
+	// base context) closes the socket with 1001; the socket's user revoked
+	// (package web's Revoke cancels the request with
+	// sessions.ErrViewerRevoked) closes it with CloseRevoked.
 	s.stop = context.AfterFunc(parent, func() {
-		s.closeWith(context.Cause(parent), websocket.StatusGoingAway, "server shutting down")
+		cause := context.Cause(parent)
+		if errors.Is(cause, sessions.ErrViewerRevoked) {
+			s.closeWith(cause, CloseRevoked, CloseRevokedReason)
+			return
+		}
+		s.closeWith(cause, websocket.StatusGoingAway, "server shutting down")
 	})
 	return s
 }
+
+// CloseRevoked is the close code of a WebSocket whose user lost access
+// (removed from, or changed in, --users-file) while it was open, with
+// CloseRevokedReason as its reason. Its sessions detach as when the
+// browser goes (sessions.ViewerEndReason).
+const (
+	CloseRevoked       websocket.StatusCode = 4403
+	CloseRevokedReason                      = "access revoked: user removed"
+)
 
 func (s *socket) record(cause error) bool {
 	s.mu.Lock()

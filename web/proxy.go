@@ -23,6 +23,22 @@ func forwardedFrom(ctx context.Context) *forwarded {
 	return f
 }
 
+// ParseTrustedPeers parses --trusted-proxies: a comma-separated list of
+// CIDRs or addresses, and the word "unix" (connections over a Unix socket
+// are from a trusted proxy: Config.TrustUnix).
+func ParseTrustedPeers(list string) (prefixes []netip.Prefix, unix bool, err error) {
+	var rest []string
+	for _, item := range strings.Split(list, ",") {
+		if strings.EqualFold(strings.TrimSpace(item), "unix") {
+			unix = true
+			continue
+		}
+		rest = append(rest, item)
+	}
+	prefixes, err = ParseTrustedProxies(strings.Join(rest, ","))
+	return prefixes, unix, err
+}
+
 // ParseTrustedProxies parses a comma-separated list of CIDRs or addresses.
 func ParseTrustedProxies(list string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
@@ -70,11 +86,26 @@ func peerAddr(remote string) (netip.Addr, bool) {
 // proxy applies X-Forwarded-For, -Proto, -Host and -Prefix when, and only
 // when, the peer is a trusted proxy (docs/failure-classes.md #17); from anyone else they
 // are ignored. The client address becomes r.RemoteAddr, the forwarded host
-// r.Host (so origin checks compare against what the browser used).
+// r.Host (so origin checks compare against what the browser used). The
+// peer is the connection's own: an address in TrustedProxies, or with
+// TrustUnix any Unix-socket connection. Whether it was trusted stays in
+// the request's context (peerTrusted: the user header's gate), whatever
+// X-Forwarded-For says. A Unix-socket peer's RemoteAddr ("@" or "") becomes
+// "unix": every such peer is one local address.
 func (s *Server) proxy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		peer, ok := peerAddr(r.RemoteAddr)
-		if !ok || !s.isTrusted(peer) {
+		var trusted bool
+		if isUnixConn(r) {
+			trusted = s.cfg.TrustUnix
+			if r.RemoteAddr == "" || r.RemoteAddr == "@" {
+				r.RemoteAddr = "unix"
+			}
+		} else {
+			peer, ok := peerAddr(r.RemoteAddr)
+			trusted = ok && s.isTrusted(peer)
+		}
+		r = r.WithContext(context.WithValue(r.Context(), peerKey{}, trusted))
+		if !trusted {
 			next.ServeHTTP(w, r)
 			return
 		}

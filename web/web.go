@@ -7,14 +7,19 @@
 // wire and the registry. http.Server.Shutdown does not close hijacked
 // connections, so Run cancels the base context of every request with
 // handlers.ErrShutdown, which closes each WebSocket with 1001; the registry
-// closes the sessions themselves.
+// closes the sessions themselves. Server.Revoke cancels a user's WebSocket
+// requests with sessions.ErrViewerRevoked (close code 4403).
+//
+// Identity (identity.go, cookie.go). auth resolves who a request is once,
+// into the sessions.Principal handlers read with handlers.PrincipalFrom:
+// the user header from a trusted peer, a signed login cookie (cookie.go),
+// a users-file token, or the dashboard/admin token.
 package web
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -31,17 +36,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/dashgate/dashgate/handlers"
-	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/static"
 	"github.com/dashgate/dashgate/templates"
-)
-
-// Cookie names (PROTOCOL.md §1). The admin cookie is an addition, used only
-// when --admin-token differs from --token.
-const (
-	TokenCookie      = "dashgate_token"
-	AdminTokenCookie = "dashgate_admin_token"
-	NodeCookie       = "dashgate_node"
 )
 
 // Config configures the server.
@@ -55,6 +51,40 @@ type Config struct {
 	Version        string
 	Log            *slog.Logger
 	MaxConnsPerIP  int // open WebSockets per client address; 0 means no limit
+
+	// Users (issue 24). With neither UserHeader nor Users set, the
+	// dashboard token is the one anonymous user (sessions.Principal{}), as
+	// before users. With either set, the dashboard token no longer opens
+	// the dashboard (401); the admin token still opens /admin and /metrics
+	// as sessions.AdminPrincipal.
+	//
+	// UserHeader (--user-header) names the request header an
+	// authenticating proxy puts the user in; it is honoured only when the
+	// connection's own peer is trusted (TrustedProxies, or a Unix socket
+	// with TrustUnix), on every request and WebSocket upgrade, and then
+	// wins over any cookie. A value that is empty, repeated, longer than
+	// MaxUserHeader bytes or holds a control character is answered 400.
+	// Without the header (or from another peer) a request needs a
+	// credential as below. "" turns header mode off.
+	UserHeader string
+	// Users (--users-file) verifies NAME.SECRET tokens, sent as ?token= or
+	// "Authorization: Bearer"; a browser page opened with ?token= gets a
+	// login cookie for the user. nil turns users-file mode off.
+	Users UserDirectory
+	// AdminUsers (--admin-users) are the users who are admins
+	// (Principal.Admin): they reach /admin and /metrics; other users get 403.
+	AdminUsers []string
+	// CookieKey signs the login cookies (HMAC-SHA256): at least 32 random
+	// bytes, kept across restarts so logins survive them. Empty: New makes
+	// a random one (logins last as long as the process).
+	CookieKey []byte
+	// Instance names this instance's cookies (LoginCookiePrefix+Instance,
+	// AdminCookiePrefix+Instance): letters, digits, '-' and '_', at most
+	// 32. "": derived from CookieKey.
+	Instance string
+	// TrustUnix: requests that came over a Unix-socket listener are from a
+	// trusted proxy (X-Forwarded-* and UserHeader honoured).
+	TrustUnix bool
 
 	// Connections (Run). MaxHTTPConns caps open HTTP connections, WebSockets
 	// not counted (0: no cap); IdleTimeout closes a keep-alive connection
@@ -89,9 +119,13 @@ type Server struct {
 	inflight int            // requests being served, WebSockets included
 	idle     chan struct{}  // closed when inflight drops to 0; nil while 0
 	perIP    map[string]int // open WebSockets per client address
+
+	identityState
 }
 
-// New builds the server's handler.
+// New builds the server's handler. It refuses a config without a token, a
+// CookieKey shorter than 32 bytes, and an Instance that cannot name a
+// cookie.
 func New(cfg Config, h Handlers) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("a token is required")
@@ -112,6 +146,9 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		tokenH: sha256.Sum256([]byte(cfg.Token)), adminH: sha256.Sum256([]byte(cfg.AdminToken)),
 		sepAdm: cfg.AdminToken != cfg.Token, trusted: cfg.TrustedProxies,
 		cop: http.NewCrossOriginProtection(), perIP: map[string]int{},
+	}
+	if err := s.initIdentity(); err != nil {
+		return nil, err
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if strings.Contains(o, "://") && !strings.ContainsAny(o, "*?[") {
@@ -138,8 +175,8 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
 		r.Handle("/static/*", http.StripPrefix(strings.TrimSuffix(cfg.BasePath, "/")+"/static/", staticHandler()))
-		r.With(s.checkOrigin, s.limitConns).Handle("/ws/chat", h.Chat)
-		r.With(s.checkOrigin, s.limitConns).Handle("/ws/pty", h.Terminal)
+		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/chat", h.Chat)
+		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/pty", h.Terminal)
 	})
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(true), s.cop.Handler)
@@ -306,110 +343,8 @@ func RedactQuery(raw string) string {
 	return q.Encode()
 }
 
-// tokenSource says where a request's valid token came from.
-type tokenSource int
-
-const (
-	tokenNone tokenSource = iota
-	tokenCookie
-	tokenBearer
-	tokenQuery
-)
-
-type authKey struct{}
-
-func (s *Server) match(tok string, admin bool) bool {
-	if tok == "" {
-		return false
-	}
-	h := sha256.Sum256([]byte(tok))
-	want := s.tokenH
-	if admin {
-		want = s.adminH
-	}
-	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
-}
-
-// findToken returns where a valid token was found, in PROTOCOL.md §1 order.
-func (s *Server) findToken(r *http.Request, admin bool) (tokenSource, string) {
-	cookies := []string{TokenCookie}
-	if admin && s.sepAdm {
-		cookies = []string{AdminTokenCookie, TokenCookie}
-	}
-	for _, name := range cookies {
-		if c, err := r.Cookie(name); err == nil && s.match(c.Value, admin) {
-			return tokenCookie, c.Value
-		}
-	}
-	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") && s.match(strings.TrimSpace(a[7:]), admin) {
-		return tokenBearer, ""
-	}
-	if q := r.URL.Query().Get("token"); s.match(q, admin) {
-		return tokenQuery, q
-	}
-	return tokenNone, ""
-}
-
 func isUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
-}
-
-// auth checks the dashboard (or admin) token. A browser page opened with
-// ?token= gets the cookie (when that token is valid) and is redirected to
-// the URL without it, whatever let it in.
-func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			src, _ := s.findToken(r, admin)
-			if src == tokenNone {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="dashgate"`)
-				if r.Method == http.MethodGet && !isUpgrade(r) && strings.Contains(r.Header.Get("Accept"), "text/html") {
-					// A person in a browser: a form that sends ?token= (no script).
-					w.Header().Set("Content-Type", "text/html; charset=utf-8")
-					w.WriteHeader(http.StatusUnauthorized)
-					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token")}).Render(r.Context(), w)
-					return
-				}
-				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
-				return
-			}
-			// A page opened with ?token= never keeps it in the address bar
-			// (or the history), also when a cookie let it in already.
-			if r.URL.Query().Has("token") && r.Method == http.MethodGet && !isUpgrade(r) &&
-				strings.Contains(r.Header.Get("Accept"), "text/html") {
-				if q := r.URL.Query().Get("token"); src == tokenQuery || s.match(q, admin) {
-					name, cpath := TokenCookie, s.base(r)
-					if admin && s.sepAdm {
-						name, cpath = AdminTokenCookie, s.base(r)+"admin"
-					}
-					http.SetCookie(w, &http.Cookie{
-						Name: name, Value: q, Path: cpath, HttpOnly: true,
-						SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
-					})
-				}
-				u := *r.URL
-				q := u.Query()
-				q.Del("token")
-				u.RawQuery = q.Encode()
-				u.Path = s.externalPath(r)
-				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
-				return
-			}
-			ctx := context.WithValue(r.Context(), authKey{}, src)
-			next.ServeHTTP(w, r.WithContext(handlers.WithPrincipal(ctx, principal(admin))))
-		})
-	}
-}
-
-// principal is who a request with a valid token acts for, resolved here
-// once: today the dashboard token is the one anonymous user (owner "", as
-// every stored session) and the admin token, on the admin routes, the
-// admin. Handlers read it once per request or socket and pass it down.
-func principal(admin bool) sessions.Principal {
-	if admin {
-		return sessions.AdminPrincipal
-	}
-	return sessions.Principal{}
 }
 
 // externalPath is the request's path as the browser sees it.
@@ -453,8 +388,10 @@ func (s *Server) limitConns(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ip, _ := peerAddr(r.RemoteAddr)
-		key := ip.String()
+		key := r.RemoteAddr // a Unix-socket peer ("unix"): all of them one local address
+		if ip, ok := peerAddr(r.RemoteAddr); ok {
+			key = ip.String()
+		}
 		s.mu.Lock()
 		if s.perIP[key] >= limit {
 			s.mu.Unlock()

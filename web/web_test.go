@@ -102,7 +102,9 @@ func TestAuth(t *testing.T) {
 		{"page without token", "/", nil, nil, 401},
 		{"wrong bearer", "/", map[string]string{"Authorization": "Bearer nope"}, nil, 401},
 		{"bearer", "/", map[string]string{"Authorization": "Bearer secret-token"}, nil, 200},
-		{"cookie", "/", nil, &http.Cookie{Name: "dashgate_token", Value: "secret-token"}, 200},
+		{"legacy cookie (deprecated)", "/", nil, &http.Cookie{Name: "dashgate_token", Value: "secret-token"}, 200},
+		{"legacy cookie, wrong token", "/", nil, &http.Cookie{Name: "dashgate_token", Value: "nope"}, 401},
+		{"legacy admin cookie on metrics", "/metrics", nil, &http.Cookie{Name: "dashgate_admin_token", Value: "admin-token"}, 200},
 		{"query", "/static/css/app.css?token=secret-token", nil, nil, 200},
 		{"dashboard token on metrics", "/metrics", map[string]string{"Authorization": "Bearer secret-token"}, nil, 401},
 		{"admin token on metrics", "/metrics", map[string]string{"Authorization": "Bearer admin-token"}, nil, 200},
@@ -135,12 +137,16 @@ func TestTokenQuerySetsCookieAndRedirects(t *testing.T) {
 	}
 	var c *http.Cookie
 	for _, ck := range resp.Cookies() {
-		if ck.Name == "dashgate_token" {
+		if strings.HasPrefix(ck.Name, web.LoginCookiePrefix) {
 			c = ck
 		}
 	}
-	if c == nil || c.Value != "secret-token" || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure {
+	// The signed login cookie, never the token itself.
+	if c == nil || strings.Contains(c.Value, "secret-token") || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure {
 		t.Fatalf("cookie = %+v", c)
+	}
+	if code, _ := ask(t, nil, srv.URL, "/ws/chat", map[string]string{"Authorization": ""}, c); code != 200 {
+		t.Fatalf("the login cookie does not let in: %d", code)
 	}
 	if strings.Contains(logs.String(), "secret-token") {
 		t.Fatal("the token reached the log")
@@ -420,9 +426,9 @@ func TestTokenQueryLeavesTheAddressBarWithACookie(t *testing.T) {
 		}
 		var set []string
 		for _, c := range resp.Cookies() {
-			set = append(set, c.Value)
+			set = append(set, strings.TrimRight(c.Name, "0123456789abcdef"))
 		}
-		if want := map[string]string{"secret-token": "[secret-token]", "not-the-token": "[]"}[q]; fmt.Sprint(set) != want {
+		if want := map[string]string{"secret-token": "[dashgate_login_]", "not-the-token": "[]"}[q]; fmt.Sprint(set) != want {
 			t.Errorf("?token=%s: cookies set %v, want %s (only a valid token becomes the cookie)", q, set, want)
 		}
 	}
