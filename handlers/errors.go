@@ -24,6 +24,7 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var rpc *RPCError
 	var we *workers.Error
 	var vc *sessions.ViewerCapacityError
+	var uc *sessions.UserCapacityError
 	var se *sessions.StoreError
 	switch {
 	case errors.As(err, &rpc):
@@ -34,6 +35,9 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		return &RPCError{Code: CodeBusy, Message: "a turn is already running in this session"}
 	case errors.As(err, &vc):
 		return &RPCError{Code: CodeCapacity, Message: vc.Error()}
+	case errors.As(err, &uc):
+		// As a viewer's cap: the message names the limit, whatever wraps it.
+		return &RPCError{Code: CodeCapacity, Message: uc.Error()}
 	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
 		return &RPCError{Code: CodeCapacity, Message: err.Error()}
 	case errors.Is(err, workers.ErrCapacity):
@@ -78,7 +82,8 @@ func DescribeError(err error) (int, string) {
 // httpError answers a plain HTTP request (the /ws/pty handshake, /admin)
 // that failed with err: 400 for an errBadRequest, 404 for
 // sessions.ErrNotFound, 503 for the
-// capacity and shutdown sentinels, 500 "internal error" for anything else,
+// capacity and shutdown sentinels (a *sessions.UserCapacityError among
+// them, its message naming the per-user limit), 500 "internal error" for anything else,
 // logged on log with the method and path.
 func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var bad errBadRequest
