@@ -1,0 +1,79 @@
+package web_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+
+	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/web"
+)
+
+// BenchmarkIdentity is the per-request cost of resolving who is asking,
+// through the whole middleware chain (proxy, headers, auth, origin) to a
+// handler that reads the principal, in each mode, in one run:
+//
+//	go test -run '^$' -bench Identity ./web/
+//
+// The users-file cases use fakeUsers (a map) because package users was not
+// committed when this was written: they measure web's part (parse, HMAC,
+// one Stamp call), not bcrypt (which users.File caches).
+func BenchmarkIdentity(b *testing.B) {
+	nothing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = handlers.PrincipalFrom(r.Context())
+	})
+	newS := func(b *testing.B, cfg web.Config) *web.Server {
+		cfg.Token, cfg.AdminToken = "secret-token", "admin-token"
+		s, err := web.New(cfg, web.Handlers{Chat: nothing, Terminal: nothing, Admin: &handlers.Admin{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	// loginCookie logs in with tok and returns the cookie set.
+	loginCookie := func(b *testing.B, s *web.Server, tok string) *http.Cookie {
+		req := httptest.NewRequest("GET", "/?token="+tok, nil)
+		req.Header.Set("Accept", "text/html")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		for _, c := range rec.Result().Cookies() {
+			if c.Name == s.LoginCookieName() {
+				return c
+			}
+		}
+		b.Fatalf("no login cookie: %d", rec.Code)
+		return nil
+	}
+	peer := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")} // httptest.NewRequest's RemoteAddr
+	tokenS := newS(b, web.Config{})
+	usersS := newS(b, web.Config{Users: someUsers()})
+	headerS := newS(b, web.Config{UserHeader: "X-Forwarded-User", TrustedProxies: peer})
+	for _, bc := range []struct {
+		name string
+		s    *web.Server
+		set  func(*http.Request)
+	}{
+		{"token/legacy-cookie", tokenS, func(r *http.Request) { r.AddCookie(&http.Cookie{Name: web.TokenCookie, Value: "secret-token"}) }},
+		{"token/cookie", tokenS, func(r *http.Request) { r.AddCookie(loginCookie(b, tokenS, "secret-token")) }},
+		{"token/bearer", tokenS, func(r *http.Request) { r.Header.Set("Authorization", "Bearer secret-token") }},
+		{"header/trusted-peer", headerS, func(r *http.Request) { r.Header.Set("X-Forwarded-User", "alice") }},
+		{"users-file/cookie", usersS, func(r *http.Request) { r.AddCookie(loginCookie(b, usersS, aliceTok)) }},
+		{"users-file/bearer-cached", usersS, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+aliceTok) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := httptest.NewRequest("GET", "/ws/chat", nil)
+			req.Header.Set("Origin", "http://example.com")
+			bc.set(req)
+			rec := httptest.NewRecorder()
+			bc.s.ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				b.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.s.ServeHTTP(httptest.NewRecorder(), req)
+			}
+		})
+	}
+}
