@@ -34,7 +34,7 @@ func TestOtherOriginCannotOpenTerminal(t *testing.T) {
 	b := newBrowser(t)
 	tb := b.newTab(t, "attacker")
 
-	// The browser logs in: from now on it holds the dashgate_token cookie.
+	// The browser logs in: from now on it holds the login cookie.
 	tb.Do("log in", chromedp.Navigate(d.LoginURL("/")))
 	waitDashboard(t, tb)
 
