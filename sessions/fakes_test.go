@@ -230,6 +230,26 @@ type fakePTY struct {
 	once     sync.Once
 	relOnce  sync.Once
 	res      workers.CloseResult
+	attrs    map[string]any // AddCloseAttr's, as a Proc's close record would carry them
+}
+
+// AddCloseAttr records key=value as workers.Proc's does (a later value of
+// a key replaces the earlier).
+func (p *fakePTY) AddCloseAttr(key string, value any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.attrs == nil {
+		p.attrs = map[string]any{}
+	}
+	p.attrs[key] = value
+}
+
+// attr is the value AddCloseAttr gave key, and whether it did.
+func (p *fakePTY) attr(key string) (any, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.attrs[key]
+	return v, ok
 }
 
 func (p *fakePTY) PID() int { return p.pid }

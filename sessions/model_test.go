@@ -168,16 +168,26 @@ func runModel(t *testing.T, seed uint64, steps int) {
 // re-executed (see TestMain).
 func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager) {
 	t.Helper()
+	return realHarnessWith(t, grace, nil)
+}
+
+// realHarnessWith is realHarness with mod applied to the registry's Config.
+func realHarnessWith(t *testing.T, grace time.Duration, mod func(*Config)) (*harness, *workers.Manager) {
+	t.Helper()
 	log, lb := testkit.NewLogger()
 	mgr := workers.NewManager(workers.Config{Grace: grace, Log: log, Instance: "test"})
 	h := &harness{t: t, logs: lb}
-	h.r = New(Config{
+	cfg := Config{
 		Spawner: ProcSpawner{
 			Manager: mgr, WorkerCmd: []string{os.Args[0]}, PTYCmd: []string{"/bin/sh"},
 			Env: []string{"DASHGATE_TEST_WORKER=1", "PATH=" + os.Getenv("PATH")},
 		},
 		Log: log, DetachedTTL: time.Minute, PTYKeepalive: time.Minute,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h.r = New(cfg)
 	t.Cleanup(func() {
 		h.r.Shutdown(context.Background())
 		h.r.Wait()
