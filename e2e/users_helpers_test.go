@@ -69,8 +69,13 @@ func startBehindAuthBasic(t *testing.T, users []string, extra ...string) (*dashg
 	return d, n
 }
 
-// asUser is how user's client opens sockets through the auth_basic nginx.
-func asUser(user string) testkit.DialOptions { return testkit.DialOptions{Header: basicAuth(user)} }
+// asUser is how user's browser opens sockets through the auth_basic nginx
+// n: with the password and the page's Origin (in header mode the header is
+// an ambient credential, like a cookie: an upgrade without Origin is
+// refused).
+func asUser(n *nginx, user string) testkit.DialOptions {
+	return testkit.DialOptions{Header: basicAuth(user), Origin: n.Origin()}
+}
 
 // userSession is a row of /admin/api/sessions or of session.list with its
 // owner (PROTOCOL.md "Users").

@@ -63,8 +63,8 @@ func TestUsersBehindNginxAuthBasic(t *testing.T) {
 	}
 
 	// Over raw sockets through nginx, with each one's password.
-	aliceChat := openChat(t, "alice's chat", n.WS("/ws/chat"), asUser("alice"))
-	bobChat := openChat(t, "bob's chat", n.WS("/ws/chat"), asUser("bob"))
+	aliceChat := openChat(t, "alice's chat", n.WS("/ws/chat"), asUser(n, "alice"))
+	bobChat := openChat(t, "bob's chat", n.WS("/ws/chat"), asUser(n, "bob"))
 	a := aliceChat.createSession("alice's secret plans")
 	word := "zanzibar" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 	aliceChat.mustEcho(a, word)
@@ -117,8 +117,9 @@ func TestUsersBehindNginxAuthBasic(t *testing.T) {
 		t.Errorf("bob's session.list include_closed holds alice's session: %s", closed)
 	}
 	// Her terminal: refused as a missing id is, before the upgrade.
-	theirs := upgradeAnswer(t, n.URL(""), "/ws/pty?session_id="+a, basicAuth("bob"))
-	none := upgradeAnswer(t, n.URL(""), "/ws/pty?session_id="+missing, basicAuth("bob"))
+	bobUpgrade := mergeHeader(basicAuth("bob"), http.Header{"Origin": {n.Origin()}})
+	theirs := upgradeAnswer(t, n.URL(""), "/ws/pty?session_id="+a, bobUpgrade)
+	none := upgradeAnswer(t, n.URL(""), "/ws/pty?session_id="+missing, bobUpgrade)
 	if strings.ReplaceAll(theirs, a, missing) != none {
 		t.Errorf("bob's /ws/pty?session_id= of alice's session answers\n%s\nbut of a missing id\n%s", theirs, none)
 	}
@@ -133,7 +134,7 @@ func TestUsersBehindNginxAuthBasic(t *testing.T) {
 
 	// alice works (a terminal, a rename, a prompt); bob's socket hears
 	// none of it. The barrier: bob's own rename reaches him after hers.
-	alicePTY := openPTY(t, "alice's terminal", n.WS("/ws/pty?session_id="+a), asUser("alice"))
+	alicePTY := openPTY(t, "alice's terminal", n.WS("/ws/pty?session_id="+a), asUser(n, "alice"))
 	if err := alicePTY.run("echo typed-by-alice", exactly("typed-by-alice"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestUsersForgedHeader(t *testing.T) {
 		if cookie == nil {
 			t.Fatalf("alice's login set no dashgate_login_ cookie: %v", jar.Cookies(res.Request.URL))
 		}
-		aliceChat := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{LocalIP: "127.0.0.2", Jar: jar})
+		aliceChat := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{LocalIP: "127.0.0.2", Jar: jar, Origin: "http://" + d.Addr})
 		aliceSid := aliceChat.createSession("alice's")
 		if owner, _ := d.ownerOf(aliceSid); owner != "alice" {
 			t.Fatalf("alice's session is %q's, want alice's", owner)
@@ -293,7 +294,7 @@ func TestUsersForgedHeader(t *testing.T) {
 
 		// Through nginx with bob's password and alice's cookie: bob.
 		h := mergeHeader(basicAuth("bob"), http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}})
-		mixed := openChat(t, "alice's cookie, bob's header", n.WS("/ws/chat"), testkit.DialOptions{Header: h})
+		mixed := openChat(t, "alice's cookie, bob's header", n.WS("/ws/chat"), testkit.DialOptions{Header: h, Origin: n.Origin()})
 		if ids := mixed.listIDs(); slices.Contains(ids, aliceSid) {
 			t.Errorf("a request with alice's cookie and bob's header lists alice's session: %v", ids)
 		}
