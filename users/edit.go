@@ -113,7 +113,8 @@ func Remove(path, name string) error {
 	return replace(path, out)
 }
 
-// replace writes data to a temporary file in path's directory (0600),
+// replace writes data to a temporary file in path's directory (0600, as
+// os.CreateTemp makes it),
 // fsyncs it, renames it over path and fsyncs the directory. The caller
 // holds the lock of the file being replaced.
 func replace(path string, data []byte) (err error) {
@@ -129,9 +130,6 @@ func replace(path string, data []byte) (err error) {
 			err = fmt.Errorf("users file %s: %w", path, err)
 		}
 	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		return err
-	}
 	if _, err := tmp.Write(data); err != nil {
 		return err
 	}

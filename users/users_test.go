@@ -246,6 +246,27 @@ func TestVerify(t *testing.T) {
 		{"dotted name cut at the first dot", "a." + dotted[len("a.b.c."):], ""},
 		{"garbage", "\x00\xff.\n", ""},
 	}
+	// A secret outside the token form is refused before any bcrypt, even
+	// when a line hashes it (a line made by hand).
+	upper := strings.ToUpper(aliceSecret)
+	upperHash, err := bcrypt.GenerateFromPassword([]byte(upper), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("ab", 30)
+	longHash, err := bcrypt.GenerateFromPassword([]byte(long), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hand, err := Parse(strings.NewReader("upper:" + string(upperHash) + "\nlong:" + string(longHash) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"upper." + upper, "long." + long} {
+		if u, ok := hand.Verify(tok); ok {
+			t.Errorf("Verify(%q) = %q: a secret not of 48 lowercase hex was accepted", tok, u)
+		}
+	}
 	for _, tt := range tests {
 		user, ok := s.Verify(tt.token)
 		if user != tt.user || ok != (tt.user != "") {
@@ -420,7 +441,7 @@ func TestAddRemoveKeepLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "users")
 	_, a := newUser(t, "alice")
 	_, b := newUser(t, "bob")
-	orig := "# dashgate users\n\n" + a + "\r\n  # bob is away\n" + b // no final newline
+	orig := "# dashgate users\n\n" + a + "\r\n  # bob is away\r\n" + b // no final newline
 	writeFile(t, path, orig)
 	os.Chmod(path, 0o640)
 
@@ -455,7 +476,7 @@ func TestAddRemoveKeepLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ = os.ReadFile(path)
-	if want := "# dashgate users\n\n  # bob is away\n" + b + "\n" + line + "\n"; string(data) != want {
+	if want := "# dashgate users\n\n  # bob is away\r\n" + b + "\n" + line + "\n"; string(data) != want {
 		t.Errorf("after Remove(alice):\n%q\nwant\n%q", data, want)
 	}
 	if m := mode(t, path); m != 0o600 {
@@ -468,7 +489,7 @@ func TestAddRemoveKeepLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ = os.ReadFile(path)
-	if want := "# dashgate users\n\n  # bob is away\n" + b + "\n"; string(data) != want {
+	if want := "# dashgate users\n\n  # bob is away\r\n" + b + "\n"; string(data) != want {
 		t.Errorf("after Remove(carol):\n%q\nwant\n%q", data, want)
 	}
 	ents, _ := os.ReadDir(filepath.Dir(path))

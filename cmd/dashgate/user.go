@@ -179,7 +179,7 @@ func loginBase(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("--url %q: %w", raw, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--url %q: want http://HOST[:PORT]/[PATH] or https://...", raw)
+		return nil, fmt.Errorf("--url %q: want an http or https URL such as http://HOST:PORT/PATH", raw)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("--url %q: want no query or fragment", raw)
