@@ -64,6 +64,12 @@ type config struct {
 	MaxHTTPConns     int
 	HTTPIdleTimeout  time.Duration
 	WSCloseTimeout   time.Duration
+	UserHeader       string
+	UsersFile        string
+	AdminUsers       string
+	MaxSessionsUser  int
+	MaxWorkersUser   int
+	MaxTerminalsUser int
 	LogLevel         string
 	LogFormat        string
 	Cgroup           string
@@ -90,7 +96,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var c config
 	fs := flag.NewFlagSet("dashgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8787", "address to listen on (host:port; port 0 picks one)")
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8787", "address to listen on: host:port (port 0 picks one), or unix:/path for a Unix socket (made 0660) behind a proxy")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the bound address to this file once listening")
 	fs.StringVar(&c.Token, "token", "", "dashboard token; when empty a random one is made (kept in <state-dir>/token for the next start) and a login URL printed")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "token of /admin and /metrics (default: the dashboard token)")
@@ -127,7 +133,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
 	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 0, "a streaming turn may finish for this long after its session's last viewer left (0: its worker is closed at once)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
-	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-* headers are used")
+	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of the proxies whose X-Forwarded-* headers, and --user-header, are used; unix: whatever comes over the --addr unix: socket")
+	fs.StringVar(&c.UserHeader, "user-header", "", "take the user from this request header (e.g. X-Forwarded-User), only from a --trusted-proxies peer; the proxy must overwrite it")
+	fs.StringVar(&c.UsersFile, "users-file", "", "file of name:bcrypt-hash lines, one per user (dashgate user add NAME); reloaded on SIGHUP")
+	fs.StringVar(&c.AdminUsers, "admin-users", "", "comma-separated users who reach /admin and /metrics (and may reap any session, never read or type into one)")
+	fs.IntVar(&c.MaxSessionsUser, "max-sessions-per-user", 0, "live sessions of one user; beyond it the user's least recently active detached one is evicted, else error 4029 (0: no limit)")
+	fs.IntVar(&c.MaxWorkersUser, "max-workers-per-user", 0, "live chat workers of one user's sessions; beyond it error 4029 (0: no limit)")
+	fs.IntVar(&c.MaxTerminalsUser, "max-terminals-per-user", 0, "live terminals of one user; beyond it the terminal is refused with 4029 (0: no limit)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
 	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store")
 	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
@@ -211,20 +223,38 @@ func (c config) validate() error {
 	if c.ChildPidsMax < 0 {
 		errs = append(errs, errors.New("--child-pids-max must not be negative"))
 	}
+	if c.MaxSessionsUser < 0 || c.MaxWorkersUser < 0 || c.MaxTerminalsUser < 0 {
+		errs = append(errs, errors.New("--max-sessions-per-user, --max-workers-per-user and --max-terminals-per-user must not be negative"))
+	}
+	if c.UserHeader != "" {
+		if strings.TrimSpace(c.TrustedProxies) == "" {
+			errs = append(errs, fmt.Errorf("--user-header %s needs --trusted-proxies: the header is honoured only from those peers", c.UserHeader))
+		}
+		if strings.ContainsAny(c.UserHeader, " \t:\r\n") {
+			errs = append(errs, fmt.Errorf("--user-header %q is not a header name", c.UserHeader))
+		}
+	}
+	if c.AdminUsers != "" && c.UserHeader == "" && c.UsersFile == "" {
+		errs = append(errs, errors.New("--admin-users needs users: set --user-header or --users-file"))
+	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("no state directory: $XDG_STATE_HOME and $HOME are unset or relative; set --state-dir (or DASHGATE_STATE_DIR)"))
 	}
 	if strings.TrimSpace(c.PTYCmd) == "" {
 		errs = append(errs, errors.New("--pty-cmd is empty"))
 	}
-	if !c.TokenExplicit && !isLoopback(c.Addr) {
+	if !c.TokenExplicit && !isLoopback(c.Addr) && c.UserHeader == "" && c.UsersFile == "" {
 		errs = append(errs, fmt.Errorf("--addr %s is not a loopback address: set --token (or DASHGATE_TOKEN) explicitly", c.Addr))
 	}
 	return errors.Join(errs...)
 }
 
-// isLoopback reports whether addr only listens on the loopback interface.
+// isLoopback reports whether addr only listens on the loopback interface
+// (or is a Unix socket, reachable only through the file system).
 func isLoopback(addr string) bool {
+	if _, ok := unixPath(addr); ok {
+		return true
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -244,4 +274,10 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// unixPath is the socket path of an --addr of the form unix:/path.
+func unixPath(addr string) (string, bool) {
+	p, ok := strings.CutPrefix(addr, "unix:")
+	return p, ok && p != ""
 }

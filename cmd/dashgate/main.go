@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -68,7 +67,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg, stderr)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP rereads --users-file (reloadOnHUP); without one it stops
+	// dashgate as SIGTERM does (a closed terminal), never without its
+	// shutdown.
+	stopSignals := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if cfg.UsersFile == "" {
+		stopSignals = append(stopSignals, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	go func() {
 		<-ctx.Done()
@@ -92,6 +98,20 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// usersMode names how dashgate learns who is asking, for the listening
+// record: "" (the one anonymous user of the dashboard token), "header",
+// "users-file" or "header+users-file".
+func usersMode(cfg config) string {
+	var modes []string
+	if cfg.UserHeader != "" {
+		modes = append(modes, "header")
+	}
+	if cfg.UsersFile != "" {
+		modes = append(modes, "users-file")
+	}
+	return strings.Join(modes, "+")
+}
+
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
@@ -107,14 +127,19 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // stateToken is the dashboard token when none is set: made once, kept in
 // <state-dir>/token (0600) and reused by the next start, so that the
 // browser's cookie, and its open tabs, outlive a restart.
-func stateToken(stateDir string) (string, error) {
-	path := filepath.Join(stateDir, "token")
+func stateToken(stateDir string) (string, error) { return stateSecret(stateDir, "token") }
+
+// stateSecret is the secret kept in <state-dir>/<name> (0600, refused when
+// a symlink, another user's or another mode), made on first use: a random
+// hex string of at least 32 characters.
+func stateSecret(stateDir, name string) (string, error) {
+	path := filepath.Join(stateDir, name)
 	f, err := openTokenFile(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	// Two starts at once on one state dir agree on one token.
+	// Two starts at once on one state dir agree on one secret.
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return "", fmt.Errorf("token file %s: lock: %w", path, err)
 	}
@@ -238,9 +263,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			return fmt.Errorf("--worker-cmd / --pty-cmd: %w", err)
 		}
 	}
-	trusted, err := web.ParseTrustedProxies(cfg.TrustedProxies)
+	trusted, trustUnix, err := web.ParseTrustedPeers(cfg.TrustedProxies)
 	if err != nil {
 		return err
+	}
+	userFile, err := openUsers(cfg.UsersFile)
+	if err != nil {
+		return err
+	}
+	cookieKey, err := stateSecret(cfg.StateDir, "cookie.key")
+	if err != nil {
+		return &startupError{err}
 	}
 
 	var metrics *handlers.Metrics
@@ -259,6 +292,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
 		DescribeError:   handlers.DescribeError,
 		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
+		MaxSessionsPerUser: cfg.MaxSessionsUser, MaxWorkersPerUser: cfg.MaxWorkersUser, MaxTerminalsPerUser: cfg.MaxTerminalsUser,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
@@ -273,12 +307,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version}
-	srv, err := web.New(web.Config{
+	wcfg := web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, MaxHTTPConns: cfg.MaxHTTPConns, IdleTimeout: cfg.HTTPIdleTimeout,
-		CloseTimeout: cfg.WSCloseTimeout,
-	}, web.Handlers{
+		CloseTimeout: cfg.WSCloseTimeout, TrustUnix: trustUnix, UserHeader: cfg.UserHeader,
+		AdminUsers: splitList(cfg.AdminUsers), CookieKey: []byte(cookieKey),
+		Instance: cookieInstance(cookieKey, cfg.Addr, cfg.BasePath),
+	}
+	if userFile != nil { // a nil *users.File would be a non-nil interface
+		wcfg.Users = userFile
+	}
+	srv, err := web.New(wcfg, web.Handlers{
 		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models},
 		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
 		Admin:    admin,
@@ -289,11 +329,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	admin.BasePath = srv.BasePath
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen(cfg.Addr)
 	if err != nil {
 		return err
 	}
 	addr := ln.Addr().String()
+	if _, ok := unixPath(cfg.Addr); ok {
+		addr = "unix:" + addr
+	}
 	if cfg.AddrFile != "" {
 		if err := os.WriteFile(cfg.AddrFile, []byte(addr+"\n"), 0o600); err != nil {
 			ln.Close()
@@ -301,14 +344,24 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		}
 	}
 	base, _ := web.NormalizeBasePath(cfg.BasePath)
-	log.Info("dashgate listening", "addr", addr, "base_path", base, "instance", inst.ID, "version", version, "pid", os.Getpid())
-	if cfg.TokenExplicit {
+	log.Info("dashgate listening", "addr", addr, "base_path", base, "instance", inst.ID, "version", version, "pid", os.Getpid(),
+		"users", usersMode(cfg))
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		fmt.Fprintf(stdout, "dashgate: listening on %s (for a proxy on this host)\n", addr)
+	case userFile != nil && cfg.UserHeader == "":
+		fmt.Fprintf(stdout, "dashgate: users log in with the URL `dashgate user add NAME --url http://%s%s` prints\n", addr, base)
+	case cfg.UserHeader != "":
+		fmt.Fprintf(stdout, "dashgate: serving the users its proxy names in %s\n", cfg.UserHeader)
+	case cfg.TokenExplicit:
 		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=<your token> (once; a cookie keeps you logged in)\n", addr, base)
-	} else {
+	default:
 		// Printed on stdout for the person who started dashgate, never logged.
 		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=%s\n", addr, base, token)
 	}
-	if cfg.AdminToken != "" && cfg.AdminToken != token {
+	if usersMode(cfg) != "" && !cfg.TokenExplicit && cfg.AdminToken == "" {
+		fmt.Fprintf(stdout, "dashgate: admin at http://%s%sadmin?token=%s\n", addr, base, token)
+	} else if cfg.AdminToken != "" && cfg.AdminToken != token {
 		fmt.Fprintf(stdout, "dashgate: admin at http://%s%sadmin?token=<the admin token>\n", addr, base)
 	}
 
@@ -319,6 +372,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	g.Go(func() error { reg.Run(gctx); return nil })
 	g.Go(func() error { mgr.RunReaper(gctx, time.Second); return nil })
 	g.Go(func() error { admin.Sample(gctx, handlers.DefaultSampleEvery); return nil })
+	if userFile != nil {
+		g.Go(func() error { reloadOnHUP(gctx, userFile, srv, log); return nil })
+	}
 
 	select {
 	case <-ctx.Done():
