@@ -39,6 +39,10 @@ func TestConfigRefusals(t *testing.T) {
 		{"unknown cgroup mode", []string{"--cgroup", "yes"}, "--cgroup"},
 		{"memory limit not a size", []string{"--child-memory-max", "lots"}, "--child-memory-max"},
 		{"negative pids limit", []string{"--child-pids-max", "-1"}, "--child-pids-max"},
+		{"user header without trusted proxies", []string{"--user-header", "X-Forwarded-User"}, "needs --trusted-proxies"},
+		{"user header not a name", []string{"--user-header", "X User", "--trusted-proxies", "127.0.0.1"}, "not a header name"},
+		{"admin users without users", []string{"--admin-users", "carol"}, "--admin-users needs users"},
+		{"negative per-user cap", []string{"--max-workers-per-user", "-1"}, "--max-workers-per-user"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +54,15 @@ func TestConfigRefusals(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8787", "--token", "t", "--state-dir", "/srv/dashgate"}, none, io.Discard); err != nil {
 		t.Fatalf("non-loopback with a token: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--addr", "unix:/run/dashgate.sock"},
+		{"--addr", "0.0.0.0:8787", "--user-header", "X-Forwarded-User", "--trusted-proxies", "10.0.0.1"},
+		{"--addr", "0.0.0.0:8787", "--users-file", "/etc/dashgate/users"},
+	} {
+		if _, err := parseConfig(append(args, "--state-dir", "/srv/dashgate"), none, io.Discard); err != nil {
+			t.Fatalf("%q without a token (a Unix socket, or users on): %v", args, err)
+		}
 	}
 	if _, err := parseConfig(nil, func(k string) string {
 		if k == "DASHGATE_WORKER_GRACE" {
