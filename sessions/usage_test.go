@@ -199,6 +199,9 @@ func TestUserCapTerminals(t *testing.T) {
 	defer a.Detach(workers.ReasonDetach)
 	_, err = h.r.AttachTerminal(t.Context(), alice, "", TerminalOptions{})
 	wantUserCap(t, "alice's second terminal", err, LimitTerminalsPerUser, 1)
+	if recs := h.logs.Records("session closed"); len(recs) != 0 {
+		t.Fatalf("the refused attach made (and closed) a session: %v", recs)
+	}
 	va := viewerOf(alice)
 	in, _ := h.r.Create(va, "", false)
 	_, err = h.r.AttachTerminal(t.Context(), alice, in.ID, TerminalOptions{})
@@ -220,6 +223,7 @@ func TestUserCapTerminals(t *testing.T) {
 	if _, err := h.r.AttachTerminal(t.Context(), carol, "", TerminalOptions{}); !errors.Is(err, workers.ErrCapacity) {
 		t.Fatalf("at --max-workers: %v, want workers.ErrCapacity", err)
 	}
+	h.wantUsage("the failed spawn left nothing of carol's", map[string]counts{"alice": {2, 0, 1}, "bob": {1, 0, 1}})
 }
 
 // TestUserCapKeepsTheSpare: an attach the per-user cap refuses neither
