@@ -268,7 +268,20 @@ func isPage(r *http.Request) bool {
 func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			throttled := s.cfg.Users != nil && carriesToken(r)
+			if throttled && s.throttle.blocked(clientAddr(r)) {
+				s.throttle.refused.Add(1)
+				s.throttle.warn.Do(func() {
+					s.log.Warn("wrong tokens: client throttled", "remote", r.RemoteAddr, "refused", s.throttle.refused.Swap(0))
+				})
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "too many wrong tokens from this address: try again later", http.StatusTooManyRequests)
+				return
+			}
 			id, bad := s.identify(r, admin)
+			if throttled && !id.ok && bad == "" {
+				s.throttle.failed(clientAddr(r))
+			}
 			if bad != "" {
 				s.badHeaders.Add(1)
 				s.headerWarn.Do(func() {
@@ -450,6 +463,7 @@ type identityState struct {
 	seen        *seenUsers
 	badHeaders  atomic.Int64 // refused user headers since the last WARN
 	headerWarn  rate.Sometimes
+	throttle    *throttle // wrong users-file tokens per client (throttle.go)
 
 	smu   sync.Mutex
 	socks map[string]map[*liveSocket]struct{} // open /ws/* requests by user
@@ -486,6 +500,7 @@ func (s *Server) initIdentity() error {
 	}
 	s.seen = newSeenUsers(maxSeenUsers)
 	s.headerWarn = rate.Sometimes{Interval: headerWarnEvery}
+	s.throttle = newThrottle()
 	s.socks = map[string]map[*liveSocket]struct{}{}
 	return nil
 }
