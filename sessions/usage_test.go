@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -526,4 +527,32 @@ func TestUserAndByOnRecords(t *testing.T) {
 		t.Fatalf("reaped detached session's record: %v", rec)
 	}
 	h.wantUsage("all closed", nil)
+}
+
+// TestRestoreBeyondUserCap: a restore keeps at most MaxSessionsPerUser of
+// one owner's stored sessions (its most recently active) and stores the
+// others as closed (lru_evict); another owner's are kept.
+func TestRestoreBeyondUserCap(t *testing.T) {
+	t.Parallel()
+	st := store.NewMemory()
+	base := time.Now().Add(-time.Hour)
+	var b store.Batch
+	for i, owner := range []string{"alice", "alice", "alice", "bob"} {
+		b.Sessions = append(b.Sessions, store.Session{ID: fmt.Sprintf("s%d", i), Owner: owner, State: store.StateSuspended,
+			CreatedAt: base, LastActive: base.Add(time.Duration(i) * time.Minute)})
+	}
+	st.Apply(t.Context(), b)
+	h := newHarness(t, func(c *Config) { c.Store = st; c.MaxSessionsPerUser = 2 })
+	if n, _ := h.r.Restore(t.Context()); n != 3 {
+		t.Fatalf("restored %d, want 3", n)
+	}
+	if _, ok := h.r.Get(alice, "s0"); ok {
+		t.Fatal("alice's least recently active session was restored beyond her cap")
+	}
+	h.wantUsage("restored", map[string]counts{"alice": {2, 0, 0}, "bob": {1, 0, 0}})
+	h.r.journal.flush(t.Context())
+	closed, _, _ := st.Closed(t.Context(), store.ListQuery{Owner: "alice"})
+	if len(closed) != 1 || closed[0].ID != "s0" || closed[0].EndReason != string(EndLRUEvict) {
+		t.Fatalf("alice's closed after the restore: %+v", closed)
+	}
 }
