@@ -17,7 +17,8 @@
 // turn.go (a prompt's turn and its approvals), commands.go (slash
 // commands), conversation.go (history, entry seqs, the store's side),
 // lease.go (a node's hold on its sessions), changes.go (session.changed),
-// journal.go (the write-behind queue), reasons.go (the table).
+// journal.go (the write-behind queue), reasons.go (the table), usage.go
+// (what each user has live: the per-user caps and UsersSummary).
 //
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
 // started ahead of the sessions they will serve (spare.go): not in the
