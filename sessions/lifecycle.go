@@ -205,15 +205,7 @@ func (r *Registry) finishAll(ss []*Session) {
 	}
 }
 
-func (r *Registry) liveCountLocked() int {
-	n := 0
-	for _, s := range r.sessions {
-		if s.live() {
-			n++
-		}
-	}
-	return n
-}
+func (r *Registry) liveCountLocked() int { return r.usage.live }
 
 // ResumeResult is what session.resume answers.
 type ResumeResult struct {

@@ -376,10 +376,21 @@ func (r *Registry) Prune(ctx context.Context) int {
 // one for an admin), oldest first.
 func (r *Registry) List(p Principal) []Info {
 	r.mu.Lock()
-	out := make([]Info, 0, len(r.sessions))
-	for _, s := range r.sessions {
-		if s.live() && authorize(p, s.owner, accessManage) {
-			out = append(out, s.info())
+	var out []Info
+	if p.Admin {
+		out = make([]Info, 0, len(r.sessions))
+		for _, s := range r.sessions {
+			if s.live() && authorize(p, s.owner, accessManage) {
+				out = append(out, s.info())
+			}
+		}
+	} else { // its own: the usage index holds them, not a walk of everyone's
+		own := r.usage.owned(p.User)
+		out = make([]Info, 0, len(own))
+		for s := range own {
+			if s.live() && authorize(p, s.owner, accessManage) {
+				out = append(out, s.info())
+			}
 		}
 	}
 	r.mu.Unlock()

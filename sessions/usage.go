@@ -75,6 +75,7 @@ func (u *usage) empty() bool {
 // methods change it. r.mu must be held for every call.
 type usageIndex struct {
 	byUser      map[string]*usage
+	live        int            // sessions in every user's set: the registry's live sessions
 	max         [kindCount]int // 0: no limit
 	maxSessions int
 }
@@ -132,13 +133,30 @@ func (ix *usageIndex) lruDetached(user string) *Session {
 	return out
 }
 
-func (ix *usageIndex) addSession(s *Session) { ix.of(s.owner).sessions[s] = struct{}{} }
+func (ix *usageIndex) addSession(s *Session) {
+	u := ix.of(s.owner)
+	if _, ok := u.sessions[s]; !ok {
+		u.sessions[s] = struct{}{}
+		ix.live++
+	}
+}
 
 func (ix *usageIndex) dropSession(s *Session) {
 	if u := ix.byUser[s.owner]; u != nil {
-		delete(u.sessions, s)
+		if _, ok := u.sessions[s]; ok {
+			delete(u.sessions, s)
+			ix.live--
+		}
 		ix.prune(s.owner)
 	}
+}
+
+// owned is user's live sessions, nil when none.
+func (ix *usageIndex) owned(user string) map[*Session]struct{} {
+	if u := ix.byUser[user]; u != nil {
+		return u.sessions
+	}
+	return nil
 }
 
 // room fails with a *UserCapacityError when user has as many children of

@@ -36,6 +36,15 @@ type counts [3]int
 func (h *harness) usageNow() map[string]counts {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
+	scan := 0
+	for _, s := range h.r.sessions {
+		if s.live() {
+			scan++
+		}
+	}
+	if h.r.usage.live != scan {
+		h.t.Fatalf("the usage index counts %d live sessions, the registry holds %d", h.r.usage.live, scan)
+	}
 	out := map[string]counts{}
 	for user, u := range h.r.usage.byUser {
 		out[user] = counts{len(u.sessions), len(u.children[kindWorker]), len(u.children[kindTerminal])}
