@@ -9,10 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/accounts"
 )
 
 // Containment by cgroup v2 (docs/containment.md). Every child starts inside
@@ -51,6 +54,31 @@ type CgroupOptions struct {
 	// pids.max in processes); 0 means no limit.
 	MemoryMax int64
 	PidsMax   int64
+	// UserMemoryMax, UserPidsMax and UserCPUMax limit each Unix account's
+	// cgroup, Dir/user-<name>, which holds the cgroups of every child that
+	// runs as that account (Spec.Account): --user-memory-max (memory.max,
+	// bytes), --user-pids-max (pids.max, processes) and --user-cpu-max
+	// (cpu.max, "quota period" in microseconds, e.g. "200000 100000" for two
+	// cores: ParseCPUMax makes it from "200%"). 0 and "" mean no limit.
+	UserMemoryMax int64
+	UserPidsMax   int64
+	UserCPUMax    string
+}
+
+// ParseCPUMax turns --user-cpu-max's PERCENT ("200%", "50%"; 100% is one
+// core) into cpu.max's "quota period" with a period of 100 ms
+// ("200000 100000"). "" gives "".
+func ParseCPUMax(percent string) (string, error) {
+	if percent == "" {
+		return "", nil
+	}
+	n, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(percent), "%"), 64)
+	if err != nil || !strings.HasSuffix(percent, "%") || n <= 0 || n > 1e6 {
+		return "", fmt.Errorf("--user-cpu-max %q: want a percentage of one core, such as 200%%", percent)
+	}
+	const period = 100000                   // µs
+	quota := max(int64(n*period/100), 1000) // the kernel refuses a quota under 1 ms
+	return fmt.Sprintf("%d %d", quota, period), nil
 }
 
 // Cgroups is dashgate's cgroup v2 subtree for one instance. Create it with
@@ -74,9 +102,27 @@ type Cgroups struct {
 	// not offer (say, "pids" for --child-pids-max on a hybrid host whose pids
 	// controller is bound to cgroup v1); those limits are not applied.
 	Missing []string
+	// Unapplied names each limit Missing left out, with its flag
+	// ("--child-memory-max", "--user-cpu-max", ...): one entry per flag,
+	// so a caller can log one WARN for each.
+	Unapplied []Unapplied
 
-	memoryMax, pidsMax int64
+	memoryMax, pidsMax         int64
+	userMemoryMax, userPidsMax int64
+	userCPUMax                 string
+
+	userMu sync.Mutex
+	users  map[string]int // Unix name → children in Dir/user-<name>; guarded by userMu
 }
+
+// Unapplied is a limit whose controller the hierarchy does not offer.
+type Unapplied struct {
+	Controller string // "memory", "pids" or "cpu"
+	Flag       string // the flag that asked for it
+}
+
+// UserPrefix starts the name of a Unix account's cgroup directory in Dir.
+const UserPrefix = "user-"
 
 // InstancePrefix starts the name of every instance's cgroup directory.
 const InstancePrefix = "dashgate-"
@@ -108,7 +154,8 @@ func SetupCgroups(o CgroupOptions) (*Cgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cgroups{Mount: mount, memoryMax: o.MemoryMax, pidsMax: o.PidsMax}
+	c := &Cgroups{Mount: mount, memoryMax: o.MemoryMax, pidsMax: o.PidsMax,
+		userMemoryMax: o.UserMemoryMax, userPidsMax: o.UserPidsMax, userCPUMax: o.UserCPUMax, users: map[string]int{}}
 	switch {
 	case o.Root != "":
 		root := filepath.Clean(o.Root)
@@ -150,11 +197,15 @@ func SetupCgroups(o CgroupOptions) (*Cgroups, error) {
 	return c, nil
 }
 
-// enableControllers turns on memory and pids for the children's cgroups,
-// first in Base (for Dir) then in Dir (for the leaves), as far as each level
-// offers them.
+// enableControllers turns on memory and pids (and cpu, for --user-cpu-max)
+// for the children's cgroups, first in Base (for Dir) then in Dir (for the
+// leaves and the accounts' directories), as far as each level offers them;
+// an account's directory passes them on to its leaves (userDir).
 func (c *Cgroups) enableControllers(o CgroupOptions) {
 	want := []string{"memory", "pids"}
+	if o.UserCPUMax != "" {
+		want = append(want, "cpu")
+	}
 	for _, dir := range []string{c.Base, c.Dir} {
 		avail := strings.Fields(readString(filepath.Join(dir, "cgroup.controllers")))
 		for _, ctl := range want {
@@ -164,11 +215,23 @@ func (c *Cgroups) enableControllers(o CgroupOptions) {
 		}
 	}
 	c.Controllers = strings.Fields(readString(filepath.Join(c.Dir, "cgroup.subtree_control")))
-	if o.MemoryMax > 0 && !slices.Contains(c.Controllers, "memory") {
-		c.Missing = append(c.Missing, "memory")
-	}
-	if o.PidsMax > 0 && !slices.Contains(c.Controllers, "pids") {
-		c.Missing = append(c.Missing, "pids")
+	for _, l := range []struct {
+		asked     bool
+		ctl, flag string
+	}{
+		{o.MemoryMax > 0, "memory", "--child-memory-max"},
+		{o.PidsMax > 0, "pids", "--child-pids-max"},
+		{o.UserMemoryMax > 0, "memory", "--user-memory-max"},
+		{o.UserPidsMax > 0, "pids", "--user-pids-max"},
+		{o.UserCPUMax != "", "cpu", "--user-cpu-max"},
+	} {
+		if !l.asked || slices.Contains(c.Controllers, l.ctl) {
+			continue
+		}
+		if !slices.Contains(c.Missing, l.ctl) {
+			c.Missing = append(c.Missing, l.ctl)
+		}
+		c.Unapplied = append(c.Unapplied, Unapplied{Controller: l.ctl, Flag: l.flag})
 	}
 }
 
@@ -265,30 +328,145 @@ func removeTree(dir string, wait time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// Leaf creates the cgroup for one child, named name under Dir, with the
-// configured limits, and returns it. The caller removes it.
-func (c *Cgroups) leaf(name string) (*cgroup, error) {
-	g := cgroupAt(filepath.Join(c.Dir, name))
-	if err := os.Mkdir(g.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create cgroup: %w", err)
-	}
-	if c.memoryMax > 0 && slices.Contains(c.Controllers, "memory") {
-		if err := writeFile(filepath.Join(g.dir, "memory.max"), strconv.FormatInt(c.memoryMax, 10)); err != nil {
-			os.Remove(g.dir)
-			return nil, fmt.Errorf("cgroup memory.max: %w", err)
+// leaf creates the cgroup for one child, named name, with the configured
+// limits, and returns it: under Dir, or with a Unix account (user, its
+// name) under Dir/user-<user>, made on first need (userDir). The caller
+// gives it back with release.
+func (c *Cgroups) leaf(user, name string) (*cgroup, error) {
+	parent := c.Dir
+	if user != "" {
+		var err error
+		if parent, err = c.userDir(user); err != nil {
+			return nil, err
 		}
 	}
-	if c.pidsMax > 0 && slices.Contains(c.Controllers, "pids") {
-		if err := writeFile(filepath.Join(g.dir, "pids.max"), strconv.FormatInt(c.pidsMax, 10)); err != nil {
-			os.Remove(g.dir)
-			return nil, fmt.Errorf("cgroup pids.max: %w", err)
+	g := &cgroup{dir: filepath.Join(parent, name), user: user}
+	if err := os.Mkdir(g.dir, 0o755); err != nil {
+		c.releaseUser(user)
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	for _, l := range []struct {
+		ctl, file string
+		v         int64
+	}{{"memory", "memory.max", c.memoryMax}, {"pids", "pids.max", c.pidsMax}} {
+		if l.v > 0 && slices.Contains(c.Controllers, l.ctl) {
+			if err := writeFile(filepath.Join(g.dir, l.file), strconv.FormatInt(l.v, 10)); err != nil {
+				c.release(g)
+				return nil, fmt.Errorf("cgroup %s: %w", l.file, err)
+			}
 		}
 	}
 	return g, nil
 }
 
-// cgroup is one cgroup directory.
-type cgroup struct{ dir string }
+// userDir makes sure Dir/user-<user> exists, with the per-account limits
+// and the controllers passed on to its leaves, counts one more child in
+// it, and returns it. It is made root's (dashgate's) and 0755, as the
+// leaves are: no account can write a cgroup.procs of the tree, so none can
+// move a process out of it (moving needs write access to the target's
+// cgroup.procs and to that of the common ancestor, cgroups(7)).
+func (c *Cgroups) userDir(user string) (string, error) {
+	if !accounts.ValidName(user) {
+		return "", fmt.Errorf("cgroup for Unix account %q: not a valid account name", user)
+	}
+	dir := filepath.Join(c.Dir, UserPrefix+user)
+	c.userMu.Lock()
+	defer c.userMu.Unlock()
+	if c.users[user] > 0 {
+		c.users[user]++
+		return dir, nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	for _, l := range []struct{ ctl, file, v string }{
+		{"memory", "memory.max", positive(c.userMemoryMax)},
+		{"pids", "pids.max", positive(c.userPidsMax)},
+		{"cpu", "cpu.max", c.userCPUMax},
+	} {
+		if l.v != "" && slices.Contains(c.Controllers, l.ctl) {
+			if err := writeFile(filepath.Join(dir, l.file), l.v); err != nil {
+				os.Remove(dir)
+				return "", fmt.Errorf("cgroup %s/%s: %w", dir, l.file, err)
+			}
+		}
+	}
+	for _, ctl := range c.Controllers {
+		if ctl == "memory" || ctl == "pids" {
+			writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctl)
+		}
+	}
+	c.users[user] = 1
+	return dir, nil
+}
+
+func positive(v int64) string {
+	if v <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// release removes a leaf made by leaf and, when it was its account's last,
+// the account's directory.
+func (c *Cgroups) release(g *cgroup) error {
+	err := os.Remove(g.dir)
+	if uerr := c.releaseUser(g.user); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// releaseUser counts one child less in Dir/user-<user> and removes the
+// directory once none is left; the count and the removal are under the
+// lock userDir takes, so a child starting meanwhile never finds its
+// account's directory gone.
+func (c *Cgroups) releaseUser(user string) error {
+	if user == "" {
+		return nil
+	}
+	c.userMu.Lock()
+	defer c.userMu.Unlock()
+	if c.users[user]--; c.users[user] > 0 {
+		return nil
+	}
+	delete(c.users, user)
+	if err := os.Remove(filepath.Join(c.Dir, UserPrefix+user)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// UserCgroupStats are a Unix account's figures, from its cgroup
+// Dir/user-<name>: the sum over every child running as the account.
+type UserCgroupStats struct {
+	CPUUsec     uint64 // cpu.stat usage_usec, µs
+	MemoryBytes int64  // memory.current, bytes; 0 without the memory controller
+	Pids        int64  // pids.current; 0 without the pids controller
+}
+
+// UserStats reads the figures of Unix account name's cgroup; false when
+// it has none (no child of the account runs, or cgroups are off). Safe on
+// nil.
+func (c *Cgroups) UserStats(name string) (UserCgroupStats, bool) {
+	if c == nil || !accounts.ValidName(name) {
+		return UserCgroupStats{}, false
+	}
+	dir := filepath.Join(c.Dir, UserPrefix+name)
+	cpu, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return UserCgroupStats{}, false
+	}
+	var s UserCgroupStats
+	s.CPUUsec, _ = strconv.ParseUint(eventValue(string(cpu), "usage_usec"), 10, 64)
+	s.MemoryBytes, _ = strconv.ParseInt(strings.TrimSpace(readString(filepath.Join(dir, "memory.current"))), 10, 64)
+	s.Pids, _ = strconv.ParseInt(strings.TrimSpace(readString(filepath.Join(dir, "pids.current"))), 10, 64)
+	return s, true
+}
+
+// cgroup is one cgroup directory; user is the Unix account whose
+// directory holds it ("" when it is right under Dir).
+type cgroup struct{ dir, user string }
 
 func cgroupAt(dir string) *cgroup { return &cgroup{dir: dir} }
 

@@ -1,5 +1,6 @@
 // Package workers starts, watches and ends dashgate's child processes, and
-// nothing else: it imports no other package of the project.
+// nothing else: of the project it imports only accounts (a leaf), for the
+// Unix account a child runs as.
 //
 // Ownership. A [Manager] owns every child it starts. Each child is a [Proc]:
 // exactly one goroutine calls cmd.Wait for it, and one supervisor goroutine
@@ -20,6 +21,16 @@
 // every process that still carries the child's DASHGATE_WORKER_ID marker,
 // and every adopted process that holds the child's terminal or pipes; the
 // kill is SIGKILL to each.
+//
+// Accounts. A child with [Spec.Account] runs as that Unix account (uid,
+// gid, full group list, HOME/USER/LOGNAME/SHELL, cwd its home or "/", a
+// pty owned by it with group tty and mode 0620); in cgroup mode its leaf
+// is Dir/user-<name>/<leaf>, under a directory with the per-account limits
+// (CgroupOptions.UserMemoryMax, UserPidsMax, UserCPUMax) that exists while
+// one of the account's children does. Every cgroup directory is root's and
+// 0755, so the account cannot move a process out of its cgroup; a child
+// running as root (dashgate's own, or --allow-root-users) can, and the
+// fallback's claims are what still find it.
 //
 // A [Worker] is a Proc speaking the JSON-lines worker protocol over pipes
 // (PROTOCOL.md §4); a pty Proc exposes the pty master through [Proc.PTY].

@@ -19,6 +19,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/accounts"
 )
 
 // Kind says what a child is for.
@@ -125,6 +127,21 @@ type Spec struct {
 	// record (a session's owner as user, say), as AddCloseAttr adds them,
 	// from the start: a child that ends at once logs them too.
 	LogAttrs []any
+	// Account, when set, is the Unix account the child runs as (issue 25;
+	// dashgate must be root or hold CAP_SETUID, CAP_SETGID and CAP_CHOWN):
+	// its uid, gid and full group list (setgroups, setgid, setuid in the
+	// forked child, before Pdeathsig is armed: the kernel clears it on a
+	// credential change, and Go sets it after); HOME, USER, LOGNAME and
+	// SHELL in Env replaced by the account's; the working directory Dir
+	// when set and the account can enter it, else the account's Home when
+	// it can, else "/" (not logged: Teleport does the same); a pty's slave
+	// owned by the account, group tty, mode 0620; in cgroup mode, the leaf
+	// under Dir/user-<Account.Name>. nil: the child runs as dashgate. The
+	// Manager reads it and never changes it.
+	Account *accounts.Account
+	// LoginShell (pty) runs Account.Shell (Path without an Account) as a
+	// login shell: argv0 "-" + its base name, Args ignored.
+	LoginShell bool
 }
 
 // CloseResult tells how a child ended.
@@ -265,8 +282,16 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		closeAttrs: slices.Clone(spec.LogAttrs),
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
+	if spec.LoginShell {
+		cmd = loginShell(spec)
+	}
 	cmd.Dir = spec.Dir
-	cmd.Env = append(slices.Clip(spec.Env),
+	env := slices.Clip(spec.Env)
+	if a := spec.Account; a != nil {
+		cmd.Dir = workDir(spec.Dir, a)
+		env = accountEnv(env, a)
+	}
+	cmd.Env = append(env,
 		EnvParentPID+"="+strconv.Itoa(os.Getpid()),
 		EnvSessionID+"="+spec.SessionID,
 		EnvInstance+"="+m.cfg.Instance,
@@ -276,12 +301,16 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 
 	cgfd := -1
 	if c := m.cfg.Cgroups; c != nil {
-		g, err := c.leaf(string(spec.Kind) + "-" + p.marker)
+		var user string
+		if spec.Account != nil {
+			user = spec.Account.Name
+		}
+		g, err := c.leaf(user, string(spec.Kind)+"-"+p.marker)
 		if err != nil {
 			return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 		}
 		if cgfd, err = g.open(); err != nil {
-			os.Remove(g.dir)
+			c.release(g)
 			return nil, fmt.Errorf("start %s %q: open cgroup: %w", spec.Kind, spec.Path, err)
 		}
 		p.cg = g
@@ -304,7 +333,7 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	}
 	if err != nil {
 		if p.cg != nil {
-			os.Remove(p.cg.dir)
+			m.cfg.Cgroups.release(p.cg)
 		}
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
@@ -327,6 +356,9 @@ func (p *Proc) start(cgfd int) error {
 		if cgfd >= 0 {
 			a.UseCgroupFD, a.CgroupFD = true, cgfd
 		}
+		if acct := p.spec.Account; acct != nil {
+			a.Credential = &syscall.Credential{Uid: acct.UID, Gid: acct.GID, Groups: slices.Clone(acct.Groups)}
+		}
 		return a
 	}
 	if p.spec.Kind == KindPTY {
@@ -337,8 +369,8 @@ func (p *Proc) start(cgfd int) error {
 		if rows == 0 {
 			rows = 24
 		}
-		f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: cols, Rows: rows},
-			attr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}))
+		f, err := startPTY(cmd, &pty.Winsize{Cols: cols, Rows: rows},
+			attr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}), p.spec.Account)
 		if err != nil {
 			return err
 		}
@@ -639,7 +671,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 
 	if p.cg != nil {
 		res.Cgroup = p.cg.dir
-		if err := os.Remove(p.cg.dir); err != nil {
+		if err := p.m.cfg.Cgroups.release(p.cg); err != nil {
 			p.m.log.Warn("cgroup not removed", "sid", p.spec.SessionID, "worker_pid", p.pid, "cgroup", p.cg.dir, "err", err)
 		}
 	}

@@ -53,6 +53,9 @@ type ProcInfo struct {
 	// "" and zero in the fallback.
 	Cgroup      string
 	CgroupStats CgroupStats
+	// UnixUser is the Unix account the child runs as (Spec.Account's
+	// Name); "" when it runs as dashgate.
+	UnixUser string
 }
 
 // Table lists every live child with its stats and descendants. The stats
@@ -87,7 +90,7 @@ func (m *Manager) Table(ctx context.Context) []ProcInfo {
 		}
 		out = append(out, ProcInfo{
 			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: p.tableState(),
-			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid),
+			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid), UnixUser: p.unixUser(),
 		})
 	}
 	return out
@@ -110,10 +113,18 @@ func (m *Manager) cgroupTable(ctx context.Context, procs []*Proc) []ProcInfo {
 		out = append(out, ProcInfo{
 			PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, State: p.tableState(),
 			StartedAt: p.started, Descendants: tree, Stats: ReadStats(ctx, p.pid),
-			Cgroup: p.cg.dir, CgroupStats: p.cg.stats(),
+			Cgroup: p.cg.dir, CgroupStats: p.cg.stats(), UnixUser: p.unixUser(),
 		})
 	}
 	return out
+}
+
+// unixUser is the name of the account the child runs as, or "".
+func (p *Proc) unixUser() string {
+	if p.spec.Account == nil {
+		return ""
+	}
+	return p.spec.Account.Name
 }
 
 // tableState is "running" or "closing", for the process table.

@@ -392,19 +392,21 @@ func sweepCgroup(dir, instance string, log *slog.Logger) int {
 		session, cgroup string
 	}
 	var victims []victim
-	leaves, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return 0
 	}
-	for _, e := range leaves {
-		if !e.IsDir() {
-			continue
+	// Every cgroup below dir: the leaves, and the leaves in the Unix
+	// accounts' directories (user-<name>/<leaf>).
+	filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() || path == dir {
+			return nil
 		}
-		g := cgroupAt(filepath.Join(dir, e.Name()))
+		g := cgroupAt(path)
 		for _, pid := range g.procs() {
 			victims = append(victims, victim{pid, environValue(pid, EnvSessionID), g.dir})
 		}
-	}
+		return nil
+	})
 	started := time.Now()
 	if err := removeTree(dir, killWait); err != nil {
 		log.Warn("startup sweep: cgroup not removed", "instance", instance, "cgroup", dir, "err", err)

@@ -1,0 +1,157 @@
+package workers
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/accounts"
+)
+
+// Starting a child as a Unix account (Spec.Account, issue 25). The
+// credential itself is SysProcAttr.Credential, applied by the forked child
+// (proc.go); what is here is what must be right before the fork: the
+// environment, the working directory, a login shell's argv, and the
+// terminal's owner.
+
+// loginShell is the command of a login shell: the account's shell (spec's
+// Path without an account), argv0 "-" + its base name, as login(1) starts
+// it.
+func loginShell(spec Spec) *exec.Cmd {
+	shell := spec.Path
+	if spec.Account != nil {
+		shell = spec.Account.Shell
+	}
+	cmd := exec.Command(shell)
+	cmd.Args = []string{"-" + filepath.Base(shell)}
+	return cmd
+}
+
+// accountEnv is env with HOME, USER, LOGNAME and SHELL set to a's, never
+// dashgate's: any value env had for them is dropped.
+func accountEnv(env []string, a *accounts.Account) []string {
+	own := map[string]string{"HOME": a.Home, "USER": a.Name, "LOGNAME": a.Name, "SHELL": a.Shell}
+	out := make([]string, 0, len(env)+len(own))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := own[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range []string{"HOME", "USER", "LOGNAME", "SHELL"} {
+		out = append(out, k+"="+own[k])
+	}
+	return out
+}
+
+// workDir is the directory a child of a starts in: dir when set and a can
+// enter it, else a's home when it can, else "/" (the child would fail to
+// start in a directory it cannot enter: the chdir runs after setuid).
+func workDir(dir string, a *accounts.Account) string {
+	for _, d := range []string{dir, a.Home} {
+		if d != "" && canEnter(d, a) {
+			return d
+		}
+	}
+	return "/"
+}
+
+// canEnter reports whether a may chdir into dir: it exists, is a
+// directory, and a has search (x) permission on it and every directory
+// above it, by the owner, group or other bits as path_resolution(7)
+// applies them to a's uid and groups (uid 0 always may). ACLs are not
+// read: a directory reachable only through an ACL counts as closed.
+func canEnter(dir string, a *accounts.Account) bool {
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil || !filepath.IsAbs(resolved) {
+		return false
+	}
+	if st, err := os.Stat(resolved); err != nil || !st.IsDir() {
+		return false
+	}
+	if a.UID == 0 {
+		return true
+	}
+	for d := resolved; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) != nil {
+			return false
+		}
+		var bit uint32
+		switch {
+		case st.Uid == a.UID:
+			bit = unix.S_IXUSR
+		case st.Gid == a.GID || slices.Contains(a.Groups, st.Gid):
+			bit = unix.S_IXGRP
+		default:
+			bit = unix.S_IXOTH
+		}
+		if st.Mode&bit == 0 {
+			return false
+		}
+		if d == "/" {
+			return true
+		}
+	}
+}
+
+// ttyGroup is the gid of the "tty" group, or -1 when there is none.
+var ttyGroup = sync.OnceValue(func() int {
+	g, err := user.LookupGroup("tty")
+	if err != nil {
+		return -1
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return -1
+	}
+	return gid
+})
+
+// startPTY is creack/pty's StartWithAttrs with one step more: with an
+// account, before the child starts, the slave is made the account's,
+// group tty (the account's own group where there is no tty group), mode
+// 0620, as OpenSSH and Teleport do, so that the user's programs own their
+// terminal and others cannot read it. The caller owns the returned master.
+func startPTY(cmd *exec.Cmd, ws *pty.Winsize, attrs *syscall.SysProcAttr, a *accounts.Account) (*os.File, error) {
+	ptm, tty, err := pty.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer tty.Close() // the child holds its own copies
+	if err := pty.Setsize(ptm, ws); err != nil {
+		ptm.Close()
+		return nil, err
+	}
+	if a != nil {
+		gid := ttyGroup()
+		if gid < 0 {
+			gid = int(a.GID)
+		}
+		if err := tty.Chown(int(a.UID), gid); err != nil {
+			ptm.Close()
+			return nil, fmt.Errorf("chown pty %s to %s: %w", tty.Name(), a.Name, err)
+		}
+		if err := tty.Chmod(0o620); err != nil {
+			ptm.Close()
+			return nil, fmt.Errorf("chmod pty %s: %w", tty.Name(), err)
+		}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = attrs
+	if err := cmd.Start(); err != nil {
+		ptm.Close()
+		return nil, err
+	}
+	return ptm, nil
+}
