@@ -161,16 +161,23 @@ func startUnixUsers(t *testing.T, names []string, env []string, extra ...string)
 			"--worker-grace", workerGrace.String(), "--log-level", "debug",
 			"--users-file", file, "--unix-users", "--cgroup", cgroup,
 		}, extra...)}
-	// launch with another binary: launch always runs the suite's own.
-	clearArtifacts(t)
-	d := &dashgate{t: t, seen: map[int]uint64{}, secrets: secretsOf(o)}
-	d.Instance = testkit.StartT(t, o)
-	t.Cleanup(d.stop)
+	d := launchBin(t, o)
 	for _, tok := range u.tokens {
 		d.secrets = append(d.secrets, tok)
 	}
 	u.dashgate = d
 	return u
+}
+
+// launchBin is launch for o.Bin (launch always runs the suite's own
+// binary, which other accounts cannot run) with o.Token and o.Dir given.
+func launchBin(t *testing.T, o testkit.Options) *dashgate {
+	t.Helper()
+	clearArtifacts(t)
+	d := &dashgate{t: t, seen: map[int]uint64{}, secrets: secretsOf(o)}
+	d.Instance = testkit.StartT(t, o)
+	t.Cleanup(d.stop)
+	return d
 }
 
 // as is how user's client authenticates (their users-file token).
@@ -246,4 +253,26 @@ func cgroupInt(t *testing.T, path string) int64 {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return n
+}
+
+// capSets is the capability sets of pid (/proc/<pid>/status: CapInh,
+// CapPrm, CapEff, CapBnd, CapAmb) as bit masks.
+func capSets(t *testing.T, pid int) map[string]uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(line, ":")
+		if strings.HasPrefix(k, "Cap") {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/status %s: %v", pid, k, err)
+			}
+			out[k] = n
+		}
+	}
+	return out
 }

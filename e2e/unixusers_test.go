@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -341,4 +343,203 @@ func TestUnixUsersSweep(t *testing.T) {
 			t.Errorf("the dead instance's per-user cgroup %s is still there after the sweep: %v", dir, err)
 		}
 	}
+}
+
+// The capabilities dashgate holds to start children as accounts never
+// reach them: started as a dedicated non-root user holding exactly
+// CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL, ambient, as
+// deploy/systemd/dashgate-unix-users.service's dedicated-user variant gives
+// them (setpriv in place of systemd), alice's shell has no capability in
+// any set, and cannot become root.
+func TestUnixUsersCapabilities(t *testing.T) {
+	alice := makeUnixUser(t, "alice")
+	svc := makeUnixUser(t, "svc")
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) not found")
+	}
+	// The service's directory: its own, as a StateDirectory would be.
+	top, err := os.MkdirTemp("", "dashgate-e2e-svc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	dir := filepath.Join(top, "dashgate")
+	for _, step := range []error{os.Chmod(top, 0o755), os.Mkdir(dir, 0o700), os.Chown(dir, int(svc.UID), int(svc.GID))} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	file := filepath.Join(dir, "users")
+	_, token := userAdd(t, file, alice.Name, "http://127.0.0.1/")
+	if err := os.Chown(file, int(svc.UID), int(svc.GID)); err != nil {
+		t.Fatal(err)
+	}
+	const caps = "+setuid,+setgid,+chown,+kill"
+	args := []string{
+		"--reuid=" + svc.Name, "--regid=" + svc.Name, "--clear-groups",
+		"--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=-all," + caps, "--",
+		testkit.ExecutableByAll(t, dashgateBin), "serve",
+		"--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--token", testToken, "--log-format", "json",
+		"--log-level", "debug", "--worker-grace", workerGrace.String(),
+		"--users-file", file, "--unix-users", "--cgroup", "auto",
+	}
+	d := launchBin(t, testkit.Options{Bin: setpriv, Args: args, Exact: true, Token: testToken, Dir: dir})
+	d.secrets = append(d.secrets, token)
+	if uid, _, _ := procIDs(t, d.PID()); uid != svc.UID {
+		t.Fatalf("dashgate runs as uid %d, want the service account's %d", uid, svc.UID)
+	}
+	if got := capSets(t, d.PID()); got["CapAmb"] == 0 {
+		t.Fatalf("dashgate holds no ambient capability (%v): the test starts it wrong", got)
+	}
+
+	c := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{Token: token})
+	sid := c.createSession("alice")
+	pty := openPTY(t, "alice's terminal", d.WSURL("ws/pty?session_id="+sid), testkit.DialOptions{Token: token})
+	w, ok := d.Worker(sid, "pty")
+	if !ok {
+		t.Fatalf("no terminal row of alice's session: %+v", d.Workers())
+	}
+	if uid, _, _ := procIDs(t, w.PID); uid != alice.UID {
+		t.Fatalf("alice's shell runs as uid %d, want %d", uid, alice.UID)
+	}
+	for set, v := range capSets(t, w.PID) {
+		if set != "CapBnd" && v != 0 {
+			t.Errorf("alice's shell has %s %016x, want none", set, v)
+		}
+	}
+	if got := pty.out("ROOT:", `echo "ROOT:$(perl -e '$< = $> = 0; print $> == 0 ? "became root" : "refused"')"`); got != "refused" {
+		t.Errorf("setuid(0) in alice's shell: %q, want refused", got)
+	}
+	c.mustEcho(sid, "worker")
+	cw, ok := d.Worker(sid, "chat")
+	if !ok {
+		t.Fatalf("no chat worker row of alice's session: %+v", d.Workers())
+	}
+	for set, v := range capSets(t, cw.PID) {
+		if set != "CapBnd" && v != 0 {
+			t.Errorf("alice's chat worker has %s %016x, want none", set, v)
+		}
+	}
+}
+
+// deploy/systemd/dashgate-unix-users.service: the unit of --unix-users
+// runs dashgate as root, or as a user holding exactly the four
+// capabilities, delegates its cgroup, stops as dashgate.service does, and
+// its ExecStart line, run as it is (the binary, the state directory, the
+// port and the users file substituted), starts a user's terminal as their
+// account.
+func TestSystemdUnixUsersUnit(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "systemd", "dashgate-unix-users.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := parseUnit(t, raw)
+	for key, want := range map[string]string{"Delegate": "yes", "KillMode": "mixed", "StateDirectory": "dashgate"} {
+		if got := unit.get("Service", key); got != want {
+			t.Errorf("%s=%q, want %s", key, got, want)
+		}
+	}
+	four := []string{"CAP_CHOWN", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+	if u := unit.get("Service", "User"); u != "" && u != "root" {
+		for _, key := range []string{"AmbientCapabilities", "CapabilityBoundingSet"} {
+			if got := slices.Sorted(slices.Values(strings.Fields(unit.get("Service", key)))); !slices.Equal(got, four) {
+				t.Errorf("User=%s with %s=%v, want exactly %v", u, key, got, four)
+			}
+		}
+	}
+	if unit.get("Service", "ProtectHome") != "" {
+		t.Errorf("ProtectHome=%s: the users' programs need their homes", unit.get("Service", "ProtectHome"))
+	}
+	args := args0(t, unit)
+	if args[0] != unitBinary {
+		t.Fatalf("ExecStart runs %q, want %s", args[0], unitBinary)
+	}
+	if !slices.Contains(args, "--unix-users") {
+		t.Errorf("ExecStart %v without --unix-users", args)
+	}
+	if v, _ := flagValue(args, "cgroup"); v != "on" {
+		t.Errorf("ExecStart --cgroup %q, want on: containment holds against a user only in cgroup mode", v)
+	}
+	if _, ok := flagValue(args, "pty-cmd"); ok {
+		t.Errorf("ExecStart has --pty-cmd: the terminal is the account's login shell without it")
+	}
+	stopSpan, err := parseTimeSpan(unit.get("Service", "TimeoutStopSec"))
+	if err != nil {
+		t.Fatalf("TimeoutStopSec: %v", err)
+	}
+	if stopSpan <= 10*time.Second+2*2*time.Second {
+		t.Errorf("TimeoutStopSec=%v is not above --shutdown-timeout plus two --worker-grace", stopSpan)
+	}
+
+	t.Run("systemd-analyze verify", func(t *testing.T) {
+		sa, err := exec.LookPath("systemd-analyze")
+		if err != nil {
+			t.Skip("systemd-analyze not found")
+		}
+		dir := t.TempDir()
+		envFile := filepath.Join(dir, "env")
+		if err := os.WriteFile(envFile, []byte("DASHGATE_TOKEN="+testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fixed := strings.ReplaceAll(string(raw), unitBinary, dashgateBin)
+		fixed = regexp.MustCompile(`(?m)^EnvironmentFile=-?/.*$`).ReplaceAllString(fixed, "EnvironmentFile="+envFile)
+		copyPath := filepath.Join(dir, "dashgate-unix-users.service")
+		if err := os.WriteFile(copyPath, []byte(fixed), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(sa, "verify", copyPath)
+		cmd.Env = append(testkit.CleanEnv(), "SYSTEMD_LOG_LEVEL=notice")
+		out, err := cmd.CombinedOutput()
+		var ours []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if strings.Contains(l, "dashgate-unix-users.service") {
+				ours = append(ours, l)
+			}
+		}
+		if err != nil || len(ours) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", copyPath, err, out)
+		}
+	})
+
+	t.Run("ExecStart", func(t *testing.T) {
+		alice := makeUnixUser(t, "alice")
+		dir := t.TempDir()
+		stateDir := filepath.Join(dir, "state")
+		if err := os.Mkdir(stateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "users")
+		_, token := userAdd(t, file, alice.Name, "http://127.0.0.1/")
+		run := append([]string(nil), args[1:]...)
+		for i, a := range run {
+			run[i] = strings.NewReplacer("${STATE_DIRECTORY}", stateDir, "$STATE_DIRECTORY", stateDir).Replace(a)
+		}
+		run = setFlag(t, run, "addr", "127.0.0.1:0")
+		run = setFlag(t, run, "users-file", file)
+		if why := cgroupProblem(); why != "" {
+			t.Logf("--cgroup auto instead of on: %s", why)
+			run = setFlag(t, run, "cgroup", "auto")
+		}
+		d := launchBin(t, testkit.Options{
+			Bin: testkit.ExecutableByAll(t, dashgateBin), Dir: dir, Args: run, Exact: true, WorkDir: "/", Token: testToken,
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"STATE_DIRECTORY=" + stateDir, "DASHGATE_TOKEN=" + testToken, "LANG=C.UTF-8",
+			},
+		})
+		d.secrets = append(d.secrets, token)
+		base := "ws://" + d.Addr + "/dashgate/"
+		c := openChat(t, "alice's chat", base+"ws/chat", testkit.DialOptions{Token: token})
+		sid := c.createSession("unit")
+		c.mustEcho(sid, "hi")
+		pty := openPTY(t, "alice's terminal", base+"ws/pty?session_id="+sid, testkit.DialOptions{Token: token})
+		if got := pty.out("WHO:", `echo "WHO:$(id -un):$0"`); got != alice.Name+":-bash" {
+			t.Errorf("the unit's terminal: %q, want %s:-bash", got, alice.Name)
+		}
+	})
 }
