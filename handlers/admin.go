@@ -32,6 +32,9 @@ type AdminSessions interface {
 	Close(by sessions.Principal, sid string, reason sessions.EndReason) (bool, error)
 	ReapDetached(by sessions.Principal) int
 	ReapWorker(by sessions.Principal, pid int) error
+	// ReapUser ends every live session of user (blocking until they are
+	// torn down) and returns how many.
+	ReapUser(by sessions.Principal, user string) int
 }
 
 // AdminProcs is what the admin page needs of the worker manager: snapshots,
@@ -69,6 +72,7 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Post("/sessions/reap-detached", h.reapDetached)
 	r.Post("/sessions/{id}/reap", h.reapSession)
 	r.Post("/workers/{pid}/reap", h.reapWorker)
+	r.Post("/users/{user}/reap", h.reapUser)
 }
 
 // WorkerJSON is a worker in /admin/api/workers.
@@ -289,6 +293,7 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 			Name: u.User, Link: base + "admin" + UserFilter{User: u.User, On: true}.Query(), Selected: f.On && f.User == u.User,
 			Sessions: u.Sessions, Workers: u.Workers, Terminals: u.Terminals,
 			RSS: humanize.IBytes(u.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", u.RSSBytes),
+			ReapAction: base + "admin/users/" + url.PathEscape(u.User) + "/reap" + f.Query(),
 		})
 	}
 	states := map[string]int{}
@@ -383,6 +388,7 @@ const (
 	actionReapDetached = "reap_detached"
 	actionReapWorker   = "reap_worker"
 	actionReapUnowned  = "reap_unowned"
+	actionReapUser     = "reap_user"
 )
 
 // actor is the user key of an audit record for p: its User, or
@@ -462,6 +468,29 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(r, actionReapUnowned, "unowned "+raw, "reaped")
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": true})
+}
+
+// reapUser ends every live session of the user in the path (its chat
+// workers and terminals with them, end_reason=admin_reap): JSON
+// {"reaped":true,"count":N,"end_reason":"admin_reap"}, or 404 when the user
+// has no live session. The path's user is unescaped ("" is the anonymous
+// user: /admin/users//reap).
+func (h *Admin) reapUser(w http.ResponseWriter, r *http.Request) {
+	user := chi.URLParam(r, "user")
+	if r.URL.RawPath != "" { // chi routed on the escaped path
+		if u, err := url.PathUnescape(user); err == nil {
+			user = u
+		}
+	}
+	target := fmt.Sprintf("user %s", user)
+	n := h.Sessions.ReapUser(PrincipalFrom(r.Context()), user)
+	if n == 0 {
+		h.audit(r, actionReapUser, target, "not_found")
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "count": 0, "error": "no live session of that user"})
+		return
+	}
+	h.audit(r, actionReapUser, target, fmt.Sprintf("reaped %d", n))
+	h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
 // humanAgo is when t was, seen from now: "now", "3 minutes ago".

@@ -371,6 +371,31 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 			t.Fatalf("the admin reaped %d detached sessions; want alice's", n)
 		}
 	},
+	"AdminSessions.ReapUser": func(t *testing.T, f *twoUsers) {
+		// Only an admin reaps a user's sessions: bob (no admin) reaps
+		// none of alice's, nor of his own.
+		bv := newViewer(bob)
+		bin, err := f.reg.Create(bv, "bob's", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := f.reg.ReapUser(bob, "alice"); n != 0 {
+			t.Fatalf("bob reaped %d of alice's sessions; want 0", n)
+		}
+		if n := f.reg.ReapUser(bob, "bob"); n != 0 {
+			t.Fatalf("bob (no admin) reaped %d of his own sessions; want 0", n)
+		}
+		f.stillAlices(t)
+		if n := f.reg.Admin().ReapUser(sessions.AdminPrincipal, "alice"); n != 1 {
+			t.Fatalf("the admin reaped %d of alice's sessions; want her live one", n)
+		}
+		if _, ok := f.reg.Get(alice, f.live); ok {
+			t.Fatal("alice's session live after the admin reaped her")
+		}
+		if _, ok := f.reg.Get(bob, bin.ID); !ok {
+			t.Fatal("bob's session gone after the admin reaped alice")
+		}
+	},
 	"AdminSessions.ReapWorker": func(t *testing.T, f *twoUsers) {
 		in, _ := f.reg.Get(alice, f.live)
 		asMissing(t, "worker reap as bob", f.reg.ReapWorker(bob, in.WorkerPID), f.reg.ReapWorker(bob, 1<<30))

@@ -288,6 +288,29 @@ func (r *Registry) ReapDetached(p Principal) int {
 	return r.endAll(due, EndAdminReap, p)
 }
 
+// ReapUser ends every live session of user (attached, detached or
+// terminal-only, with their chat workers and terminals) with
+// end_reason=admin_reap, as the admin p asked, and returns how many it
+// ended. It blocks until they are torn down. Only an admin may: for any
+// other p it ends nothing and returns 0, as for a user with no session.
+// Each "session closed" and "worker closed" record names the admin (by=,
+// see byOf).
+func (r *Registry) ReapUser(p Principal, user string) int {
+	if !p.Admin {
+		return 0
+	}
+	r.mu.Lock()
+	own := r.usage.owned(user)
+	due := make([]*Session, 0, len(own))
+	for s := range own {
+		if s.live() && authorize(p, s.owner, accessManage) {
+			due = append(due, s)
+		}
+	}
+	r.mu.Unlock()
+	return r.endAll(due, EndAdminReap, p)
+}
+
 // Shutdown refuses new sessions and ends every session with
 // end_reason=shutdown, concurrently, until ctx ends. The viewers get
 // session.closed first. When ctx ends first, the teardowns go on; Wait

@@ -264,3 +264,7 @@ func (a AdminView) ReapDetached(by Principal) int { return a.r.ReapDetached(by) 
 // ReapWorker is Registry.ReapWorker acting for by (it blocks until the
 // child is reaped).
 func (a AdminView) ReapWorker(by Principal, pid int) error { return a.r.ReapWorker(by, pid) }
+
+// ReapUser is Registry.ReapUser acting for by: every live session of user
+// ends (it blocks until they are torn down); it returns how many.
+func (a AdminView) ReapUser(by Principal, user string) int { return a.r.ReapUser(by, user) }
