@@ -84,6 +84,8 @@ func runHelper(mode string) int {
 		blockForever()
 	case "instance": // a dashgate in small, to be killed: see instanceHelper
 		return instanceHelper()
+	case "as-account": // starts a child as another account, to be killed: see accountHelper
+		return accountHelper()
 	case "exit": // exits by itself at once, without any request
 		code, _ := strconv.Atoi(os.Getenv(exitCodeEnv))
 		return code
