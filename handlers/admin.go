@@ -57,6 +57,12 @@ type Admin struct {
 	Log      *slog.Logger
 	Version  string
 	BasePath func(*http.Request) string // the request's base path, "/..."
+	// UserCgroups, when set (--unix-users in cgroup mode), gives the
+	// figures of a dashgate user's (Info.Owner's) cgroup, false when it
+	// has none: the users table and /admin/api/users show them. It is
+	// called once per user per request, after the registry's lock was
+	// released, and must not block for long (it reads a few cgroup files).
+	UserCgroups func(user string) (workers.UserCgroupStats, bool)
 
 	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
@@ -207,12 +213,37 @@ func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
 // bytes, of those worker and terminal processes (their leaders, as the
 // workers table's rss_bytes; descendants not included), summed. There is no
 // per-user metric: this is where per-user figures are.
+//
+// With Admin.UserCgroups, a user whose cgroup exists also has
+// cgroup_cpu_usec (CPU time used in it, µs), cgroup_memory_bytes
+// (memory.current, bytes) and cgroup_pids (pids.current): the sums over
+// every child running as the user's account, descendants included. They
+// are omitted when not known.
 type UserJSON struct {
-	User      string `json:"user"`
-	Sessions  int    `json:"sessions"`
-	Workers   int    `json:"workers"`
-	Terminals int    `json:"terminals"`
-	RSSBytes  uint64 `json:"rss_bytes"`
+	User          string  `json:"user"`
+	Sessions      int     `json:"sessions"`
+	Workers       int     `json:"workers"`
+	Terminals     int     `json:"terminals"`
+	RSSBytes      uint64  `json:"rss_bytes"`
+	CgroupCPUUsec *uint64 `json:"cgroup_cpu_usec,omitempty"`
+	CgroupMemory  *int64  `json:"cgroup_memory_bytes,omitempty"`
+	CgroupPids    *int64  `json:"cgroup_pids,omitempty"`
+}
+
+// withCgroups adds each user's cgroup figures from cg (nil: none) to
+// users.
+func withCgroups(users []UserJSON, cg func(string) (workers.UserCgroupStats, bool)) {
+	if cg == nil {
+		return
+	}
+	for i := range users {
+		st, ok := cg(users[i].User)
+		if !ok {
+			continue
+		}
+		u := &users[i]
+		u.CgroupCPUUsec, u.CgroupMemory, u.CgroupPids = &st.CPUUsec, &st.MemoryBytes, &st.Pids
+	}
 }
 
 // usersOf sums list per owner, the RSS from procs (matched by the
@@ -249,7 +280,9 @@ func usersOf(list []sessions.Info, procs []workers.ProcInfo) []UserJSON {
 
 func (h *Admin) apiUsers(w http.ResponseWriter, r *http.Request) {
 	list := h.Sessions.List()
-	writeJSON(w, http.StatusOK, map[string]any{"users": usersOf(list, h.Procs.Table(r.Context()))})
+	users := usersOf(list, h.Procs.Table(r.Context()))
+	withCgroups(users, h.UserCgroups)
+	writeJSON(w, http.StatusOK, map[string]any{"users": users})
 }
 
 func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
@@ -288,13 +321,27 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 	}
 	v.Containment, v.ContainmentDir = h.Procs.Containment()
 	v.Filtered, v.FilterUser, v.Query = f.On, f.User, f.Query()
-	for _, u := range usersOf(all, procs) {
-		v.Users = append(v.Users, templates.UserRow{
+	users := usersOf(all, procs)
+	withCgroups(users, h.UserCgroups)
+	v.UserCgroups = h.UserCgroups != nil
+	for _, u := range users {
+		row := templates.UserRow{
 			Name: u.User, Link: base + "admin" + UserFilter{User: u.User, On: true}.Query(), Selected: f.On && f.User == u.User,
 			Sessions: u.Sessions, Workers: u.Workers, Terminals: u.Terminals,
 			RSS: humanize.IBytes(u.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", u.RSSBytes),
 			ReapAction: base + "admin/users/" + url.PathEscape(u.User) + "/reap" + f.Query(),
-		})
+		}
+		if u.CgroupCPUUsec != nil {
+			cpu := time.Duration(*u.CgroupCPUUsec) * time.Microsecond
+			row.CgroupCPU, row.CgroupCPUExact = cpu.Round(time.Millisecond).String(), fmt.Sprintf("%d µs", *u.CgroupCPUUsec)
+		}
+		if m := u.CgroupMemory; m != nil && *m >= 0 {
+			row.CgroupMemory, row.CgroupMemoryExact = humanize.IBytes(uint64(*m)), fmt.Sprintf("%d bytes", *m)
+		}
+		if p := u.CgroupPids; p != nil && *p >= 0 {
+			row.CgroupPids = fmt.Sprint(*p)
+		}
+		v.Users = append(v.Users, row)
 	}
 	states := map[string]int{}
 	for _, s := range all {
