@@ -247,3 +247,27 @@ type Store interface {
 	// Close releases the store; the caller writes nothing after it.
 	Close() error
 }
+
+// Nodes is what a Store shared by several dashgate nodes also does (the
+// PostgreSQL backend; Memory and SQLite, which one node has to itself, do
+// not): it keeps each node's heartbeat, so that any node can list the
+// cluster. Find it with a type assertion on a Store.
+type Nodes interface {
+	// Heartbeat records that node runs and answers at addr (host:port,
+	// or "" when unknown), as of now. A heartbeat older than the stored
+	// one changes nothing: LastSeen only moves forward. node must not be
+	// "" (an error otherwise).
+	Heartbeat(ctx context.Context, node, addr string, now time.Time) error
+	// Nodes returns every node that ever sent a heartbeat, sorted by ID,
+	// each Live when its LastSeen+expiry is after now. expiry must be > 0
+	// (an error otherwise).
+	Nodes(ctx context.Context, now time.Time, expiry time.Duration) ([]Node, error)
+}
+
+// Node is one node of a cluster, as its heartbeats say.
+type Node struct {
+	ID       string
+	Addr     string
+	LastSeen time.Time // its newest heartbeat
+	Live     bool      // LastSeen is within the expiry Nodes was asked with
+}

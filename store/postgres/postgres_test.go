@@ -1,0 +1,360 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	testkit.VerifyNoLeaks(m, goleak.Cleanup(func(code int) {
+		// The server is a child process, not a goroutine: stopped here,
+		// and StopPostgres fails when any of its processes is left.
+		if err := testkit.StopPostgres(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
+			code = max(code, 1)
+		}
+		os.Exit(code)
+	}))
+}
+
+// openTest opens a store on url and closes it when t ends.
+func openTest(t testing.TB, url string, o Options) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), url, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openTest(t, testkit.Postgres(t), Options{})
+	})
+}
+
+// TestNodesConformance runs the store.Nodes table.
+func TestNodesConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunNodes(t, func(t *testing.T) store.Nodes {
+		return openTest(t, testkit.Postgres(t), Options{})
+	})
+}
+
+// TestTwoNodesOneDatabase runs the two-node tables with each node on its
+// own Store (its own pool) over one database, as two dashgates share it.
+func TestTwoNodesOneDatabase(t *testing.T) {
+	t.Parallel()
+	for name, run := range map[string]func(*testing.T, store.Store, store.Store){
+		"lease lapses":   storetest.TwoNodes,
+		"claims at once": storetest.ClaimRace,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url := testkit.Postgres(t)
+			run(t, openTest(t, url, Options{}), openTest(t, url, Options{}))
+		})
+	}
+}
+
+// TestClaimOneSession has 20 claimers, on 4 stores of one database, race
+// for one session whose lease lapsed: exactly one gets it, at the next
+// epoch, and the store names it as the holder.
+func TestClaimOneSession(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	var stores []*Store
+	for range 4 {
+		stores = append(stores, openTest(t, url, Options{MaxConns: 5}))
+	}
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	row := store.Session{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "detached",
+		Node: "dead", LeaseUntil: t0.Add(-time.Second), Epoch: 7}
+	if err := stores[0].Apply(t.Context(), store.Batch{Sessions: []store.Session{row}}); err != nil {
+		t.Fatal(err)
+	}
+	const claimers = 20
+	got := make([][]store.Session, claimers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range claimers {
+		wg.Go(func() {
+			<-start
+			var err error
+			if got[i], err = stores[i%len(stores)].Claim(t.Context(), fmt.Sprintf("n%02d", i), time.Minute, t0); err != nil {
+				t.Errorf("Claim n%02d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winners []string
+	for i, ss := range got {
+		for _, s := range ss {
+			winners = append(winners, fmt.Sprintf("n%02d", i))
+			if s.ID != "s" || s.Epoch != 8 {
+				t.Errorf("n%02d claimed %s at epoch %d; want s at 8", i, s.ID, s.Epoch)
+			}
+		}
+	}
+	if len(winners) != 1 {
+		t.Fatalf("winners %v; want exactly one", winners)
+	}
+	if s, err := stores[1].Get(t.Context(), "", "s"); err != nil || s.Node != winners[0] || s.Epoch != 8 {
+		t.Errorf("stored s = node %q epoch %d, %v; want %s at 8", s.Node, s.Epoch, err, winners[0])
+	}
+}
+
+// TestMigrateOnce starts several Opens of one fresh database at once: all
+// succeed and goose's table records each step once.
+func TestMigrateOnce(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	const nodes = 8
+	errs := make([]error, nodes)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() {
+			<-start
+			s, err := Open(t.Context(), url, Options{})
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Open %d: %v", i, err)
+		}
+	}
+	conn := connect(t, url)
+	rows, err := conn.Query(t.Context(), `SELECT version_id, count(*) FROM `+gooseTable+` WHERE version_id > 0 GROUP BY version_id ORDER BY version_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type applied struct{ Version, N int64 }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[applied])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []applied
+	for v := int64(1); v <= schemaVersion; v++ {
+		want = append(want, applied{v, 1})
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("goose steps (version, times) = %v; want %v", got, want)
+	}
+}
+
+// TestNewerSchema: a database migrated by a newer dashgate is refused, and
+// left as it was.
+func TestNewerSchema(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	openTest(t, url, Options{}).Close()
+	conn := connect(t, url)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO `+gooseTable+` (version_id, is_applied) VALUES ($1, true)`, schemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(t.Context(), url, Options{})
+	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", schemaVersion+1)) {
+		t.Fatalf("Open of a newer schema: %v; want ErrNewerSchema naming version %d", err, schemaVersion+1)
+	}
+}
+
+// connect is a plain connection to url, closed when t ends.
+func connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestCallTimeout: a write that waits for a row lock another connection
+// holds returns a deadline error once CallTimeout passes (the caller's
+// context has none), and the server cancels the statement: once the lock
+// is gone the write has not happened, and the store serves the next call.
+func TestCallTimeout(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	s := openTest(t, url, Options{CallTimeout: 300 * time.Millisecond})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	row := store.Session{ID: "s", Title: "before", CreatedAt: t0, LastActive: t0, State: "attached"}
+	if err := s.Apply(t.Context(), store.Batch{Sessions: []store.Session{row}}); err != nil {
+		t.Fatal(err)
+	}
+	locker := connect(t, url)
+	tx, err := locker.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Rename": func() error { _, err := s.Rename(t.Context(), "", "s", "during"); return err },
+		"Apply":  func() error { return s.Apply(t.Context(), store.Batch{Sessions: []store.Session{row}}) },
+	} {
+		if err := call(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s under a held row lock: %v; want context.DeadlineExceeded", name, err)
+		}
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing runs on behind the error: the server canceled the UPDATE.
+	var waiting int
+	testkit.WaitFor(t, 10*time.Second, "no statement of the store left on the server", func() bool {
+		err := locker.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active'`).Scan(&waiting)
+		return err == nil && waiting == 0
+	})
+	if got, err := s.Get(t.Context(), "", "s"); err != nil || got.Title != "before" {
+		t.Errorf("after the timed-out calls: title %q, %v; want before (no write)", got.Title, err)
+	}
+	if ok, err := s.Rename(t.Context(), "", "s", "after"); !ok || err != nil {
+		t.Errorf("Rename after the lock went = %v, %v; want done", ok, err)
+	}
+}
+
+// TestPassword: the password of the URL is in neither Path nor the error
+// of a refused login nor of a URL that does not parse.
+func TestPassword(t *testing.T) {
+	t.Parallel()
+	good := testkit.Postgres(t)
+	u, err := url.Parse(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	s := openTest(t, good, Options{})
+	if p := s.Path(); strings.Contains(p, password) || !strings.HasPrefix(p, "postgres://postgres@127.0.0.1:") || !strings.HasSuffix(p, u.Path) {
+		t.Errorf("Path = %q; want postgres://postgres@127.0.0.1:<port>%s, without the password", p, u.Path)
+	}
+	const wrong = "Wr0ngSecret-xyzzy"
+	bad := *u
+	bad.User = url.UserPassword("postgres", wrong)
+	inQuery := *u
+	inQuery.User = url.User("postgres")
+	inQuery.RawQuery += "&password=" + wrong
+	for name, tc := range map[string]struct{ url, secret string }{
+		"wrong password":          {bad.String(), wrong},
+		"wrong password in query": {inQuery.String(), wrong},
+		"unparsable":              {"postgres://postgres:" + wrong + "@127.0.0.1:notaport/db", wrong},
+	} {
+		_, err := Open(t.Context(), tc.url, Options{})
+		if err == nil {
+			t.Errorf("%s: Open succeeded", name)
+			continue
+		}
+		if strings.Contains(err.Error(), tc.secret) {
+			t.Errorf("%s: error holds the password: %v", name, err)
+		}
+		if !strings.HasPrefix(err.Error(), "store postgres") {
+			t.Errorf("%s: error %q; want it to start with store postgres", name, err)
+		}
+	}
+}
+
+// TestHostileSearch fuzzes Search's seeds: any string is a query that
+// does not fail.
+func FuzzSearch(f *testing.F) {
+	for _, q := range storetest.HostileQueries() {
+		f.Add(q)
+	}
+	s := openTest(f, testkit.Postgres(f), Options{})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	b := store.Batch{Sessions: []store.Session{{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "attached"}}}
+	for i, text := range []string{"quick brown fox", "it's a 'quoted' \\ back\\slash & | ! <-> :* (x)", "Ünïcödé ΣΊΣΥΦΟΣ"} {
+		b.Entries = append(b.Entries, store.SessionEntry{SessionID: "s", Entry: store.Entry{Seq: uint64(i + 1), Role: "user", Kind: "prompt", Text: text, At: t0}})
+	}
+	if err := s.Apply(f.Context(), b); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		if _, err := s.Search(t.Context(), "", q, 10); err != nil {
+			t.Errorf("Search(%q): %v", q, err)
+		}
+	})
+}
+
+// TestSearchWords: words are found whatever surrounds them in the text
+// (PostgreSQL's own parser would take a host name, a path or an e-mail
+// address as one token), case-folded beyond ASCII whatever the server's
+// locale, and quotes and backslashes in the text are just separators.
+func TestSearchWords(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, testkit.Postgres(t), Options{})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	b := store.Batch{Sessions: []store.Session{{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "attached"}}}
+	texts := []string{
+		"see dashgate.example.com/docs/setup.html for it",
+		"mail ann@example.org now",
+		"ÜBER Straße ΣΊΣΥΦΟΣ",
+		`it's a 'quoted' back\slash`,
+		"nul\x00byte and \xff invalid",
+	}
+	for i, text := range texts {
+		b.Entries = append(b.Entries, store.SessionEntry{SessionID: "s", Entry: store.Entry{Seq: uint64(i + 1), Role: "user", Kind: "prompt", Text: text, At: t0}})
+	}
+	if err := s.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		query string
+		want  []uint64
+	}{
+		{"example", []uint64{2, 1}},
+		{"setup html", []uint64{1}},
+		{"docs", []uint64{1}},
+		{"ann", []uint64{2}},
+		{"über", []uint64{3}},
+		{"σίσυφοσ", []uint64{3}},
+		{"straße", []uint64{3}},
+		{"quoted s", []uint64{4}},
+		{`back\slash`, []uint64{4}},
+		{"nul byte invalid", []uint64{5}},
+	} {
+		hits, err := s.Search(t.Context(), "", tc.query, 10)
+		var got []uint64
+		for _, h := range hits {
+			got = append(got, h.Seq)
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Search(%q) = %v, %v; want %v", tc.query, got, err, tc.want)
+		}
+	}
+	// NUL and invalid UTF-8, which PostgreSQL text cannot hold, are stored as U+FFFD.
+	es, _, err := s.History(t.Context(), "s", 0, 10)
+	if err != nil || len(es) != len(texts) || es[4].Text != "nul\uFFFDbyte and \uFFFD invalid" {
+		t.Errorf("History = %d entries, %v; want entry 5 with U+FFFD for NUL and \\xff", len(es), err)
+	}
+}
