@@ -56,8 +56,8 @@ func lastMigration() int64 {
 const gooseTable = "goose_db_version"
 
 // migrateLock is the key of the session-level advisory lock Open holds
-// while it migrates (an arbitrary constant
-// bit): "dashgat" in ASCII. Every dashgate of every version uses this one key.
+// while it migrates: an arbitrary constant ("dashgat" in ASCII) that every
+// dashgate of every version uses.
 const migrateLock int64 = 0x64617368676174
 
 // migrate applies the missing steps with goose, each in its own
