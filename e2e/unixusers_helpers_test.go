@@ -276,3 +276,10 @@ func capSets(t *testing.T, pid int) map[string]uint64 {
 	}
 	return out
 }
+
+// readFile is the content of path ("" when it cannot be read).
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, _ := os.ReadFile(path)
+	return string(b)
+}

@@ -136,7 +136,8 @@ func TestUnixUsersIdentity(t *testing.T) {
 // or the instance's cgroup.procs is refused and leaves her where she was;
 // what she starts with setsid env -i or a double fork runs as her, in her
 // terminal's cgroup, and dies when the terminal closes (no process of hers
-// left).
+// left). Meanwhile /admin/api/users shows her CPU time (and pids, with that
+// controller) from her cgroup.
 func TestUnixUsersEscape(t *testing.T) {
 	requireCgroups(t)
 	alice := makeUnixUser(t, "alice")
@@ -173,6 +174,34 @@ func TestUnixUsersEscape(t *testing.T) {
 			t.Errorf("sleep %d is in cgroup %s, want her terminal's %s", tag, cg, inCgroup)
 		}
 	}
+	// The admin sees her use, from her cgroup.
+	var users struct {
+		Users []struct {
+			User          string  `json:"user"`
+			CgroupCPUUsec *uint64 `json:"cgroup_cpu_usec"`
+			CgroupPids    *int64  `json:"cgroup_pids"`
+		} `json:"users"`
+	}
+	if err := u.getJSON("admin/api/users", &users); err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, r := range users.Users {
+		if r.User != alice.Name {
+			continue
+		}
+		seen = true
+		if r.CgroupCPUUsec == nil || *r.CgroupCPUUsec == 0 {
+			t.Errorf("/admin/api/users row of alice: cgroup_cpu_usec %v, want her cgroup's CPU time", r.CgroupCPUUsec)
+		}
+		if pidsOn := slices.Contains(strings.Fields(readFile(t, filepath.Join(filepath.Dir(w.Cgroup), "cgroup.controllers"))), "pids"); pidsOn && (r.CgroupPids == nil || *r.CgroupPids < 3) {
+			t.Errorf("/admin/api/users row of alice: cgroup_pids %v, want at least her shell and two sleeps", r.CgroupPids)
+		}
+	}
+	if !seen {
+		t.Errorf("/admin/api/users has no row of alice: %+v", users.Users)
+	}
+
 	pty.Close()
 	waitNoProcs(t, alice.Name, 15*time.Second)
 }
