@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/dashgate/dashgate/accounts"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
@@ -18,7 +19,8 @@ import (
 
 // rpcError maps err to its JSON-RPC error object (PROTOCOL.md §2): an
 // *RPCError as is, the sessions and workers sentinels to 4001, 4009, 4029
-// and 5004, anything else to -32603 "internal error", logged on log with
+// and 5004 (an account refusal too: data.failure "spawn", its reason as
+// the message), anything else to -32603 "internal error", logged on log with
 // the method.
 func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var rpc *RPCError
@@ -42,6 +44,12 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		return &RPCError{Code: CodeCapacity, Message: err.Error()}
 	case errors.Is(err, workers.ErrCapacity):
 		return &RPCError{Code: CodeCapacity, Message: "worker capacity reached"}
+	case errors.Is(err, accounts.ErrRefused):
+		// The owner has no Unix account to run as (--unix-users): the
+		// worker could not start, as a spawn failure, and the message is
+		// the refusal's reason (the registry logged it at WARN).
+		return &RPCError{Code: CodeWorkerFailed, Message: refusalOf(err),
+			Data: map[string]any{"failure": workers.FailSpawn, "stderr_tail": []string{}}}
 	case errors.As(err, &we):
 		tail := we.StderrTail
 		if tail == nil {
@@ -83,7 +91,9 @@ func DescribeError(err error) (int, string) {
 // that failed with err: 400 for an errBadRequest, 404 for
 // sessions.ErrNotFound, 503 for the
 // capacity and shutdown sentinels (a *sessions.UserCapacityError among
-// them, its message naming the per-user limit), 500 "internal error" for anything else,
+// them, its message naming the per-user limit), 403 with the reason for
+// an account refusal (accounts.ErrRefused: the owner has no Unix account
+// to run as), 500 "internal error" for anything else,
 // logged on log with the method and path.
 func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var bad errBadRequest
@@ -94,6 +104,8 @@ func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err err
 		http.Error(w, sessions.ErrNotFound.Error(), http.StatusNotFound)
 	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case errors.Is(err, accounts.ErrRefused):
+		http.Error(w, refusalOf(err), http.StatusForbidden)
 	default:
 		log.Error("internal error", "method", r.Method, "path", r.URL.Path, "status", http.StatusInternalServerError, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
@@ -105,3 +117,13 @@ func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err err
 type errBadRequest struct{ msg string }
 
 func (e errBadRequest) Error() string { return e.msg }
+
+// refusalOf is the sentence of an account refusal: the
+// *accounts.RefusedError's own, however it is wrapped.
+func refusalOf(err error) string {
+	var re *accounts.RefusedError
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	return err.Error()
+}

@@ -33,7 +33,10 @@ type TerminalRegistry interface {
 	AttachTerminal(ctx context.Context, p sessions.Principal, sid string, o sessions.TerminalOptions) (*sessions.Attachment, error)
 }
 
-// Terminal serves GET /ws/pty (PROTOCOL.md §3).
+// Terminal serves GET /ws/pty (PROTOCOL.md §3). Before the upgrade it
+// answers as httpError does: among others 403 with the reason when the
+// session owner's Unix account was refused (--unix-users; nothing was
+// spawned).
 type Terminal struct {
 	Registry   TerminalRegistry
 	Log        *slog.Logger

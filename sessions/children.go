@@ -18,7 +18,9 @@ import (
 // two; a worker whose session ended while it was spawned is closed at once.
 // A spawn takes a slot of the owner's MaxWorkersPerUser first (a
 // *UserCapacityError when there is none), given back when the spawn fails
-// or, through its OnClose, whenever the worker closes.
+// or, through its OnClose, whenever the worker closes. With
+// Config.Accounts the worker runs as its owner's account; a refusal is
+// returned as is (see accountOf) and nothing is spawned.
 func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
 	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -40,13 +42,17 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 		return nil, err
 	}
 
+	acct, err := r.accountOf(s)
 	spawn := func() (Worker, error) {
 		return r.cfg.Spawner.SpawnWorker(SpawnRequest{
-			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace, Owner: s.owner,
+			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace, Owner: s.owner, Account: acct,
 			OnClose: func(res workers.CloseResult) { r.workerGone(s, c, res) },
 		})
 	}
-	w, err := spawn()
+	var w Worker
+	if err == nil {
+		w, err = spawn()
+	}
 	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
 		w, err = spawn() // a spare terminal held the last slot
 	}
@@ -55,8 +61,8 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 		r.usage.release(c) // no OnClose comes for a child that never started
 		r.mu.Unlock()
 	}
-	if errors.Is(err, workers.ErrCapacity) {
-		return nil, err
+	if errors.Is(err, workers.ErrCapacity) || refused(err) {
+		return nil, err // a refusal was logged, and its message is the reason
 	}
 	if err != nil {
 		r.log.Warn("worker spawn failed", "sid", s.id, "user", s.owner, "err", err)

@@ -14,7 +14,10 @@ import (
 
 // Exec runs a slash command in the session's worker (spawning it when
 // needed) and returns its output. v becomes a viewer of the session.
-// Errors: ErrNotFound, workers.ErrCapacity, *workers.Error.
+// Errors: ErrNotFound, workers.ErrCapacity, *workers.Error, and an
+// *accounts.RefusedError when Config.Accounts refused the owner (nothing
+// was spawned; the history keeps the command and one notice with the
+// reason, not an error entry).
 func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (string, error) {
 	s, err := r.use(v, sid)
 	if err != nil {
@@ -44,7 +47,10 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	unregister()
 	shown := !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled)
 	if s.live() && shown {
-		if err != nil {
+		if refused(err) {
+			// No worker could start as the owner: one notice says why.
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: err.Error()})
+		} else if err != nil {
 			code, msg := r.cfg.DescribeError(err)
 			// An interrupted command's error says so (the dashboard shows
 			// it as stopped, not as a failure).

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dashgate/dashgate/accounts"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
 )
@@ -92,6 +93,10 @@ type SpawnRequest struct {
 	// anonymous user and for a spare not yet attached): ProcSpawner logs it
 	// as user on the child's "worker closed" record.
 	Owner string
+	// Account is the Unix account the child runs as (Config.Accounts'
+	// answer for Owner); nil: it runs as dashgate. ProcSpawner gives it to
+	// workers.Spec.Account. The spawner reads it and never changes it.
+	Account *accounts.Account
 }
 
 // Spawner starts the children of a session. Errors: workers.ErrCapacity,
@@ -173,6 +178,18 @@ type Config struct {
 	// terminal about to open, and it does not outlive that reason by more.
 	// 0 means DefaultSpareIdle.
 	PTYSpareIdle time.Duration
+	// Accounts, when set (--unix-users), gives the Unix account each
+	// session owner's children run as: it is asked at each spawn of a chat
+	// worker or a terminal (never under the registry's lock; it may block,
+	// bounded by its own timeouts), and its account goes to the Spawner in
+	// SpawnRequest.Account. When it fails nothing is spawned: a refusal
+	// (errors.Is(err, accounts.ErrRefused)) is returned as is, its message
+	// the reason, and kept in the session's history as one notice (a chat
+	// call) or answered 403 (/ws/pty), with one WARN "unix account
+	// refused" record (sid, user, reason); any other error is a spawn
+	// failure. nil: children run as dashgate. With it set PTYSpare is off:
+	// a spare would start before anyone asked, as nobody's account.
+	Accounts func(user string) (*accounts.Account, error)
 }
 
 // DefaultSpareIdle is Config.PTYSpareIdle's default.
@@ -290,6 +307,9 @@ func (t *tracker) wait() {
 // and Wait.
 func New(cfg Config) *Registry {
 	cfg.defaults()
+	if cfg.Accounts != nil {
+		cfg.PTYSpare = false // see Config.Accounts
+	}
 	r := &Registry{
 		cfg: cfg, log: cfg.Log, id: newID(),
 		sessions: map[string]*Session{},

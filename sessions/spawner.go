@@ -20,14 +20,19 @@ type ProcSpawner struct {
 	// WorkerEnv is added to the chat worker's environment only (the agent's
 	// settings and its API key: a terminal never sees them).
 	WorkerEnv []string
+	// LoginShell runs a terminal of a request with an Account as that
+	// account's login shell (workers.Spec.LoginShell: Account.Shell, argv0
+	// "-" + its base name) instead of PTYCmd. dashgate sets it with
+	// --unix-users when --pty-cmd was not given.
+	LoginShell bool
 }
 
-// SpawnWorker starts a chat worker; its "worker closed" record carries
-// user (req.Owner).
+// SpawnWorker starts a chat worker, as req.Account when set; its "worker
+// closed" record carries user (req.Owner).
 func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 	w, err := p.Manager.StartWorker(workers.Spec{
 		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: append(p.Env[:len(p.Env):len(p.Env)], p.WorkerEnv...),
-		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: []any{"user", req.Owner},
+		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: []any{"user", req.Owner}, Account: req.Account,
 	})
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -36,14 +41,14 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 }
 
 // SpawnPTY starts the terminal program at req's size, with
-// TERM=xterm-256color; its "worker closed" record carries user
-// (req.Owner).
+// TERM=xterm-256color, as req.Account when set (its login shell with
+// LoginShell); its "worker closed" record carries user (req.Owner).
 func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	env := append(FilterEnv(p.Env, nil, "TERM"), "TERM=xterm-256color")
 	proc, err := p.Manager.Start(workers.Spec{
 		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
 		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
-		LogAttrs: []any{"user", req.Owner},
+		LogAttrs: []any{"user", req.Owner}, Account: req.Account, LoginShell: p.LoginShell && req.Account != nil,
 	})
 	if err != nil {
 		return nil, err

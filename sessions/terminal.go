@@ -252,7 +252,9 @@ func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 // socket ends. Errors: ErrNotFound (also for another user's session),
 // ErrCapacity (a *UserCapacityError when a new terminal-only session or a
 // new program would pass the owner's MaxSessionsPerUser or
-// MaxTerminalsPerUser), workers.ErrCapacity and spawn errors.
+// MaxTerminalsPerUser), workers.ErrCapacity, an *accounts.RefusedError
+// (Config.Accounts refused the owner: nothing was spawned, and a new
+// terminal-only session was closed again) and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
 	terminalOnly := sid == ""
@@ -383,7 +385,9 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 // register gives it to a session). Any other takes a slot of the owner's
 // MaxTerminalsPerUser first (a *UserCapacityError when there is none),
 // given back when the spawn fails or, through its OnClose, when the
-// program closes.
+// program closes. With Config.Accounts the program runs as its owner's
+// account; a refusal is returned as is (see accountOf) and nothing is
+// spawned.
 func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
 	defer trace.StartRegion(context.Background(), "spawn pty").End()
 	c := &child{kind: kindTerminal}
@@ -422,7 +426,12 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 				r.goTracked(func() { <-t.ready; t.end(res.Reason, true) })
 			}
 		}}
-	pty, err := r.cfg.Spawner.SpawnPTY(req)
+	acct, err := r.accountOf(s)
+	var pty PTY
+	if err == nil {
+		req.Account = acct
+		pty, err = r.cfg.Spawner.SpawnPTY(req)
+	}
 	for errors.Is(err, workers.ErrCapacity) && !isSpare && r.dropSpare() {
 		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare held the last slot
 	}

@@ -18,10 +18,17 @@ import (
 
 // Prompt starts a turn: it records the prompt and returns the turn id and a
 // start function that the caller calls once it has sent its reply, so that
-// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy.
+// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy, and
+// an *accounts.RefusedError when the session has no worker and
+// Config.Accounts refuses its owner: then no turn starts, nothing is
+// spawned and the history keeps one notice with the reason (not the
+// prompt).
 func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	s, err := r.use(v, sid)
 	if err != nil {
+		return "", nil, err
+	}
+	if err := r.checkAccount(s); err != nil {
 		return "", nil, err
 	}
 	r.mu.Lock()
@@ -125,7 +132,12 @@ func (t *turn) finish(output string, interrupted bool, err error) {
 	if !t.done {
 		t.failed = err != nil && !errors.Is(err, context.Canceled)
 		t.completeLocked(output, interrupted)
-		if t.failed {
+		if t.failed && refused(err) {
+			// The owner's account was refused when the worker was to start
+			// (Prompt checked it, and it changed since): one notice.
+			r.emitLocked(s, "notice", map[string]any{"text": err.Error()})
+			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: err.Error()})
+		} else if t.failed {
 			code, msg := r.cfg.DescribeError(err)
 			payload := map[string]any{"message": msg, "code": code}
 			data := failureData(err)

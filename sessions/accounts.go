@@ -1,0 +1,73 @@
+package sessions
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dashgate/dashgate/accounts"
+	"github.com/dashgate/dashgate/store"
+)
+
+// This file owns the Unix account a session's children run as
+// (Config.Accounts): its lookup at each spawn and what a refusal does.
+
+// accountOf returns the Unix account the children of s run as: nil when
+// Config.Accounts is not set. A refusal (errors.Is(err,
+// accounts.ErrRefused)) is returned as the *accounts.RefusedError itself
+// (its message is the reason the person reads) after one WARN "unix
+// account refused" record with sid, user and reason; any other failure,
+// or no account, is wrapped with the owner's name. It must be called
+// without r.mu (the lookup may run id(1)).
+func (r *Registry) accountOf(s *Session) (*accounts.Account, error) {
+	if r.cfg.Accounts == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	owner := s.owner // set once (a spare's, when it is taken, before it spawns anything else)
+	r.mu.Unlock()
+	acct, err := r.cfg.Accounts(owner)
+	if errors.Is(err, accounts.ErrRefused) {
+		var re *accounts.RefusedError
+		if errors.As(err, &re) {
+			err = re
+		}
+		r.log.Warn("unix account refused", "sid", s.id, "user", owner, "reason", err.Error())
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unix account of user %q: %w", owner, err)
+	}
+	if acct == nil { // never run as dashgate by mistake
+		return nil, fmt.Errorf("unix account of user %q: none found", owner)
+	}
+	return acct, nil
+}
+
+// refused reports whether err is an account refusal (see accountOf).
+func refused(err error) bool { return errors.Is(err, accounts.ErrRefused) }
+
+// checkAccount is Prompt's check, before a turn starts, that a worker
+// could start for s: with Config.Accounts and no live worker, a refusal
+// of the owner is kept as one notice in the history and returned.
+// Anything else (a lookup that failed otherwise) is left to the spawn.
+func (r *Registry) checkAccount(s *Session) error {
+	if r.cfg.Accounts == nil {
+		return nil
+	}
+	r.mu.Lock()
+	w := s.worker
+	r.mu.Unlock()
+	if w != nil && !w.Closing() {
+		return nil
+	}
+	_, err := r.accountOf(s)
+	if !refused(err) {
+		return nil
+	}
+	r.mu.Lock()
+	if s.live() {
+		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: err.Error()})
+	}
+	r.mu.Unlock()
+	return err
+}
