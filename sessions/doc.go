@@ -18,12 +18,19 @@
 // commands), conversation.go (history, entry seqs, the store's side),
 // lease.go (a node's hold on its sessions), changes.go (session.changed),
 // journal.go (the write-behind queue), reasons.go (the table), usage.go
-// (what each user has live: the per-user caps and UsersSummary).
+// (what each user has live: the per-user caps and UsersSummary),
+// accounts.go (the Unix account a session's children run as).
 //
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
 // started ahead of the sessions they will serve (spare.go): not in the
 // registry until an attach without a session takes one, ended by Shutdown
-// or to free a worker slot.
+// or to free a worker slot. Config.Accounts turns them off.
+//
+// Unix accounts. With Config.Accounts every chat worker (so an agent and
+// its tools) and every terminal of a session starts as its owner's
+// account, looked up at each spawn; an owner the lookup refuses gets
+// nothing spawned (accounts.go). Registry.ReapUser ends all of one user's
+// sessions for an admin.
 //
 // Who views what. The registry's viewer index is the only record of which
 // viewer views which session; it enforces Config.MaxViewed per viewer, and a session
