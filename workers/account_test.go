@@ -63,7 +63,7 @@ func waitFile(t *testing.T, path string) string {
 // accountScript reports, as the account it runs as, who it is, where, and
 // what it may do to another account ($BH: bob's home, $BP: bob's child)
 // and to the cgroup tree ($I: the instance's cgroup, $R: the cgroup2
-// root), into ~/out; then it stays.
+// root), into $O/out (its home, named apart from $HOME); then it stays.
 const accountScript = `{
 id -u; id -g; id -G
 echo "$HOME|$USER|$LOGNAME|$SHELL"
@@ -73,8 +73,8 @@ kill -0 "$BP" 2>/dev/null && echo kill=ok || echo kill=refused
 { echo $$ >"$I/cgroup.procs"; } 2>&1 && echo inst=moved || echo inst=refused
 { echo $$ >"$R/cgroup.procs"; } 2>&1 && echo root=moved || echo root=refused
 touch made
-} >"$HOME/out.tmp" 2>&1
-mv "$HOME/out.tmp" "$HOME/out"
+} >"$O/out.tmp" 2>&1
+mv "$O/out.tmp" "$O/out"
 exec sleep 300`
 
 // TestAccountChild: a chat child and a pty child started with alice's
@@ -99,7 +99,7 @@ func TestAccountChild(t *testing.T) {
 			os.Remove(filepath.Join(alice.Home, "out"))
 			p, err := m.Start(Spec{Kind: kind, SessionID: "s-alice", Path: "/bin/sh", Args: []string{"-c", accountScript}, Account: aliceAcct,
 				Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=/root", "USER=root", "LOGNAME=root", "SHELL=/bin/zsh",
-					"BH=" + bob.Home, "BP=" + strconv.Itoa(bp.PID()), "I=" + cg.Dir, "R=" + cg.Mount}})
+					"O=" + alice.Home, "BH=" + bob.Home, "BP=" + strconv.Itoa(bp.PID()), "I=" + cg.Dir, "R=" + cg.Mount}})
 			if err != nil {
 				t.Fatal(err)
 			}
