@@ -521,3 +521,37 @@ func TestUserCgroupConcurrent(t *testing.T) {
 		t.Errorf("alice's cgroup is still there after her children closed: %v", err)
 	}
 }
+
+// TestUserCgroupClose: Cgroups.Close at exit ends what still runs in an
+// account's cgroup (user-<name>/<leaf>) and removes the tree bottom up.
+// The process is none of a Manager's, so only Close can end it.
+func TestUserCgroupClose(t *testing.T) {
+	t.Parallel()
+	alice := testkit.UnixUser(t, "alice")
+	_, _, cg := newCgroupManager(t, CgroupOptions{})
+	leaf := filepath.Join(cg.Dir, UserPrefix+alice.Name, "chat-"+newMarker())
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := cgroupAt(leaf).open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd,
+		Credential: &syscall.Credential{Uid: alice.UID, Gid: alice.GID}}
+	err = cmd.Start()
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	killOnCleanup(t, cmd.Process.Pid)
+	if err := cg.Close(); err != nil {
+		t.Fatalf("Cgroups.Close: %v", err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "alice's process ended by Close", func() bool { return testkit.Gone(cmd.Process.Pid) })
+	if _, err := os.Stat(cg.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the instance's cgroup %s is still there: %v", cg.Dir, err)
+	}
+}

@@ -90,7 +90,9 @@ type Cgroups struct {
 	// Base holds the instances' directories: dashgate's own cgroup when it
 	// is delegated, --cgroup-root, or the mount's root (as root).
 	Base string
-	// Dir is Base/dashgate-<instance>: the parent of every child's cgroup.
+	// Dir is Base/dashgate-<instance>: the parent of every child's cgroup,
+	// and of Dir/user-<name>, the parent of the cgroups of the children that
+	// run as Unix account <name> (Spec.Account).
 	Dir string
 	// Delegated is true when Base is dashgate's own, delegated cgroup;
 	// dashgate then moved itself into the leaf Base/gateway.
