@@ -171,9 +171,11 @@ func TestAccountsTurnSparesOff(t *testing.T) {
 		given := &accounts.Account{Name: "alice", UID: 4242, GID: 4242, Home: "/home/alice", Shell: "/bin/bash"}
 		h := termHarness(t, 5, func(c *Config) {
 			c.PTYSpare = true
+			// Anyone but mallory has an account, even "" (a spare's owner
+			// until taken): only the switch keeps spares from starting.
 			c.Accounts = func(user string) (*accounts.Account, error) {
-				if user != "alice" {
-					return nil, &accounts.RefusedError{User: user, Reason: "no Unix account for dashgate user " + fmt.Sprintf("%q", user)}
+				if user == "mallory" {
+					return nil, &accounts.RefusedError{User: user, Reason: `no Unix account for dashgate user "mallory"`}
 				}
 				return given, nil
 			}
@@ -208,13 +210,61 @@ func TestAccountsTurnSparesOff(t *testing.T) {
 				t.Errorf("terminal spawned for %q as %+v; want alice's account", p.req.Owner, p.req.Account)
 			}
 		}
-		// anon has no account: refused, and still no spare.
-		if _, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{}); !errors.Is(err, accounts.ErrRefused) {
-			t.Fatalf("anonymous terminal: %v; want refused", err)
+		// mallory has no account: refused, nothing started, still no spare.
+		if _, err := h.r.AttachTerminal(t.Context(), Principal{User: "mallory"}, "", TerminalOptions{}); !errors.Is(err, accounts.ErrRefused) {
+			t.Fatalf("mallory's terminal: %v; want refused", err)
 		}
 		synctest.Wait()
 		if n := len(h.sp.terminals()); n != 2 {
 			t.Errorf("%d terminals after a refusal; want still 2", n)
+		}
+	})
+}
+
+// A refusal that comes only when the turn's worker is to start (the
+// account was there when Prompt checked, and gone a moment later) ends
+// the turn with one notice with the reason, sent live as event notice
+// and kept in the history, instead of an error; nothing is spawned.
+func TestAccountRefusedWhenTheTurnStarts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reason := `no Unix account for dashgate user "alice"`
+		var asked int
+		h := newHarness(t, func(c *Config) {
+			c.Accounts = func(user string) (*accounts.Account, error) {
+				if asked++; asked == 1 { // Prompt's check
+					return &accounts.Account{Name: user}, nil
+				}
+				return nil, &accounts.RefusedError{User: user, Reason: reason}
+			}
+		})
+		v := viewerOf(Principal{User: "alice"})
+		in, err := h.r.Create(v, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, start, err := h.r.Prompt(v, in.ID, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		start()
+		synctest.Wait()
+		if n := h.sp.spawned.Load(); n != 0 {
+			t.Errorf("%d workers spawned; want none", n)
+		}
+		var notices []string
+		for _, ev := range v.ofType("notice") {
+			notices = append(notices, ev.Payload.(map[string]any)["text"].(string))
+		}
+		if !slices.Equal(notices, []string{reason}) || len(v.ofType("error")) != 0 {
+			t.Errorf("events: notices %q, %d errors; want one notice %q and no error", notices, len(v.ofType("error")), reason)
+		}
+		var kinds []string
+		for _, e := range h.historyOf(in.ID) {
+			kinds = append(kinds, e.Kind)
+		}
+		if want := []string{store.KindPrompt, store.KindReply, store.KindNotice}; !slices.Equal(kinds, want) {
+			t.Errorf("history kinds %v; want %v", kinds, want)
 		}
 	})
 }
