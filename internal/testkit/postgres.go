@@ -73,42 +73,62 @@ type pgServer struct {
 // or fails when DASHGATE_E2E=1.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	url, drop, err := PostgresDB(ctx)
+	if errors.Is(err, ErrNoPostgres) {
+		if os.Getenv(EnvE2E) == "1" {
+			tb.Fatalf("%v (%s=1: required)", err, EnvE2E)
+		}
+		tb.Skipf("%v; install Debian's postgresql package (scripts/e2e-deps.sh) to run this test", err)
+	}
+	if err != nil {
+		tb.Fatalf("PostgreSQL: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), pgStopTimeout)
+		defer cancel()
+		if err := drop(ctx); err != nil {
+			tb.Errorf("PostgreSQL: %v", err)
+		}
+	})
+	return url
+}
+
+// ErrNoPostgres: the PostgreSQL binaries are not installed.
+var ErrNoPostgres = errors.New("PostgreSQL: initdb, pg_ctl and postgres not found on PATH nor in /usr/lib/postgresql/*/bin")
+
+// PostgresDB is Postgres for a caller that is not a test (a benchmark's
+// data built once per process, a program): it starts the server if none
+// runs and creates a database, and returns its URL and drop, which drops
+// the database (ending its connections). It does not skip: without the
+// binaries the error is ErrNoPostgres. The server stays up until
+// StopPostgres, which also throws away the databases not dropped.
+func PostgresDB(ctx context.Context) (url string, drop func(context.Context) error, err error) {
 	bin, err := findPostgres()
 	if err != nil {
-		if os.Getenv(EnvE2E) == "1" {
-			tb.Fatalf("PostgreSQL: %v (%s=1: required)", err, EnvE2E)
-		}
-		tb.Skipf("PostgreSQL: %v; install Debian's postgresql package (scripts/e2e-deps.sh) to run this test", err)
+		return "", nil, err
 	}
 	pg.mu.Lock()
 	if pg.srv == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
 		pg.srv, err = startPostgres(ctx, bin)
-		cancel()
 		if err != nil {
 			pg.mu.Unlock()
-			tb.Fatalf("start PostgreSQL: %v", err)
+			return "", nil, fmt.Errorf("start PostgreSQL: %w", err)
 		}
 	}
 	srv := pg.srv
 	pg.dbs++
 	db := fmt.Sprintf("test_%d", pg.dbs)
 	pg.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
-	defer cancel()
 	if err := srv.exec(ctx, "CREATE DATABASE "+db); err != nil {
-		tb.Fatalf("PostgreSQL: %v", err)
+		return "", nil, err
 	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), pgStopTimeout)
-		defer cancel()
+	drop = func(ctx context.Context) error {
 		// FORCE ends the connections a failed test left open.
-		if err := srv.exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
-			tb.Errorf("PostgreSQL: %v", err)
-		}
-	})
-	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", srv.password, srv.port, db)
+		return srv.exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	}
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", srv.password, srv.port, db), drop, nil
 }
 
 // StopPostgres stops the server Postgres started, if any (pg_ctl stop -m
@@ -159,7 +179,7 @@ func findPostgres() (string, error) {
 			return d, nil
 		}
 	}
-	return "", errors.New("initdb, pg_ctl and postgres not found on PATH nor in /usr/lib/postgresql/*/bin")
+	return "", ErrNoPostgres
 }
 
 // majorOf is the version in /usr/lib/postgresql/<major>/bin/initdb.

@@ -205,7 +205,7 @@ func connect(t testing.TB, url string) *pgx.Conn {
 func TestCallTimeout(t *testing.T) {
 	t.Parallel()
 	url := testkit.Postgres(t)
-	s := openTest(t, url, Options{CallTimeout: 300 * time.Millisecond})
+	s := openTest(t, url, Options{CallTimeout: time.Second})
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	row := store.Session{ID: "s", Title: "before", CreatedAt: t0, LastActive: t0, State: "attached"}
 	if err := s.Apply(t.Context(), store.Batch{Sessions: []store.Session{row}}); err != nil {
