@@ -284,7 +284,7 @@ func TestPassword(t *testing.T) {
 	}
 }
 
-// TestHostileSearch fuzzes Search's seeds: any string is a query that
+// FuzzSearch searches with storetest.HostileQueries as seeds: any string is a query that
 // does not fail.
 func FuzzSearch(f *testing.F) {
 	for _, q := range storetest.HostileQueries() {
@@ -356,5 +356,88 @@ func TestSearchWords(t *testing.T) {
 	es, _, err := s.History(t.Context(), "s", 0, 10)
 	if err != nil || len(es) != len(texts) || es[4].Text != "nul\uFFFDbyte and \uFFFD invalid" {
 		t.Errorf("History = %d entries, %v; want entry 5 with U+FFFD for NUL and \\xff", len(es), err)
+	}
+}
+
+// TestApplyWaitsForClaim: a Claim in flight (another transaction bumped
+// the epoch and holds the row) makes Apply wait and then see the new
+// epoch: a write under the old one is fenced, never slipped in between
+// the check and the commit.
+func TestApplyWaitsForClaim(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	s := openTest(t, url, Options{CallTimeout: time.Minute})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	row := store.Session{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "attached", Node: "a", Epoch: 1}
+	if err := s.Apply(t.Context(), store.Batch{Sessions: []store.Session{row}}); err != nil {
+		t.Fatal(err)
+	}
+	claimer := connect(t, url)
+	tx, err := claimer.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `UPDATE sessions SET node = 'b', epoch = epoch + 1 WHERE id = 's'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Apply(t.Context(), store.Batch{Entries: []store.SessionEntry{{SessionID: "s", Epoch: 1,
+			Entry: store.Entry{Seq: 1, Role: "user", Kind: "prompt", Text: "stale", At: t0}}}})
+	}()
+	var applied error
+	var finished bool
+	watcher := connect(t, url)
+	testkit.WaitFor(t, 10*time.Second, "Apply waiting on the claimed row", func() bool {
+		select {
+		case applied = <-done:
+			finished = true
+			return true
+		default:
+		}
+		var n int
+		err := watcher.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if finished {
+		t.Fatalf("Apply returned (%v) while the claim was in flight; want it to wait for the row", applied)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("Apply under the epoch the claim replaced: %v; want ErrFenced", err)
+	}
+	if es, _, err := s.History(t.Context(), "s", 0, 10); err != nil || len(es) != 0 {
+		t.Errorf("History = %d entries, %v; want none written", len(es), err)
+	}
+}
+
+// TestSearchBeyondWindow: an entry older than the newest searchWindow is
+// found (from the index), in its place among newer hits.
+func TestSearchBeyondWindow(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, testkit.Postgres(t), Options{})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	b := store.Batch{Sessions: []store.Session{{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "attached"}}}
+	for seq := uint64(1); seq <= searchWindow+2; seq++ {
+		text := "hay"
+		if seq == 1 || seq == searchWindow+2 {
+			text = "hay needle"
+		}
+		b.Entries = append(b.Entries, store.SessionEntry{SessionID: "s", Entry: store.Entry{Seq: seq, Role: "user", Kind: "prompt", Text: text, At: t0}})
+	}
+	if err := s.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := s.Search(t.Context(), "", "needle", 10)
+	var got []uint64
+	for _, h := range hits {
+		got = append(got, h.Seq)
+	}
+	if want := []uint64{searchWindow + 2, 1}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("Search(needle) = %v, %v; want %v", got, err, want)
 	}
 }
