@@ -441,3 +441,38 @@ func TestSearchBeyondWindow(t *testing.T) {
 		t.Errorf("Search(needle) = %v, %v; want %v", got, err, want)
 	}
 }
+
+// TestClaimSkipsLocked: a Claim does not wait for a row another
+// transaction holds (a claim in flight elsewhere): it takes the other
+// claimable sessions at once and leaves that one.
+func TestClaimSkipsLocked(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	s := openTest(t, url, Options{CallTimeout: 2 * time.Second})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	var b store.Batch
+	for _, id := range []string{"held", "free"} {
+		b.Sessions = append(b.Sessions, store.Session{ID: id, Title: "t", CreatedAt: t0, LastActive: t0, State: "detached",
+			Node: "dead", LeaseUntil: t0.Add(-time.Second), Epoch: 1})
+	}
+	if err := s.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	locker := connect(t, url)
+	tx, err := locker.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM sessions WHERE id = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(t.Context(), "a", time.Minute, t0)
+	var ids []string
+	for _, ss := range got {
+		ids = append(ids, ss.ID)
+	}
+	if err != nil || !slices.Equal(ids, []string{"free"}) {
+		t.Fatalf("Claim beside a held row = %v, %v; want [free] at once", ids, err)
+	}
+}
