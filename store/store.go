@@ -180,6 +180,12 @@ type Hit struct {
 	At        time.Time `json:"at"`
 }
 
+// MaxSearchWords is how many words of a search query count; the rest are
+// ignored. Every word must match, so more only narrow the hits, while each
+// costs the full-text index a lookup: a pasted page of text would cost a
+// thousand (seconds of CPU) for what its first words already find.
+const MaxSearchWords = 32
+
 // Store keeps sessions and their history. Its methods are safe for
 // concurrent use. Errors other than ErrNotFound and ErrClosed are I/O or
 // database failures: the caller keeps its data and may retry.
@@ -208,7 +214,8 @@ type Store interface {
 	HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
 	// Search returns up to limit entries whose text holds every word of
 	// query, newest first. Any string is a valid query: operators and
-	// quotes are taken as text; a query without words has no hits.
+	// quotes are taken as text; a query without words has no hits. Only
+	// the first MaxSearchWords words count.
 	Search(ctx context.Context, owner, query string, limit int) ([]Hit, error)
 	// Delete removes a session and its entries; it reports whether the
 	// session existed.

@@ -70,6 +70,15 @@ type config struct {
 	MaxSessionsUser  int
 	MaxWorkersUser   int
 	MaxTerminalsUser int
+	UnixUsers        bool
+	UnixUsersMap     string
+	AllowRootUsers   bool
+	UserMemoryMax    string // as given; UserMemoryBytes parsed
+	UserMemoryBytes  uint64
+	UserPidsMax      int
+	UserCPUMax       string // as given (200%); UserCPUMaxLine is cpu.max's "quota period"
+	UserCPUMaxLine   string
+	PTYCmdExplicit   bool
 	LogLevel         string
 	LogFormat        string
 	Cgroup           string
@@ -139,6 +148,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.AdminUsers, "admin-users", "", "comma-separated users who reach /admin and /metrics (and may reap any session, never read or type into one)")
 	fs.IntVar(&c.MaxSessionsUser, "max-sessions-per-user", 0, "live sessions of one user; beyond it the user's least recently active detached one is evicted, else error 4029 (0: no limit)")
 	fs.IntVar(&c.MaxWorkersUser, "max-workers-per-user", 0, "live chat workers of one user's sessions; beyond it error 4029 (0: no limit)")
+	fs.BoolVar(&c.UnixUsers, "unix-users", false, "run each user's worker, agent tools and terminal as the Unix account of the same name (or --unix-users-map's), in a cgroup per user; needs root or CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL")
+	fs.StringVar(&c.UnixUsersMap, "unix-users-map", "", "file of dashgateuser:unixuser lines (with --unix-users); a user not in it is refused")
+	fs.BoolVar(&c.AllowRootUsers, "allow-root-users", false, "let a dashgate user map to uid 0 (with --unix-users)")
+	fs.StringVar(&c.UserMemoryMax, "user-memory-max", "", "memory.max of each user's cgroup, e.g. 4GiB (with --unix-users; needs the memory controller)")
+	fs.IntVar(&c.UserPidsMax, "user-pids-max", 0, "pids.max of each user's cgroup (with --unix-users; 0: no limit; needs the pids controller)")
+	fs.StringVar(&c.UserCPUMax, "user-cpu-max", "", "cpu.max of each user's cgroup as a share of one CPU, e.g. 200% (with --unix-users; needs the cpu controller)")
 	fs.IntVar(&c.MaxTerminalsUser, "max-terminals-per-user", 0, "live terminals of one user; beyond it the terminal is refused with 4029 (0: no limit)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
 	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store")
@@ -173,6 +188,28 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.TokenExplicit = c.Token != ""
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "pty-cmd" {
+			c.PTYCmdExplicit = true
+		}
+	})
+	if getenv("DASHGATE_PTY_CMD") != "" {
+		c.PTYCmdExplicit = true
+	}
+	if c.UserMemoryMax != "" {
+		n, err := humanize.ParseBytes(c.UserMemoryMax)
+		if err != nil || n == 0 {
+			return c, fmt.Errorf("--user-memory-max %q: want a size such as 4GiB", c.UserMemoryMax)
+		}
+		c.UserMemoryBytes = n
+	}
+	if c.UserCPUMax != "" {
+		line, err := workers.ParseCPUMax(c.UserCPUMax)
+		if err != nil {
+			return c, fmt.Errorf("--user-cpu-max: %w", err)
+		}
+		c.UserCPUMaxLine = line
+	}
 	if c.ChildMemoryMax != "" {
 		n, err := humanize.ParseBytes(c.ChildMemoryMax)
 		if err != nil || n == 0 {
@@ -233,6 +270,15 @@ func (c config) validate() error {
 		if strings.ContainsAny(c.UserHeader, " \t:\r\n") {
 			errs = append(errs, fmt.Errorf("--user-header %q is not a header name", c.UserHeader))
 		}
+	}
+	if c.UnixUsers && c.UserHeader == "" && c.UsersFile == "" {
+		errs = append(errs, errors.New("--unix-users needs users: set --user-header or --users-file"))
+	}
+	if !c.UnixUsers && (c.UnixUsersMap != "" || c.AllowRootUsers || c.UserMemoryMax != "" || c.UserPidsMax != 0 || c.UserCPUMax != "") {
+		errs = append(errs, errors.New("--unix-users-map, --allow-root-users and --user-*-max need --unix-users"))
+	}
+	if c.UserPidsMax < 0 {
+		errs = append(errs, errors.New("--user-pids-max must not be negative"))
 	}
 	if c.AdminUsers != "" && c.UserHeader == "" && c.UsersFile == "" {
 		errs = append(errs, errors.New("--admin-users needs users: set --user-header or --users-file"))

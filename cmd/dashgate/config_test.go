@@ -43,6 +43,10 @@ func TestConfigRefusals(t *testing.T) {
 		{"user header not a name", []string{"--user-header", "X User", "--trusted-proxies", "127.0.0.1"}, "not a header name"},
 		{"admin users without users", []string{"--admin-users", "carol"}, "--admin-users needs users"},
 		{"negative per-user cap", []string{"--max-workers-per-user", "-1"}, "--max-workers-per-user"},
+		{"unix users without users", []string{"--unix-users"}, "--unix-users needs users"},
+		{"user limit without unix users", []string{"--user-pids-max", "100"}, "need --unix-users"},
+		{"cpu share not a share", []string{"--unix-users", "--users-file", "/u", "--user-cpu-max", "lots"}, "--user-cpu-max"},
+		{"user memory not a size", []string{"--unix-users", "--users-file", "/u", "--user-memory-max", "lots"}, "--user-memory-max"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,5 +85,32 @@ func TestConfigCgroupLimits(t *testing.T) {
 	}
 	if cfg.ChildMemoryBytes != 512<<20 || cfg.ChildPidsMax != 64 || cfg.Cgroup != "on" {
 		t.Fatalf("cfg = %+v", cfg)
+	}
+}
+
+// TestConfigUnixUsers: --user-cpu-max becomes cpu.max's line, and
+// --pty-cmd given (by flag or environment) keeps the terminal program
+// the operator chose instead of each account's login shell.
+func TestConfigUnixUsers(t *testing.T) {
+	none := func(string) string { return "" }
+	base := []string{"--unix-users", "--users-file", "/etc/dashgate/users", "--state-dir", "/srv/dashgate"}
+	c, err := parseConfig(append(base, "--user-cpu-max", "150%", "--user-memory-max", "1GiB"), none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UserCPUMaxLine != "150000 100000" || c.UserMemoryBytes != 1<<30 || c.PTYCmdExplicit {
+		t.Fatalf("cpu.max %q, memory %d, pty-cmd given %v; want 150000 100000, 1 GiB, false", c.UserCPUMaxLine, c.UserMemoryBytes, c.PTYCmdExplicit)
+	}
+	if c, _ := parseConfig(append(base, "--pty-cmd", "/bin/zsh"), none, io.Discard); !c.PTYCmdExplicit {
+		t.Fatal("--pty-cmd on the command line not seen as given")
+	}
+	env := func(k string) string {
+		if k == "DASHGATE_PTY_CMD" {
+			return "/bin/zsh"
+		}
+		return ""
+	}
+	if c, _ := parseConfig(base, env, io.Discard); !c.PTYCmdExplicit {
+		t.Fatal("DASHGATE_PTY_CMD not seen as given")
 	}
 }

@@ -10,8 +10,12 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/accounts"
 	"github.com/dashgate/dashgate/users"
 	"github.com/dashgate/dashgate/web"
 )
@@ -95,4 +99,53 @@ func reloadOnHUP(ctx context.Context, uf *users.File, srv *web.Server, log *slog
 		log.Info("users file reloaded", "path", uf.Path(), "users", uf.Current().Len(),
 			"removed_or_changed", len(changed), "sockets_closed", closed)
 	}
+}
+
+// openAccounts is --unix-users' map of dashgate users to Unix accounts,
+// nil without the flag. It refuses to start (exit 2) when dashgate could
+// not start children as another account: not root and without
+// CAP_SETUID, CAP_SETGID, CAP_CHOWN (the pty) and CAP_KILL (signals to
+// them); or when the map file is malformed.
+func openAccounts(cfg config) (*accounts.Map, error) {
+	if !cfg.UnixUsers {
+		return nil, nil
+	}
+	if missing := missingCaps(); len(missing) > 0 {
+		return nil, &startupError{fmt.Errorf("--unix-users: dashgate runs as uid %d without %s: run it as root, or grant them (deploy/systemd/dashgate-unix-users.service)",
+			os.Geteuid(), strings.Join(missing, ", "))}
+	}
+	m, err := accounts.New(accounts.Options{MapFile: cfg.UnixUsersMap, AllowRoot: cfg.AllowRootUsers})
+	if err != nil {
+		return nil, &startupError{fmt.Errorf("--unix-users-map: %w", err)}
+	}
+	return m, nil
+}
+
+// accountsLookup is sessions.Config.Accounts for m (nil: off).
+func accountsLookup(m *accounts.Map) func(string) (*accounts.Account, error) {
+	if m == nil {
+		return nil
+	}
+	return m.Lookup
+}
+
+// missingCaps names the capabilities --unix-users needs that the process
+// lacks in its effective set (none for root with a full set).
+func missingCaps() []string {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return []string{"a readable capability set (" + err.Error() + ")"}
+	}
+	eff := uint64(data[0].Effective) | uint64(data[1].Effective)<<32
+	var missing []string
+	for _, c := range []struct {
+		bit  uint
+		name string
+	}{{unix.CAP_SETUID, "CAP_SETUID"}, {unix.CAP_SETGID, "CAP_SETGID"}, {unix.CAP_CHOWN, "CAP_CHOWN"}, {unix.CAP_KILL, "CAP_KILL"}} {
+		if eff&(1<<c.bit) == 0 {
+			missing = append(missing, c.name)
+		}
+	}
+	return missing
 }

@@ -175,6 +175,7 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 	cg, err := workers.SetupCgroups(workers.CgroupOptions{
 		Mode: mode, Root: cfg.CgroupRoot, Instance: instance,
 		MemoryMax: int64(cfg.ChildMemoryBytes), PidsMax: int64(cfg.ChildPidsMax),
+		UserMemoryMax: int64(cfg.UserMemoryBytes), UserPidsMax: int64(cfg.UserPidsMax), UserCPUMax: cfg.UserCPUMaxLine,
 	})
 	switch {
 	case err != nil && mode == workers.CgroupOn:
@@ -188,9 +189,8 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 	}
 	log.Info("containment", "mode", "cgroup", "cgroup", cg.Dir, "delegated", cg.Delegated,
 		"controllers", strings.Join(cg.Controllers, ","))
-	for _, ctl := range cg.Missing {
-		flag := map[string]string{"memory": "--child-memory-max", "pids": "--child-pids-max"}[ctl]
-		log.Warn("cgroup controller missing: limit not applied", "controller", ctl, "flag", flag, "cgroup", cg.Base)
+	for _, u := range cg.Unapplied {
+		log.Warn("cgroup controller missing: limit not applied", "controller", u.Controller, "flag", u.Flag, "cgroup", cg.Base)
 	}
 	return cg, nil
 }
@@ -271,6 +271,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
+	unixAccounts, err := openAccounts(cfg)
+	if err != nil {
+		return err
+	}
 	cookieKey, err := stateSecret(cfg.StateDir, "cookie.key")
 	if err != nil {
 		return &startupError{err}
@@ -285,6 +289,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Spawner: sessions.ProcSpawner{
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
 			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)), WorkerEnv: workerEnv,
+			LoginShell: unixAccounts != nil && !cfg.PTYCmdExplicit,
 		},
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
@@ -292,6 +297,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
 		DescribeError:   handlers.DescribeError,
 		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
+		Accounts:           accountsLookup(unixAccounts),
 		MaxSessionsPerUser: cfg.MaxSessionsUser, MaxWorkersPerUser: cfg.MaxWorkersUser, MaxTerminalsPerUser: cfg.MaxTerminalsUser,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
@@ -307,6 +313,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version}
+	if unixAccounts != nil && cg != nil {
+		admin.UserCgroups = func(user string) (workers.UserCgroupStats, bool) {
+			a, err := unixAccounts.Lookup(user) // cached: no command per page
+			if err != nil {
+				return workers.UserCgroupStats{}, false
+			}
+			return cg.UserStats(a.Name)
+		}
+	}
 	wcfg := web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
