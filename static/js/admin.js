@@ -89,7 +89,13 @@ function describe(form, status, body) {
 		const n = Number(body?.count ?? 0);
 		return ['ok', `Reaped ${n} detached session${n === 1 ? '' : 's'} (logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
 	}
-	let m = /sessions\/([^/]+)\/reap$/.exec(action);
+	let m = /users\/([^/]*)\/reap$/.exec(action);
+	if (m) {
+		const n = Number(body?.count ?? 0);
+		const who = decodeURIComponent(m[1]) || '(anonymous)';
+		return ['ok', `Reaped ${n} session${n === 1 ? '' : 's'} of ${who} (each logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
+	}
+	m = /sessions\/([^/]+)\/reap$/.exec(action);
 	if (m) return ['ok', `Reaped session ${decodeURIComponent(m[1])} (logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
 	m = /workers\/(\d+)\/reap$/.exec(action);
 	if (m && body?.reason) return ['ok', `Reaped process ${m[1]} and its tree (logged as "worker closed", reason=${body.reason}).`];
