@@ -476,3 +476,44 @@ func TestClaimSkipsLocked(t *testing.T) {
 		t.Fatalf("Claim beside a held row = %v, %v; want [free] at once", ids, err)
 	}
 }
+
+// TestApplyOwnerRace: a session another transaction creates under another
+// owner while Apply creates it too is refused (ErrOtherOwner) once that
+// transaction commits, not overwritten: the check before the write saw no
+// row, the upsert's own condition sees the owner.
+func TestApplyOwnerRace(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	s := openTest(t, url, Options{CallTimeout: time.Minute})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	other := connect(t, url)
+	tx, err := other.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `INSERT INTO sessions (id, owner, title, created_at, last_active, state, end_reason, closed_at, model)
+VALUES ('s', 'bob', 'bob''s', 0, 0, 'attached', '', 0, '')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Apply(t.Context(), store.Batch{Sessions: []store.Session{{ID: "s", Owner: "ann", Title: "ann's", CreatedAt: t0, LastActive: t0, State: "attached"}}})
+	}()
+	watcher := connect(t, url)
+	testkit.WaitFor(t, 10*time.Second, "Apply waiting on the other insert", func() bool {
+		var n int
+		err := watcher.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, store.ErrOtherOwner) {
+		t.Errorf("Apply of ann's session beside bob's insert: %v; want ErrOtherOwner", err)
+	}
+	if got, err := s.Get(t.Context(), "bob", "s"); err != nil || got.Title != "bob's" {
+		t.Errorf("bob's session = %q, %v; want untouched", got.Title, err)
+	}
+}
