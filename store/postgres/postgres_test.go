@@ -517,3 +517,19 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 		t.Errorf("bob's session = %q, %v; want untouched", got.Title, err)
 	}
 }
+
+// TestSearchWordCap: only the first store.MaxSearchWords words of a query
+// count, as in store/sqlite.
+func TestSearchWordCap(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, testkit.Postgres(t), Options{})
+	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	if err := s.Apply(t.Context(), store.Batch{Sessions: []store.Session{{ID: "s", Title: "t", CreatedAt: t0, LastActive: t0, State: "attached"}},
+		Entries: []store.SessionEntry{{SessionID: "s", Entry: store.Entry{Seq: 1, Role: "user", Kind: "prompt", Text: "word", At: t0}}}}); err != nil {
+		t.Fatal(err)
+	}
+	q := strings.Repeat("word ", store.MaxSearchWords) + "absent"
+	if hits, err := s.Search(t.Context(), "", q, 10); err != nil || len(hits) != 1 {
+		t.Errorf("Search(%d × word, then absent) = %d hits, %v; want 1 (the word past the cap ignored)", store.MaxSearchWords, len(hits), err)
+	}
+}

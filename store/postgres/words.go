@@ -3,6 +3,8 @@ package postgres
 import (
 	"strings"
 	"unicode"
+
+	"github.com/dashgate/dashgate/store"
 )
 
 // Limits of a tsvector: a lexeme holds at most maxLexeme bytes, and all of
@@ -43,10 +45,15 @@ func indexWords(text string) []string {
 	return out
 }
 
-// queryWords is the words of a query, lower-cased, each once; ok is false
-// when it has none, or one no entry can have been indexed under.
+// queryWords is the first store.MaxSearchWords words of a query (as
+// store/sqlite counts them), lower-cased, each once; ok is false when it
+// has none, or one no entry can have been indexed under.
 func queryWords(query string) (words []string, ok bool) {
-	for _, w := range strings.FieldsFunc(query, isSeparator) {
+	all := strings.FieldsFunc(query, isSeparator)
+	if len(all) > store.MaxSearchWords {
+		all = all[:store.MaxSearchWords]
+	}
+	for _, w := range all {
 		w = strings.ToLower(w)
 		if len(w) > maxLexeme {
 			return nil, false
