@@ -170,6 +170,10 @@ type CloseResult struct {
 var (
 	spawnMu  sync.Mutex
 	unreaped = map[int]int{} // pid → count (a pid reused while its old Wait returns counts twice); guarded by spawnMu
+	// markers holds the marker of every child not yet closed, of any
+	// Manager; guarded by spawnMu. A process carrying one of them belongs
+	// to that child (claimed), one carrying an unknown value to nobody.
+	markers = map[string]bool{}
 )
 
 // Manager starts children and keeps the table of the live ones.
@@ -323,6 +327,7 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
 		unreaped[p.pid]++
+		markers[p.marker] = true
 		m.mu.Lock()
 		m.procs[p.pid] = p
 		m.mu.Unlock()
@@ -574,6 +579,9 @@ func (p *Proc) Close(reason Reason) CloseResult {
 	p.closeOnce.Do(func() {
 		p.closing.Store(true)
 		p.result = p.teardown(reason)
+		spawnMu.Lock()
+		delete(markers, p.marker)
+		spawnMu.Unlock()
 		p.m.mu.Lock()
 		delete(p.m.procs, p.pid)
 		p.m.mu.Unlock()
@@ -750,7 +758,27 @@ func (p *Proc) claimed() []int {
 		leaderReaped = true // its pid may belong to someone else by now
 	default:
 	}
+	// Under spawnMu no fork is in flight, and every child forked so far is
+	// registered: between fork and exec a new child holds a copy of every
+	// descriptor dashgate has, other children's pipes included, and would
+	// pass for an escapee that kept them. Every registered leader is
+	// another child's (or this one's), never an escapee of this one: a
+	// new terminal can hold this one's freed /dev/pts/N.
+	spawnMu.Lock()
 	procs := listProcs()
+	leaders := make(map[int]bool, len(unreaped))
+	for pid, n := range unreaped {
+		if n > 0 && pid != p.pid {
+			leaders[pid] = true
+		}
+	}
+	others := make(map[string]bool, len(markers))
+	for mk := range markers {
+		if mk != p.marker {
+			others[mk] = true
+		}
+	}
+	spawnMu.Unlock()
 	var desc map[int]bool
 	if !leaderReaped {
 		desc = descendantsOf(procs, p.pid)
@@ -789,8 +817,16 @@ func (p *Proc) claimed() []int {
 		}
 		member := st.pid == p.pid || desc[st.pid] ||
 			(useGroup && (st.pgrp == p.pid || (p.spec.Kind == KindPTY && st.sid == p.pid)))
-		if !member && (mine[st.pid] || st.ppid == 1) {
-			member = environValue(st.pid, EnvWorkerID) == p.marker || holdsAny(st.pid, p.stdio)
+		if !member && !leaders[st.pid] && (mine[st.pid] || st.ppid == 1) {
+			// Its marker decides: this child's, or another live child's;
+			// a process without one (env -i), or with a value no child
+			// has (forged), is judged by the terminal or pipes it holds.
+			switch marker := environValue(st.pid, EnvWorkerID); {
+			case marker == p.marker:
+				member = true
+			case !others[marker]:
+				member = holdsAny(st.pid, p.stdio)
+			}
 		}
 		if member {
 			out = append(out, st.pid)
