@@ -74,4 +74,3 @@ func sameKeys(a, b map[string]bool) bool {
 	}
 	return true
 }
-
