@@ -283,3 +283,11 @@ func readFile(t *testing.T, path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// deref is *p for messages, "absent" for nil.
+func deref[T any](p *T) string {
+	if p == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*p)
+}

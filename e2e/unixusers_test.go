@@ -134,8 +134,9 @@ func TestUnixUsersIdentity(t *testing.T) {
 
 // As alice in her terminal: writing her shell's pid into the cgroup root's
 // or the instance's cgroup.procs is refused and leaves her where she was;
-// what she starts with setsid env -i or a double fork runs as her, in her
-// terminal's cgroup, and dies when the terminal closes (no process of hers
+// what she starts with setsid env -i or a double fork, or ignoring SIGHUP
+// and SIGTERM, runs as her, in her terminal's cgroup, and dies when the
+// terminal closes (no process of hers
 // left). Meanwhile /admin/api/users shows her CPU time (and pids, with that
 // controller) from her cgroup.
 func TestUnixUsersEscape(t *testing.T) {
@@ -160,8 +161,9 @@ func TestUnixUsersEscape(t *testing.T) {
 		}
 	}
 
-	tags := tagsFrom(78100, 2)
-	line := fmt.Sprintf("setsid env -i sleep %d &\r( ( sleep %d & ) & )\r", tags[0], tags[1])
+	// The last one ignores the polite signals: only cgroup.kill ends it.
+	tags := tagsFrom(78100, 3)
+	line := fmt.Sprintf("setsid env -i sleep %d &\r( ( sleep %d & ) & )\rsetsid env -i sh -c \"trap '' HUP TERM; exec sleep %d\" &\r", tags[0], tags[1], tags[2])
 	if err := pty.write(websocket.MessageBinary, []byte(line)); err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +194,10 @@ func TestUnixUsersEscape(t *testing.T) {
 		}
 		seen = true
 		if r.CgroupCPUUsec == nil || *r.CgroupCPUUsec == 0 {
-			t.Errorf("/admin/api/users row of alice: cgroup_cpu_usec %v, want her cgroup's CPU time", r.CgroupCPUUsec)
+			t.Errorf("/admin/api/users row of alice: cgroup_cpu_usec %s, want her cgroup's CPU time", deref(r.CgroupCPUUsec))
 		}
-		if pidsOn := slices.Contains(strings.Fields(readFile(t, filepath.Join(filepath.Dir(w.Cgroup), "cgroup.controllers"))), "pids"); pidsOn && (r.CgroupPids == nil || *r.CgroupPids < 3) {
-			t.Errorf("/admin/api/users row of alice: cgroup_pids %v, want at least her shell and two sleeps", r.CgroupPids)
+		if pidsOn := slices.Contains(strings.Fields(readFile(t, filepath.Join(filepath.Dir(w.Cgroup), "cgroup.controllers"))), "pids"); pidsOn && (r.CgroupPids == nil || *r.CgroupPids < 4) {
+			t.Errorf("/admin/api/users row of alice: cgroup_pids %s, want at least her shell and three sleeps", deref(r.CgroupPids))
 		}
 	}
 	if !seen {
