@@ -456,6 +456,28 @@ func (m *Memory) Claim(ctx context.Context, node string, ttl time.Duration, now 
 	return out, nil
 }
 
+// ClaimSession implements Store.
+func (m *Memory) ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (Session, error) {
+	if err := checkLease(node, ttl); err != nil {
+		return Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return Session{}, err
+	}
+	s := m.sessions[sid]
+	if s == nil || s.row.State == StateClosed {
+		return Session{}, fmt.Errorf("claim %q: %w", sid, ErrNotFound)
+	}
+	r := &s.row
+	if r.Node != "" && r.Node != node && r.LeaseUntil.After(now) {
+		return Session{}, fmt.Errorf("claim %q: held by %q: %w", sid, r.Node, ErrLeaseHeld)
+	}
+	r.Node, r.LeaseUntil, r.Epoch = node, now.Add(ttl), r.Epoch+1
+	return *r, nil
+}
+
 // Renew implements Store.
 func (m *Memory) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
 	if err := checkLease(node, ttl); err != nil {

@@ -42,6 +42,11 @@ var (
 	// one (another node claimed it since). Apply wrote nothing. The error
 	// is a *FencedError naming the sessions.
 	ErrFenced = errors.New("store: fenced")
+	// ErrLeaseHeld: ClaimSession found the session held by another node
+	// under a live lease (LeaseUntil after now); nothing was written. The
+	// caller answers as for a session it does not have: the holder serves
+	// it.
+	ErrLeaseHeld = errors.New("store: session leased by another node")
 )
 
 // FencedError is Apply's error when writes of a batch carry an epoch that
@@ -241,6 +246,18 @@ type Store interface {
 	// another node holds under a live lease is not taken. node must not be
 	// "" and ttl must be > 0 (an error otherwise).
 	Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]Session, error)
+	// ClaimSession is Claim of one session: it gives node the session sid
+	// when it is not closed and is unowned (Node ""), already node's, or
+	// its lease ended (LeaseUntil <= now), atomically: Epoch+1, Node = node,
+	// LeaseUntil = now+ttl. It returns the row as stored, with LastSeq set;
+	// node writes it with the returned Epoch. Of several nodes claiming one
+	// claimable session at once, exactly one gets it; the others get
+	// ErrLeaseHeld. It reads and writes across owners (a node's call):
+	// the caller authorizes first. Errors: ErrNotFound (no such session,
+	// or it is closed), ErrLeaseHeld (another node holds a live lease on
+	// it), ErrClosed; node must not be "" and ttl must be > 0 (an error
+	// otherwise).
+	ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (Session, error)
 	// Renew sets LeaseUntil = now+ttl on each session of held (id -> the
 	// epoch node claimed it with) that node still holds at that epoch, and
 	// returns the ids of held it no longer holds (claimed by another node,

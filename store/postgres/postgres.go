@@ -684,6 +684,45 @@ WHERE id IN (
 RETURNING `+sessionColumns+`, `+lastSeq, node, until, n)
 }
 
+// ClaimSession implements store.Store: one UPDATE of the row when it is
+// claimable (a claimer that waited for another's lock sees the row as the
+// other left it: held), then, when it was not, a read of the row to tell
+// a closed or unknown session (store.ErrNotFound) from one another node
+// holds (store.ErrLeaseHeld).
+func (s *Store) ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (store.Session, error) {
+	until, err := leaseEnd(node, ttl, now)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
+	}
+	n, err := toNanos(now)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
+	}
+	ctx, done, err := s.call(ctx)
+	if err != nil {
+		return store.Session{}, err
+	}
+	defer done()
+	row, err := scanSession(s.pool.QueryRow(ctx, `UPDATE sessions SET node = $2, lease_until = $3, epoch = epoch + 1
+WHERE id = $1 AND (node = '' OR node = $2 OR lease_until <= $4) AND state <> 'closed'
+RETURNING `+sessionColumns+`, `+lastSeq, sid, node, until, n))
+	if err == nil {
+		return row, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
+	}
+	var holder, state string
+	err = s.pool.QueryRow(ctx, `SELECT node, state FROM sessions WHERE id = $1`, sid).Scan(&holder, &state)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || (err == nil && state == store.StateClosed):
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, store.ErrNotFound)
+	case err != nil:
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
+	}
+	return store.Session{}, fmt.Errorf("claim %q: held by %q: %w", sid, holder, store.ErrLeaseHeld)
+}
+
 // Renew implements store.Store: one statement, which locks node's rows of
 // held in id order.
 func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {

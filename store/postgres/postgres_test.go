@@ -67,8 +67,9 @@ func TestNodesConformance(t *testing.T) {
 func TestTwoNodesOneDatabase(t *testing.T) {
 	t.Parallel()
 	for name, run := range map[string]func(*testing.T, store.Store, store.Store){
-		"lease lapses":   storetest.TwoNodes,
-		"claims at once": storetest.ClaimRace,
+		"lease lapses":                  storetest.TwoNodes,
+		"claims at once":                storetest.ClaimRace,
+		"claims of one session at once": storetest.ClaimSessionRace,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -815,6 +815,52 @@ WHERE state <> 'closed' AND (node = '' OR node = ? OR lease_until <= ?) RETURNIN
 	return out, nil
 }
 
+// ClaimSession implements store.Store: one transaction that updates the
+// row when it is claimable and reads it back; when it is not, the same
+// transaction tells a closed or unknown session (store.ErrNotFound) from
+// one another node holds (store.ErrLeaseHeld).
+func (s *Store) ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (store.Session, error) {
+	until, err := leaseEnd(node, ttl, now)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	}
+	n, err := toNanos(now)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	}
+	if err := s.acquire(); err != nil {
+		return store.Session{}, err
+	}
+	defer s.mu.RUnlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: begin: %w", sid, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE sessions SET node = ?, lease_until = ?, epoch = epoch + 1
+WHERE id = ? AND state <> 'closed' AND (node = '' OR node = ? OR lease_until <= ?)`, node, until, sid, node, n)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	}
+	changed, err := res.RowsAffected()
+	if err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	}
+	row, err := scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE id = ?`, sid), true)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) || (err == nil && changed == 0 && row.State == store.StateClosed):
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, store.ErrNotFound)
+	case err != nil:
+		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
+	case changed == 0:
+		return store.Session{}, fmt.Errorf("claim %q: held by %q: %w", sid, row.Node, store.ErrLeaseHeld)
+	}
+	if err := tx.Commit(); err != nil {
+		return store.Session{}, fmt.Errorf("claim %q: commit: %w", sid, err)
+	}
+	return row, nil
+}
+
 // Renew implements store.Store: one transaction.
 func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
 	until, err := leaseEnd(node, ttl, now)

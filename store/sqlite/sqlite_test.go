@@ -37,8 +37,9 @@ func openTest(t testing.TB, path string) *Store {
 func TestTwoNodesOneFile(t *testing.T) {
 	t.Parallel()
 	for name, run := range map[string]func(*testing.T, store.Store, store.Store){
-		"lease lapses":   storetest.TwoNodes,
-		"claims at once": storetest.ClaimRace,
+		"lease lapses":                  storetest.TwoNodes,
+		"claims at once":                storetest.ClaimRace,
+		"claims of one session at once": storetest.ClaimSessionRace,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -50,6 +50,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"fenced writes", testFenced},
 		{"two nodes on one store", func(t *testing.T, st store.Store) { TwoNodes(t, st, st) }},
 		{"claims at once", func(t *testing.T, st store.Store) { ClaimRace(t, st, st) }},
+		{"claim one session", testClaimSession},
+		{"claims of one session at once", func(t *testing.T, st store.Store) { ClaimSessionRace(t, st, st) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
