@@ -138,13 +138,16 @@ func startPTY(cmd *exec.Cmd, ws *pty.Winsize, attrs *syscall.SysProcAttr, a *acc
 		if gid < 0 {
 			gid = int(a.GID)
 		}
-		if err := tty.Chown(int(a.UID), gid); err != nil {
-			ptm.Close()
-			return nil, fmt.Errorf("chown pty %s to %s: %w", tty.Name(), a.Name, err)
-		}
+		// The mode first: once the slave is the account's, changing its mode
+		// would take CAP_FOWNER, which a dashgate that is not root (the
+		// unit's dedicated-user variant) does not have.
 		if err := tty.Chmod(0o620); err != nil {
 			ptm.Close()
 			return nil, fmt.Errorf("chmod pty %s: %w", tty.Name(), err)
+		}
+		if err := tty.Chown(int(a.UID), gid); err != nil {
+			ptm.Close()
+			return nil, fmt.Errorf("chown pty %s to %s: %w", tty.Name(), a.Name, err)
 		}
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty

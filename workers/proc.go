@@ -356,6 +356,9 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 // starts inside that cgroup (clone3 with CLONE_INTO_CGROUP), so it never
 // runs outside it.
 func (p *Proc) start(cgfd int) error {
+	if p.spec.Account != nil && spawnCapsErr != nil {
+		return fmt.Errorf("start as %s: %w", p.spec.Account.Name, spawnCapsErr)
+	}
 	cmd := p.cmd
 	attr := func(a *syscall.SysProcAttr) *syscall.SysProcAttr {
 		if cgfd >= 0 {
@@ -443,9 +446,44 @@ var (
 // spawnLoop is the spawning goroutine; it never returns.
 func spawnLoop() {
 	runtime.LockOSThread() // never unlocked: see above
+	spawnCapsErr = dropInheritedCaps()
 	for f := range spawnReqs {
 		f()
 	}
+}
+
+// spawnCapsErr is why the spawning thread could not drop the capabilities
+// children would inherit (dropInheritedCaps); a child to run as another
+// account is then refused. Set once, on the spawning thread, before its
+// first fork.
+var spawnCapsErr error
+
+// dropInheritedCaps clears the spawning thread's ambient and inheritable
+// capabilities (capabilities are per thread; only children forked from it
+// see the change). A dashgate that is not root but holds CAP_SETUID and
+// the others as ambient capabilities (a systemd unit's
+// AmbientCapabilities=) would otherwise hand them on: ambient capabilities
+// survive a change between two non-root uids and the execve after it, and
+// a user's shell with CAP_SETUID becomes root. As root they are cleared by
+// the change to the account's uid anyway. Effective and permitted stay:
+// the child needs CAP_SETUID and CAP_SETGID for that change.
+func dropInheritedCaps() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear the ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read the capabilities: %w", err)
+	}
+	if data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		return nil
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear the inheritable capabilities: %w", err)
+	}
+	return nil
 }
 
 // onSpawnThread runs f on the spawning thread and waits for it.

@@ -70,6 +70,9 @@ type config struct {
 	MaxSessionsUser  int
 	MaxWorkersUser   int
 	MaxTerminalsUser int
+	StoreWait        time.Duration
+	NodeHeartbeat    time.Duration
+	NodeExpiry       time.Duration
 	UnixUsers        bool
 	UnixUsersMap     string
 	AllowRootUsers   bool
@@ -128,7 +131,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.WriteTimeout, "ws-write-timeout", 10*time.Second, "a frame not written within this ends the socket")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for sessions to close")
 	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(getenv), "the login token, instance locks (for the startup sweep) and the default store; made 0700, refused when a symlink, another user's or writable by others (default: $XDG_STATE_HOME/dashgate, else $HOME/.local/state/dashgate)")
-	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db); none: memory only, nothing survives a restart")
+	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db), or a postgres:// URL shared by the nodes of a cluster (--node-id defaults to host and instance then); none: memory only, nothing survives a restart")
+	fs.DurationVar(&c.StoreWait, "store-wait", 0, "with a postgres:// --store, how long to keep trying to reach the server at start (0: refuse to start at once)")
+	fs.DurationVar(&c.NodeHeartbeat, "node-heartbeat", 5*time.Second, "with a postgres:// --store, how often the node writes its heartbeat")
+	fs.DurationVar(&c.NodeExpiry, "node-expiry", 15*time.Second, "with a postgres:// --store, a node whose heartbeat is older than this is shown as gone")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
 	fs.StringVar(&c.LLMURL, "llm-url", "", "base URL of an OpenAI-compatible model server (e.g. http://127.0.0.1:11434/v1): the chat worker becomes dashgate's agent")
 	fs.StringVar(&c.LLMModel, "llm-model", "", "default model (empty: the first of the server's /v1/models)")
@@ -250,6 +256,9 @@ func (c config) validate() error {
 	}
 	if c.DetachTurnGrace < 0 {
 		errs = append(errs, errors.New("--detach-turn-grace must not be negative"))
+	}
+	if c.StoreWait < 0 || c.NodeHeartbeat <= 0 || c.NodeExpiry <= c.NodeHeartbeat {
+		errs = append(errs, errors.New("--store-wait must not be negative, --node-heartbeat positive and --node-expiry longer than it"))
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))

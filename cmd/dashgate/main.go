@@ -29,6 +29,7 @@ import (
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/web"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/agent"
@@ -304,8 +305,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	})
 	metrics = handlers.NewMetrics(reg.Admin().List, mgr.CountByKind)
 	restore := reg.Restore
-	if cfg.NodeID != "" { // a node of a cluster holds its sessions under leases
-		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, cfg.NodeID, sessions.DefaultLeaseTTL) }
+	nodeID := clusterNodeID(cfg, inst.ID)
+	if nodeID != "" { // a node of a cluster holds its sessions under leases
+		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, nodeID, sessions.DefaultLeaseTTL) }
 	}
 	if _, err := restore(ctx); err != nil {
 		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
@@ -324,7 +326,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	wcfg := web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
-		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: cfg.NodeID, Version: version, Log: log,
+		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: nodeID, Version: version, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, MaxHTTPConns: cfg.MaxHTTPConns, IdleTimeout: cfg.HTTPIdleTimeout,
 		CloseTimeout: cfg.WSCloseTimeout, TrustUnix: trustUnix, UserHeader: cfg.UserHeader,
 		AdminUsers: splitList(cfg.AdminUsers), CookieKey: []byte(cookieKey),
@@ -389,6 +391,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	g.Go(func() error { admin.Sample(gctx, handlers.DefaultSampleEvery); return nil })
 	if userFile != nil {
 		g.Go(func() error { reloadOnHUP(gctx, userFile, srv, log); return nil })
+	}
+	if nodes, ok := st.Store.(store.Nodes); ok && nodeID != "" {
+		g.Go(func() error { heartbeat(gctx, nodes, nodeID, addr, cfg.NodeHeartbeat, log); return nil })
 	}
 
 	select {

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"go.uber.org/goleak"
+
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/builtin"
@@ -44,7 +46,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "EnableSubreaper:", err)
 		os.Exit(1)
 	}
-	testkit.VerifyNoLeaks(m) // no ignores of its own: every socket and client is closed by the tests
+	// no ignores of its own: every socket and client is closed by the
+	// tests; the PostgreSQL server (a child process) is stopped at exit.
+	testkit.VerifyNoLeaks(m, goleak.Cleanup(func(code int) {
+		if err := testkit.StopPostgres(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
+			code = max(code, 1)
+		}
+		os.Exit(code)
+	}))
 }
 
 const testToken = "test-token-0123456789"

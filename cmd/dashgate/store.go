@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/store/postgres"
 	"github.com/dashgate/dashgate/store/sqlite"
 )
 
@@ -54,6 +56,9 @@ const maxStoreSlots = 16
 func openStore(ctx context.Context, cfg config, log *slog.Logger) (*openedStore, error) {
 	if cfg.Store == "none" {
 		return &openedStore{Store: store.NewMemory()}, nil
+	}
+	if isPostgresURL(cfg.Store) {
+		return openPostgres(ctx, cfg, log)
 	}
 	paths := []string{cfg.Store}
 	if cfg.Store == "" {
@@ -116,4 +121,37 @@ func leaseStore(path string) (*os.File, error) {
 	f.Truncate(0)
 	fmt.Fprintf(f, "%d\n", os.Getpid())
 	return f, nil
+}
+
+// isPostgresURL reports whether --store names a PostgreSQL database.
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// openPostgres opens the PostgreSQL store of --store, trying again every
+// second for --store-wait when the server cannot be reached yet (one WARN
+// per attempt after the first); then, or without --store-wait, the reason
+// refuses the start (exit 2). The password is never logged: every error
+// names the URL without it.
+func openPostgres(ctx context.Context, cfg config, log *slog.Logger) (*openedStore, error) {
+	deadline := time.Now().Add(cfg.StoreWait)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := postgres.Open(actx, cfg.Store, postgres.Options{Log: log})
+		cancel()
+		if err == nil {
+			log.Info("store opened", "path", st.Path(), "backend", "postgres")
+			return &openedStore{Store: st, Path: st.Path(), Durable: true}, nil
+		}
+		if errors.Is(err, postgres.ErrNewerSchema) || time.Now().Add(time.Second).After(deadline) {
+			return nil, &startupError{fmt.Errorf("open store: %w", err)}
+		}
+		log.Warn("store not reachable yet: trying again", "attempt", attempt, "err", err,
+			"wait_left_ms", time.Until(deadline).Milliseconds())
+		select {
+		case <-ctx.Done():
+			return nil, &startupError{fmt.Errorf("open store: %w", ctx.Err())}
+		case <-time.After(time.Second):
+		}
+	}
 }
