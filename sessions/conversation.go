@@ -356,6 +356,9 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 	if cur != nil {
 		return r.Resume(v, sid)
 	}
+	if res, ok, err := r.reopenAdopting(ctx, v, sid); ok { // a cluster's live session is adopted, never reopened (adopt.go)
+		return res, err
+	}
 	r.journal.flush(ctx)
 	row, err := r.storedSession(ctx, p, sid)
 	if err != nil {

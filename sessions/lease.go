@@ -25,6 +25,9 @@ const DefaultLeaseTTL = 30 * time.Second
 type lease struct {
 	node string
 	ttl  time.Duration
+	// adopting holds a channel per sid being adopted (adopt.go), closed
+	// when its adoption is done: one adoption of a session at a time.
+	adopting map[string]chan struct{}
 }
 
 // newRowLocked is what a session made now by this node is stored with: the
@@ -58,7 +61,7 @@ func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (i
 		return 0, fmt.Errorf("claim sessions: a node (%q) and a lease ttl (%v) are required", node, ttl)
 	}
 	r.mu.Lock()
-	r.lease = lease{node: node, ttl: ttl}
+	r.lease.node, r.lease.ttl = node, ttl
 	r.mu.Unlock()
 	rows, err := r.cfg.Store.Claim(ctx, node, ttl, time.Now())
 	if err != nil {

@@ -215,8 +215,15 @@ type ResumeResult struct {
 }
 
 // Resume attaches s to v and returns its history. Errors: ErrNotFound
-// (also for a session v's principal may not use), ErrViewerCapacity.
+// (also for a session v's principal may not use), ErrViewerCapacity. In a
+// cluster (after Claim) a session not live here is first adopted when
+// its node let its lease lapse (adopt.go): then also ErrCapacity, a
+// *UserCapacityError, ErrShuttingDown and *StoreError; one another node
+// holds is ErrNotFound.
 func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
+	if err := r.adoptForResume(v, sid); err != nil { // a cluster's: a session another node let go (adopt.go)
+		return ResumeResult{}, err
+	}
 	r.mu.Lock()
 	s := r.sessions[sid]
 	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {

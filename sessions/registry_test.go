@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/builtin"
@@ -20,7 +22,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DASHGATE_TEST_WORKER") == "1" {
 		os.Exit(builtin.Main())
 	}
-	testkit.VerifyNoLeaks(m)
+	// adopt_test.go's PostgreSQL server is a child process: stopped here.
+	testkit.VerifyNoLeaks(m, goleak.Cleanup(func(code int) {
+		if err := testkit.StopPostgres(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop PostgreSQL:", err)
+			code = max(code, 1)
+		}
+		os.Exit(code)
+	}))
 }
 
 type harness struct {

@@ -1,0 +1,144 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dashgate/dashgate/store"
+)
+
+// This file owns adoption: when a node of a cluster (after Claim) is asked
+// for a session it does not hold in memory (session.resume,
+// session.reopen), it takes the session over from the store when the node
+// that held it let its lease lapse (it died, or hung), and serves it as
+// its own from then on: detached, its whole history in the store, the next
+// command spawning a worker here, its lease renewed with the node's others
+// (Renew). A session another node holds under a live lease answers as
+// missing (ErrNotFound): nginx's sticky routing sends its user there.
+// Without a Claim nothing is adopted.
+
+// errStoredClosed: the session asked for is stored closed, not
+// adoptable; Reopen reopens it, Resume answers ErrNotFound.
+var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFound)
+
+// adopt makes the stored session sid live here, detached, when the
+// registry holds a lease (after Claim), sid is not live here already, p
+// may use it (authorized on the stored row before anything is claimed:
+// another user's session is ErrNotFound and stays where it is) and no
+// other node holds it under a live lease (store.Store.ClaimSession). One
+// adoption of a sid runs at a time: a second caller waits for the first
+// (bounded by ctx) and goes on with what it left. It logs one INFO
+// "session adopted" record (sid, user, from_node: the node that held it,
+// epoch: the new one).
+//
+// It returns nil when sid is live here afterwards, or when there is no
+// lease (nothing to adopt: the caller answers as before). Errors:
+// ErrNotFound (unknown, another user's, held by a live node, or ended
+// meanwhile), errStoredClosed (stored closed), ErrCapacity or a
+// *UserCapacityError (no room: the lease it took lapses unrenewed),
+// ErrShuttingDown, *StoreError, ctx's error.
+func (r *Registry) adopt(ctx context.Context, p Principal, sid string) error {
+	r.mu.Lock()
+	node, ttl := r.lease.node, r.lease.ttl
+	if node == "" || r.sessions[sid] != nil {
+		r.mu.Unlock()
+		return nil
+	}
+	if wait := r.lease.adopting[sid]; wait != nil {
+		r.mu.Unlock()
+		select {
+		case <-wait:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if r.lease.adopting == nil {
+		r.lease.adopting = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	r.lease.adopting[sid] = done
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.lease.adopting, sid)
+		r.mu.Unlock()
+		close(done)
+	}()
+
+	// Authorize first: the store is asked for p's rows only.
+	row, err := r.storedSession(ctx, p, sid)
+	if err != nil {
+		return err
+	}
+	if row.State == store.StateClosed {
+		return errStoredClosed
+	}
+	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Now())
+	switch {
+	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, store.ErrNotFound):
+		return ErrNotFound
+	case err != nil:
+		return &StoreError{err}
+	}
+
+	now := time.Now()
+	s := r.fromRow(claimed, now)
+	s.state, s.detachedAt = StateDetached, now
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return ErrShuttingDown // FlushStore's Release ends the lease just taken
+	}
+	evict, err := r.makeRoomLocked(s.owner)
+	if err != nil {
+		r.mu.Unlock()
+		r.finishAll(evict)
+		return err
+	}
+	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
+	r.sessions[sid] = s
+	r.usage.addSession(s)
+	delete(r.ended, sid)
+	r.saveLocked(s)
+	r.mu.Unlock()
+	r.finishAll(evict)
+	r.log.Info("session adopted", "sid", sid, "user", s.owner, "from_node", row.Node, "epoch", claimed.Epoch)
+	return nil
+}
+
+// adoptForResume is Resume's adoption of a session not live here, bounded
+// by storeReadTimeout (Resume has no context of its own). Errors: those of
+// adopt, a closed one as ErrNotFound.
+func (r *Registry) adoptForResume(v Viewer, sid string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+	defer cancel()
+	err := r.adopt(ctx, principalOf(v), sid)
+	if errors.Is(err, ErrNotFound) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// reopenAdopting is Reopen's step for a session not live here: in a
+// cluster, a stored session that is not closed is adopted, then resumed,
+// never reopened from its row (that would make it live on two nodes under
+// one epoch). ok is false when Reopen goes on itself: no lease, or the
+// session is stored closed.
+func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (res ResumeResult, ok bool, err error) {
+	if node, _ := r.leaseHeld(); node == "" {
+		return ResumeResult{}, false, nil
+	}
+	switch err := r.adopt(ctx, principalOf(v), sid); {
+	case errors.Is(err, errStoredClosed):
+		return ResumeResult{}, false, nil
+	case errors.Is(err, ErrNotFound):
+		return ResumeResult{}, true, ErrNotFound
+	case err != nil:
+		return ResumeResult{}, true, err
+	}
+	res, err = r.Resume(v, sid)
+	return res, true, err
+}
