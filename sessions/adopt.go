@@ -31,7 +31,9 @@ var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFo
 // adoption of a sid runs at a time: a second caller waits for the first
 // (bounded by ctx) and goes on with what it left. It logs one INFO
 // "session adopted" record (sid, user, from_node: the node that held it,
-// epoch: the new one).
+// epoch: the new one). With mayEvict false (a list's adoption) it takes
+// no room: at MaxSessions or the owner's MaxSessionsPerUser it claims
+// nothing and answers ErrCapacity.
 //
 // It returns nil when sid is live here afterwards, or when there is no
 // lease (nothing to adopt: the caller answers as before). Errors:
@@ -39,7 +41,7 @@ var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFo
 // meanwhile), errStoredClosed (stored closed), ErrCapacity or a
 // *UserCapacityError (no room: the lease it took lapses unrenewed),
 // ErrShuttingDown, *StoreError, ctx's error.
-func (r *Registry) adopt(ctx context.Context, p Principal, sid string) error {
+func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict bool) error {
 	r.mu.Lock()
 	node, ttl := r.lease.node, r.lease.ttl
 	if node == "" || r.sessions[sid] != nil {
@@ -76,6 +78,9 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string) error {
 	if row.State == store.StateClosed {
 		return errStoredClosed
 	}
+	if !mayEvict && r.full(row.Owner) {
+		return ErrCapacity
+	}
 	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Now())
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, store.ErrNotFound):
@@ -92,7 +97,12 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string) error {
 		r.mu.Unlock()
 		return ErrShuttingDown // FlushStore's Release ends the lease just taken
 	}
-	evict, err := r.makeRoomLocked(s.owner)
+	var evict []*Session
+	if !mayEvict && (r.usage.sessionsFull(s.owner) || r.liveCountLocked() >= r.cfg.MaxSessions) {
+		err = ErrCapacity
+	} else {
+		evict, err = r.makeRoomLocked(s.owner)
+	}
 	if err != nil {
 		r.mu.Unlock()
 		r.finishAll(evict)
@@ -115,7 +125,7 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string) error {
 func (r *Registry) adoptForResume(v Viewer, sid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
 	defer cancel()
-	err := r.adopt(ctx, principalOf(v), sid)
+	err := r.adopt(ctx, principalOf(v), sid, true)
 	if errors.Is(err, ErrNotFound) {
 		return ErrNotFound
 	}
@@ -131,7 +141,7 @@ func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (re
 	if node, _ := r.leaseHeld(); node == "" {
 		return ResumeResult{}, false, nil
 	}
-	switch err := r.adopt(ctx, principalOf(v), sid); {
+	switch err := r.adopt(ctx, principalOf(v), sid, true); {
 	case errors.Is(err, errStoredClosed):
 		return ResumeResult{}, false, nil
 	case errors.Is(err, ErrNotFound):
@@ -141,4 +151,48 @@ func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (re
 	}
 	res, err = r.Resume(v, sid)
 	return res, true, err
+}
+
+// full reports whether a session of owner would need room made for it.
+func (r *Registry) full(owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.usage.sessionsFull(owner) || r.liveCountLocked() >= r.cfg.MaxSessions
+}
+
+// adoptForList adopts, before p's list is taken, p's stored sessions that
+// are not closed, not live here and held by no node under a live lease
+// (one store read, RestorableFor, then adopt for each), so that a user
+// whose node died sees its sessions on the node nginx sent it to. Only in
+// a cluster (after Claim) and only for a user's own list: an admin's list
+// (the admin page, the samples) adopts nothing, and no session is evicted
+// for an adoption of a list's (beyond capacity the rest stay in the store,
+// adopted on their resume). Bounded by storeReadTimeout; a failure is
+// logged at WARN and the list is what is live here.
+func (r *Registry) adoptForList(p Principal) {
+	node, _ := r.leaseHeld()
+	if node == "" || p.Admin {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
+	defer cancel()
+	rows, err := r.cfg.Store.RestorableFor(ctx, p.User)
+	if err != nil {
+		r.log.Warn("adopt for a list", "user", p.User, "err", err)
+		return
+	}
+	now := time.Now()
+	for _, row := range rows {
+		if row.Node != "" && row.Node != node && row.LeaseUntil.After(now) {
+			continue // its node lives: it serves it
+		}
+		switch err := r.adopt(ctx, p, row.ID, false); {
+		case err == nil, errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrCapacity), errors.Is(err, ErrShuttingDown):
+			return
+		default:
+			r.log.Warn("adopt for a list", "sid", row.ID, "user", p.User, "err", err)
+			return
+		}
+	}
 }

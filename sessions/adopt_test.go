@@ -42,12 +42,18 @@ var sharedStores = []struct {
 
 // twoNodes is a cluster of two registries, a and b, on two handles of one
 // store, each Claimed as its node with leases of ttl. Neither runs Run: a
-// lease lapses unless the test renews it, as when a node died.
-func twoNodes(t *testing.T, open func(t *testing.T) (store.Store, store.Store), ttl time.Duration) (a, b *harness, sa, sb store.Store) {
+// lease lapses unless the test renews it, as when a node died. bmod, when
+// not nil, changes b's Config.
+func twoNodes(t *testing.T, open func(t *testing.T) (store.Store, store.Store), ttl time.Duration, bmod ...func(*Config)) (a, b *harness, sa, sb store.Store) {
 	t.Helper()
 	sa, sb = open(t)
 	a = newHarness(t, func(c *Config) { c.Store = sa })
-	b = newHarness(t, func(c *Config) { c.Store = sb })
+	b = newHarness(t, func(c *Config) {
+		c.Store = sb
+		for _, m := range bmod {
+			m(c)
+		}
+	})
 	for node, h := range map[string]*harness{"a": a, "b": b} {
 		if _, err := h.r.Claim(t.Context(), node, ttl); err != nil {
 			t.Fatal(err)
@@ -60,7 +66,13 @@ func twoNodes(t *testing.T, open func(t *testing.T) (store.Store, store.Store), 
 // its history, written to the store; it returns its id and its history.
 func annOn(t *testing.T, h *harness) (string, []Message) {
 	t.Helper()
-	v := &recViewer{p: Principal{User: "ann"}}
+	return userOn(t, h, "ann")
+}
+
+// userOn is annOn for user's session ("" the anonymous user's).
+func userOn(t *testing.T, h *harness, user string) (string, []Message) {
+	t.Helper()
+	v := &recViewer{p: Principal{User: user}}
 	in, err := h.r.Create(v, "ann's", false)
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +254,81 @@ func TestAdoptOnceForResumesAtOnce(t *testing.T) {
 			}
 			if row, err := sb.Get(ctx, "ann", sid); err != nil || row.Node != "b" || row.Epoch != 2 {
 				t.Fatalf("stored: %+v, %v; want b's, epoch 2", row, err)
+			}
+		})
+	}
+}
+
+// TestAdoptOnList: once a's lease on ann's sessions lapsed, ann's list on
+// b adopts them (detached, one record each) as far as ann's room goes,
+// evicting nothing for it; bob's list and an admin's list on b adopt
+// nothing, not even the anonymous user's sessions (the admin principal's
+// User is ""). While a's lease is live, ann's list on b shows none of
+// them.
+func TestAdoptOnList(t *testing.T) {
+	t.Parallel()
+	for _, backend := range sharedStores {
+		t.Run(backend.name, func(t *testing.T) {
+			t.Parallel()
+			const ttl = 300 * time.Millisecond
+			a, b, _, sb := twoNodes(t, backend.open, ttl, func(c *Config) { c.MaxSessionsPerUser = 2 })
+			annP := Principal{User: "ann"}
+			own, err := b.r.Create(&recViewer{p: annP}, "made on b", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1, _ := annOn(t, a)
+			s2, _ := annOn(t, a)
+			anonymous, _ := userOn(t, a, "")
+			if got := b.r.List(annP); len(got) != 1 || got[0].ID != own.ID {
+				t.Fatalf("ann's list on b while a lives = %v; want only %s", got, own.ID)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			for sid, owner := range map[string]string{s1: "ann", s2: "ann", anonymous: ""} {
+				if err := testkit.PollErr(ctx, func() (bool, error) {
+					row, err := sb.Get(ctx, owner, sid)
+					return err == nil && time.Now().After(row.LeaseUntil), err
+				}); err != nil {
+					t.Fatalf("a's lease did not lapse: %v", err)
+				}
+			}
+			if got := b.r.List(Principal{User: "bob"}); len(got) != 0 {
+				t.Fatalf("bob's list on b = %v; want none", got)
+			}
+			if got := b.r.List(AdminPrincipal); len(got) != 1 {
+				t.Fatalf("the admin's list on b = %v; want b's one session", got)
+			}
+			if recs := b.logs.Records("session adopted"); len(recs) != 0 {
+				t.Fatalf("adopted by bob's or the admin's list: %v", recs)
+			}
+
+			got := b.r.List(annP)
+			recs := b.logs.Records("session adopted")
+			if len(got) != 2 || len(recs) != 1 {
+				t.Fatalf("ann's list on b = %v, adopted %v; want b's own and one of a's (room for two)", got, recs)
+			}
+			adopted := recs[0].Str("sid")
+			for _, in := range got {
+				switch in.ID {
+				case own.ID:
+				case adopted:
+					if in.State != StateDetached || (adopted != s1 && adopted != s2) {
+						t.Fatalf("adopted %+v; want one of a's, detached", in)
+					}
+				default:
+					t.Fatalf("ann's list holds %s, neither b's own nor the adopted one", in.ID)
+				}
+			}
+			if row, err := sb.Get(ctx, "ann", adopted); err != nil || row.Node != "b" || row.Epoch != 2 {
+				t.Fatalf("stored adopted session: %+v, %v; want b's, epoch 2", row, err)
+			}
+			left := s1
+			if adopted == s1 {
+				left = s2
+			}
+			if row, err := sb.Get(ctx, "ann", left); err != nil || row.Node != "a" || row.Epoch != 1 {
+				t.Fatalf("the session beyond ann's room: %+v, %v; want still a's, epoch 1 (not claimed)", row, err)
 			}
 		})
 	}

@@ -395,6 +395,7 @@ func (r *Registry) Prune(ctx context.Context) int {
 // List returns a snapshot of the live sessions p may list (its own; every
 // one for an admin), oldest first.
 func (r *Registry) List(p Principal) []Info {
+	r.adoptForList(p) // a cluster's: p's sessions another node let go (adopt.go)
 	r.mu.Lock()
 	var out []Info
 	if p.Admin {
