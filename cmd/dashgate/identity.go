@@ -55,8 +55,32 @@ func listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// cookieInstance names this instance's login cookies: stable across
-// restarts of one state directory and address, different for two
+// cookieSecrets is the key that signs login cookies and the name they
+// carry (web.Config's CookieKey and Instance).
+//
+// Without users, a cookie stands for the dashboard or admin token and
+// nothing more, so it is signed with a key derived from the tokens and
+// named after them: every instance with the same tokens (the nodes of a
+// cluster behind one nginx, a restart on another port) takes the others'
+// cookies, and instances with different tokens keep theirs apart.
+//
+// With users, a cookie names a user, so only this state directory's key
+// (<state-dir>/cookie.key) signs it, and its name comes from that key, the
+// bound address and the base path: two instances on one host keep both
+// logins, and a restart on the same address keeps them. (A cluster of
+// nodes with --users-file therefore asks users to log in again on
+// another node; with --user-header no cookie is involved.)
+func cookieSecrets(usersOn bool, token, adminToken, stateKey, addr, basePath string) (key []byte, name string) {
+	if !usersOn {
+		k := sha256.Sum256([]byte("dashgate cookie key\x00" + token + "\x00" + adminToken))
+		n := sha256.Sum256(append(k[:], basePath...))
+		return k[:], hex.EncodeToString(n[:4])
+	}
+	return []byte(stateKey), cookieInstance(stateKey, addr, basePath)
+}
+
+// cookieInstance names a users-mode instance's login cookies: stable
+// across restarts of one state directory and address, different for two
 // instances on one host (which share the cookie jar of its name).
 func cookieInstance(key, addr, basePath string) string {
 	h := sha256.Sum256([]byte(key + "\x00" + addr + "\x00" + basePath))

@@ -69,13 +69,26 @@ func TestListenUnix(t *testing.T) {
 	}
 }
 
-// TestCookieInstance: two instances on one state directory (one key) but
-// different addresses or base paths name their cookies apart; one
-// instance restarted keeps its name.
-func TestCookieInstance(t *testing.T) {
+// TestCookieSecrets: without users, instances with the same tokens (a
+// cluster's nodes, a restart on another port) share cookie key and name,
+// and instances with other tokens do not; with users, two instances on one
+// state directory (one key) but different addresses or base paths name
+// their cookies apart, and one restarted on its address keeps its name.
+func TestCookieSecrets(t *testing.T) {
 	t.Parallel()
-	a := cookieInstance("k", "127.0.0.1:8787", "/")
-	if a != cookieInstance("k", "127.0.0.1:8787", "/") {
+	k1, n1 := cookieSecrets(false, "tok", "adm", "state-a", "127.0.0.1:8787", "/")
+	k2, n2 := cookieSecrets(false, "tok", "adm", "state-b", "127.0.0.1:9999", "/")
+	if string(k1) != string(k2) || n1 != n2 {
+		t.Fatal("two nodes with the same tokens do not share their login cookies")
+	}
+	if k3, n3 := cookieSecrets(false, "other", "adm", "state-a", "127.0.0.1:8787", "/"); string(k3) == string(k1) || n3 == n1 {
+		t.Fatal("instances with different tokens share a cookie key or name")
+	}
+	if k, _ := cookieSecrets(false, "tok", "adm", "state-a", "127.0.0.1:8787", "/"); string(k) == "tok" || string(k) == "state-a" {
+		t.Fatal("the cookie key is a token or the state key itself")
+	}
+	_, a := cookieSecrets(true, "tok", "adm", "k", "127.0.0.1:8787", "/")
+	if _, again := cookieSecrets(true, "tok", "adm", "k", "127.0.0.1:8787", "/"); again != a {
 		t.Fatal("the cookie name changes across restarts")
 	}
 	for _, other := range []string{
@@ -86,6 +99,9 @@ func TestCookieInstance(t *testing.T) {
 		if other == a {
 			t.Fatalf("two instances share the cookie name %s", a)
 		}
+	}
+	if key, _ := cookieSecrets(true, "tok", "adm", "k", "127.0.0.1:8787", "/"); string(key) != "k" {
+		t.Fatal("with users the cookies are not signed with the state directory's key")
 	}
 }
 

@@ -324,13 +324,24 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			return cg.UserStats(a.Name)
 		}
 	}
+	// Listening before the server is built: the login cookie's name comes
+	// from the bound address.
+	ln, err := listen(cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // web.Run owns it once it serves; a second Close is harmless
+	addr := ln.Addr().String()
+	if _, ok := unixPath(cfg.Addr); ok {
+		addr = "unix:" + addr
+	}
+	signKey, cookieName := cookieSecrets(usersMode(cfg) != "", token, cfg.AdminToken, cookieKey, addr, cfg.BasePath)
 	wcfg := web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: nodeID, Version: version, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, MaxHTTPConns: cfg.MaxHTTPConns, IdleTimeout: cfg.HTTPIdleTimeout,
 		CloseTimeout: cfg.WSCloseTimeout, TrustUnix: trustUnix, UserHeader: cfg.UserHeader,
-		AdminUsers: splitList(cfg.AdminUsers), CookieKey: []byte(cookieKey),
-		Instance: cookieInstance(cookieKey, cfg.Addr, cfg.BasePath),
+		AdminUsers: splitList(cfg.AdminUsers), CookieKey: signKey, Instance: cookieName,
 	}
 	if userFile != nil { // a nil *users.File would be a non-nil interface
 		wcfg.Users = userFile
@@ -346,14 +357,6 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	admin.BasePath = srv.BasePath
 
-	ln, err := listen(cfg.Addr)
-	if err != nil {
-		return err
-	}
-	addr := ln.Addr().String()
-	if _, ok := unixPath(cfg.Addr); ok {
-		addr = "unix:" + addr
-	}
 	if cfg.AddrFile != "" {
 		if err := os.WriteFile(cfg.AddrFile, []byte(addr+"\n"), 0o600); err != nil {
 			ln.Close()
