@@ -10,7 +10,8 @@
 // speaks in whole rows and batches, never in SQL, and every query carries
 // the owner it is for (empty until users are kept apart). The exceptions
 // are the registry's own: Restorable and Prune read and delete across
-// owners, and so do Claim, Renew and Release, which speak for a node.
+// owners, and so do Claim, ClaimSession, Renew and Release, which speak
+// for a node.
 //
 // Ownership is data with a version: a node holds a session under a lease
 // (Session.Node, LeaseUntil) with an epoch that Claim bumps; each write
