@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/templates"
 	"github.com/dashgate/dashgate/workers"
 )
@@ -63,6 +64,13 @@ type Admin struct {
 	// called once per user per request, after the registry's lock was
 	// released, and must not block for long (it reads a few cgroup files).
 	UserCgroups func(user string) (workers.UserCgroupStats, bool)
+	// Nodes, when set (a store shared by several nodes: store.Nodes, with
+	// the heartbeat expiry applied), lists the cluster's nodes, sorted by
+	// ID: the page shows a nodes table and GET /admin/api/nodes answers
+	// them. It is called once per request, bounded by nodesTimeout, never
+	// under the registry's lock. nil: a node alone; no table, and the API
+	// answers 404.
+	Nodes func(ctx context.Context) ([]store.Node, error)
 
 	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
@@ -75,6 +83,7 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Get("/api/workers", h.apiWorkers)
 	r.Get("/api/unowned", h.apiUnowned)
 	r.Get("/api/samples", h.apiSamples)
+	r.Get("/api/nodes", h.apiNodes)
 	r.Post("/sessions/reap-detached", h.reapDetached)
 	r.Post("/sessions/{id}/reap", h.reapSession)
 	r.Post("/workers/{pid}/reap", h.reapWorker)
@@ -289,6 +298,54 @@ func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workers": h.workersJSON(r.Context())})
 }
 
+// nodesTimeout bounds one call of Admin.Nodes.
+const nodesTimeout = 5 * time.Second
+
+// NodeJSON is one node in GET /admin/api/nodes:
+//
+//	{"nodes":[{"id":"web-1","addr":"10.0.0.1:8080","last_seen":"2026-12-01T21:10:12.5Z","live":true}]}
+//
+// every node that ever sent a heartbeat, sorted by id; addr is "" when the
+// node did not say, last_seen is its newest heartbeat (RFC 3339), live is
+// whether that is within the heartbeat expiry. Per-node session and
+// worker counts are not there yet.
+type NodeJSON struct {
+	ID       string    `json:"id"`
+	Addr     string    `json:"addr"`
+	LastSeen time.Time `json:"last_seen"`
+	Live     bool      `json:"live"`
+}
+
+// nodes calls h.Nodes within nodesTimeout.
+func (h *Admin) nodes(ctx context.Context) ([]store.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, nodesTimeout)
+	defer cancel()
+	list, err := h.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return list, nil
+}
+
+// apiNodes answers GET /admin/api/nodes (see NodeJSON): 404 without
+// Admin.Nodes, 500 (logged once by httpError) when they cannot be read.
+func (h *Admin) apiNodes(w http.ResponseWriter, r *http.Request) {
+	if h.Nodes == nil {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "not a cluster: this node's store keeps no nodes"})
+		return
+	}
+	list, err := h.nodes(r.Context())
+	if err != nil {
+		httpError(w, r, h.logger(), err)
+		return
+	}
+	out := make([]NodeJSON, 0, len(list))
+	for _, n := range list {
+		out = append(out, NodeJSON{ID: n.ID, Addr: n.Addr, LastSeen: n.LastSeen.UTC(), Live: n.Live})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+}
+
 func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 	type row struct {
 		PID    int    `json:"pid"`
@@ -380,6 +437,21 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 	}
 	for _, u := range unowned {
 		v.Unowned = append(v.Unowned, templates.UnownedRow{PID: u.PID, PPID: u.PPID, State: u.State, Marker: u.Marker})
+	}
+	if h.Nodes != nil {
+		v.NodesShown = true
+		nodes, err := h.nodes(ctx)
+		if err != nil {
+			// The rest of the page still renders; the table says why it is empty.
+			h.logger().Warn("admin page without nodes", "err", err)
+			v.NodesError = "The nodes could not be read from the store."
+		}
+		for _, n := range nodes {
+			v.Nodes = append(v.Nodes, templates.NodeRow{
+				ID: n.ID, Addr: n.Addr, Live: n.Live,
+				LastSeen: humanAgo(now, n.LastSeen), LastSeenExact: n.LastSeen.UTC().Format(time.RFC3339Nano),
+			})
+		}
 	}
 	v.SessionsByState = countsOf(states)
 	v.WorkersByKind = countsOf(kinds)
