@@ -234,10 +234,11 @@ func TestCloseOnDisconnect(t *testing.T) {
 
 func TestSlowConsumerDisconnected(t *testing.T) {
 	t.Parallel()
-	// The default queue (256 frames) gives the fast viewer slack on a
-	// loaded machine; the replies (40 x 60 KB) are far more than the queue
-	// plus the socket buffers of the slow one.
-	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.SendQueue = 256 }})
+	// A queue of 1,024 frames gives the fast viewer slack on a loaded
+	// machine (with 256 it was itself cut once in CI, its reader starved
+	// by the box's load); the replies (40 x 60 KB, some 2,400 frames) are
+	// still far more than the queue plus the socket buffers of the slow one.
+	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.SendQueue = 1024 }})
 	fast := e.chat()
 	var sids []string
 	for range 40 {
