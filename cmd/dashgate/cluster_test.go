@@ -38,6 +38,15 @@ func TestPostgresStoreNode(t *testing.T) {
 	if !strings.HasSuffix(nodes[0].ID, "-"+a.ID[:8]) || nodes[0].Addr != a.Addr {
 		t.Fatalf("node %+v: want the id to end in the instance's and the address %s", nodes[0], a.Addr)
 	}
+	var api struct {
+		Nodes []struct {
+			ID   string `json:"id"`
+			Live bool   `json:"live"`
+		} `json:"nodes"`
+	}
+	if err := a.GetJSON(t.Context(), "admin/api/nodes", &api); err != nil || len(api.Nodes) != 1 || api.Nodes[0].ID != nodes[0].ID || !api.Nodes[0].Live {
+		t.Fatalf("/admin/api/nodes = %+v, %v; want node a, live", api, err)
+	}
 	opened := a.Log.Records("store opened")
 	if len(opened) != 1 || opened[0]["backend"] != "postgres" {
 		t.Fatalf("store opened records %v; want one, backend postgres", opened)

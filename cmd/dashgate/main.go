@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
+	"github.com/dashgate/dashgate/cluster"
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
@@ -286,7 +287,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Instance: inst.ID, Grace: cfg.WorkerGrace, MaxWorkers: cfg.MaxWorkers, Log: log,
 		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) }, Cgroups: cg,
 	})
+	// The nodes of a cluster on one PostgreSQL tell each other of their
+	// sessions' changes (session.changed for a user's sockets everywhere).
+	var changes sessions.ChangeBus
+	if isPostgresURL(cfg.Store) {
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bus, err := cluster.NewPGBus(bctx, cfg.Store, log)
+		cancel()
+		if err != nil {
+			return &startupError{fmt.Errorf("change bus: %w", err)}
+		}
+		defer bus.Close()
+		changes = bus
+	}
 	reg := sessions.New(sessions.Config{
+		Changes: changes,
 		Spawner: sessions.ProcSpawner{
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
 			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)), WorkerEnv: workerEnv,
@@ -315,6 +330,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
 	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version}
+	if nodes, ok := st.Store.(store.Nodes); ok && isPostgresURL(cfg.Store) {
+		admin.Nodes = func(ctx context.Context) ([]store.Node, error) {
+			return nodes.Nodes(ctx, time.Now(), cfg.NodeExpiry)
+		}
+	}
 	if unixAccounts != nil && cg != nil {
 		admin.UserCgroups = func(user string) (workers.UserCgroupStats, bool) {
 			a, err := unixAccounts.Lookup(user) // cached: no command per page
