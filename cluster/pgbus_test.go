@@ -193,3 +193,47 @@ func TestPGBusCloseLeavesNoGoroutine(t *testing.T) {
 	after := b.Subscribe(func(sessions.Announcement) { t.Error("called after Close") })
 	after()
 }
+
+// A subscriber that does not keep up loses what passes its queue, counted
+// in Dropped, while another subscriber of the same bus hears everything:
+// every announcement is either heard by the slow one, in order, or
+// counted once.
+func TestPGBusDropsBeyondQueue(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	b := newBus(t, url, nil)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var got []int
+	t.Cleanup(b.Subscribe(func(a sessions.Announcement) {
+		<-release
+		var i int
+		fmt.Sscan(a.Change.Title, &i)
+		mu.Lock()
+		got = append(got, i)
+		mu.Unlock()
+	}))
+	fast := subscribe(t, b)
+	// In chunks the send queue holds, each heard by the fast subscriber
+	// before the next: nothing is lost before the slow one's queue.
+	const n, chunk = 3000, 500
+	for i := range n {
+		b.Publish(sessions.Announcement{Origin: "x", Change: sessions.Change{SessionID: "s", Title: fmt.Sprint(i)}})
+		if (i+1)%chunk == 0 {
+			testkit.WaitFor(t, 30*time.Second, "the fast subscriber keeps up", func() bool { return len(fast.all()) == i+1 })
+		}
+	}
+	close(release)
+	heard := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
+	testkit.WaitFor(t, 30*time.Second, "every announcement heard by the slow one or counted", func() bool { return heard()+int(b.Dropped()) == n })
+	if b.Dropped() == 0 {
+		t.Errorf("nothing dropped of %d with a stuck subscriber", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k := 1; k < len(got); k++ {
+		if got[k] <= got[k-1] {
+			t.Fatalf("heard out of order: %d after %d", got[k], got[k-1])
+		}
+	}
+}
