@@ -50,6 +50,14 @@ func TestMain(m *testing.M) {
 		// Nothing to ignore of its own: every test stops its dashgate, its browser and its
 		// HTTP clients before it returns.
 		goleak.Cleanup(func(code int) {
+			// Before reapOrphans: the server of testkit.Postgres is a child
+			// of the test process until StopPostgres stops it.
+			if err := testkit.StopPostgres(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: stop PostgreSQL:", err)
+				if code == 0 {
+					code = 1
+				}
+			}
 			if left := reapOrphans(5 * time.Second); len(left) > 0 {
 				fmt.Fprintf(os.Stderr, "e2e: processes still reparented to the test process at exit: %v\n", left)
 				if code == 0 {
