@@ -257,7 +257,7 @@ func (s *server) handle(ctx context.Context, req jsonl.Request) {
 		ch <- p.Choice // buffered: the waiter may be gone
 		s.Reply(req.ID, map[string]any{})
 	case "slash":
-		s.Fail(req.ID, "the agent worker has no slash commands")
+		s.handleSlash(ctx, req.ID, req.Params)
 	default:
 		s.Fail(req.ID, "unknown method "+strconv.Quote(req.Method))
 	}
