@@ -47,7 +47,7 @@ type Config struct {
 	AdminToken     string // "" means Token
 	TrustedProxies []netip.Prefix
 	AllowedOrigins []string // path.Match patterns on the origin's host, or on scheme://host when they hold "://"
-	NodeID         string
+	NodeID         string   // this node in the dashgate_node cookie (see pinNode); "": no cookie
 	Version        string
 	Log            *slog.Logger
 	MaxConnsPerIP  int // open WebSockets per client address; 0 means no limit
@@ -300,16 +300,36 @@ func (s *Server) headers(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
 		if s.cfg.NodeID != "" {
-			if _, err := r.Cookie(NodeCookie); err != nil {
-				// Set once: nginx hashes on it (deploy/nginx/dashgate-cluster.conf),
-				// so it must never change under a browser; the random part
-				// spreads browsers over the instances.
-				http.SetCookie(w, &http.Cookie{Name: NodeCookie, Value: s.cfg.NodeID + "." + randomHex(8),
-					Path: "/", MaxAge: 30 * 24 * 3600, HttpOnly: true, SameSite: http.SameSiteLaxMode})
-			}
+			s.pinNode(w, r)
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// pinNode keeps the browser's dashgate_node cookie naming this node. The
+// cookie is "<node id>.<random hex>"; nginx routes on the node id before the
+// first '.' (deploy/nginx/dashgate-cluster.conf: that node first, the
+// others as backups). A request without the cookie gets one. A request
+// whose cookie names another node reached this one because that node was
+// down (nginx's failover), and this node is the one that adopts the
+// browser's sessions on resume: the cookie is set anew to this node, so the
+// browser stays here when the other node comes back (else it would go back
+// to a node that no longer holds its sessions and answers them as missing).
+// A Set-Cookie on the 101 of a WebSocket upgrade counts too (Chromium and
+// Go's cookie jar honour it).
+func (s *Server) pinNode(w http.ResponseWriter, r *http.Request) {
+	from := ""
+	if c, err := r.Cookie(NodeCookie); err == nil {
+		from, _, _ = strings.Cut(c.Value, ".")
+		if from == s.cfg.NodeID {
+			return
+		}
+		// The cookie routes only; its value is no secret, but log the
+		// node it named, not the value.
+		s.log.Debug("node cookie re-pinned", "from_node", from, "path", r.URL.Path, "remote_addr", r.RemoteAddr)
+	}
+	http.SetCookie(w, &http.Cookie{Name: NodeCookie, Value: s.cfg.NodeID + "." + randomHex(8),
+		Path: "/", MaxAge: 30 * 24 * 3600, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 }
 
 // requestLog logs each request at DEBUG with its query string redacted
