@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -67,8 +68,8 @@ func (d *dashgate) checkKilled() {
 }
 
 // clusterClient is one browser of the cluster test: an HTTP client with a
-// cookie jar, pinned by nginx to the instance its dashgate_node cookie
-// hashes to.
+// cookie jar, routed by nginx to the instance its dashgate_node cookie
+// names (deploy/nginx/dashgate-cluster.conf).
 type clusterClient struct {
 	name   string
 	client *http.Client
@@ -117,7 +118,8 @@ func (c *clusterClient) ws(n *nginx) testkit.DialOptions {
 // Case 6: two instances behind deploy/nginx/dashgate-cluster.conf. A
 // browser gets a dashgate_node cookie and its sessions stay on one instance
 // across reconnects; killing the other instance leaves them working; a
-// browser pinned to the killed instance is moved to the live one.
+// browser pinned to the killed instance is moved to the live one, which
+// re-pins it (its cookie then names the live instance).
 func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
 	requireNginx(t)
 	// --trusted-proxies: the browser's Origin carries nginx's port, which
@@ -129,8 +131,8 @@ func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
 	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{inst["a"].Addr, inst["b"].Addr}})
 	other := map[string]string{"a": "b", "b": "a"}
 
-	// Browsers log in until one is pinned to each instance (the cookie's
-	// random part spreads them; 2^-29 to see one instance 30 times).
+	// Browsers log in until one is pinned to each instance (nginx sends a
+	// browser without the cookie round-robin).
 	pinned := map[string]*clusterClient{}
 	for i := 0; len(pinned) < 2; i++ {
 		if i == 30 {
@@ -217,4 +219,21 @@ func TestClusterKeepsBrowserOnItsInstance(t *testing.T) {
 	if _, ok := home.Session(moved); !ok {
 		t.Errorf("%s's new session %s is not on the live instance %s", q.name, moved, p.node)
 	}
+	if got := nodeCookie(q, n); !strings.HasPrefix(got, p.node+".") {
+		t.Errorf("%s's dashgate_node cookie after the live instance served it: %q, want %s.<random>", q.name, got, p.node)
+	}
+}
+
+// nodeCookie is the browser's dashgate_node cookie for nginx's URLs.
+func nodeCookie(c *clusterClient, n *nginx) string {
+	u, err := url.Parse(n.URL("/"))
+	if err != nil {
+		panic(err)
+	}
+	for _, ck := range c.client.Jar.Cookies(u) {
+		if ck.Name == "dashgate_node" {
+			return ck.Value
+		}
+	}
+	return ""
 }

@@ -45,8 +45,9 @@ type nginx struct {
 }
 
 // nginxSite says how to render a deploy file: upstreams replace, in order,
-// the file's 127.0.0.1:8787 and 127.0.0.1:8788; readTimeout, when set,
-// replaces the value of proxy_read_timeout.
+// every occurrence of the file's 127.0.0.1:8787 and 127.0.0.1:8788 (the
+// cluster file names each node in several upstream blocks); readTimeout,
+// when set, replaces the value of proxy_read_timeout.
 type nginxSite struct {
 	file        string // under deploy/nginx
 	upstreams   []string
@@ -59,8 +60,11 @@ var deployUpstreams = []string{"127.0.0.1:8787", "127.0.0.1:8788"}
 
 // renderSite reads deploy/nginx/<file> as it is and substitutes only the
 // listen port, the upstream addresses and (if asked) proxy_read_timeout.
-// Each substitution must find its target exactly once: a deploy file that
-// changed shape fails here rather than being tested half-rendered.
+// The listen port and proxy_read_timeout must be found exactly once, each
+// upstream address at least once (all its occurrences are replaced, in one
+// pass, so an address substituted in never matches the next one): a deploy
+// file that changed shape fails here rather than being tested
+// half-rendered.
 func renderSite(t *testing.T, site nginxSite, port int) string {
 	t.Helper()
 	root, err := repoRoot()
@@ -83,8 +87,19 @@ func renderSite(t *testing.T, site nginxSite, port int) string {
 	if len(site.upstreams) > len(deployUpstreams) {
 		t.Fatalf("at most %d upstreams can be substituted", len(deployUpstreams))
 	}
-	for i, up := range site.upstreams {
-		replaceOnce("upstream "+deployUpstreams[i], regexp.MustCompile(`\b`+regexp.QuoteMeta(deployUpstreams[i])+`\b`), up)
+	if len(site.upstreams) > 0 {
+		with := map[string]string{}
+		var alts []string
+		for i, up := range site.upstreams {
+			from := deployUpstreams[i]
+			with[from] = up
+			alts = append(alts, regexp.QuoteMeta(from))
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(from) + `\b`).MatchString(conf) {
+				t.Fatalf("deploy/nginx/%s: upstream %s not found", site.file, from)
+			}
+		}
+		re := regexp.MustCompile(`\b(?:` + strings.Join(alts, "|") + `)\b`)
+		conf = re.ReplaceAllStringFunc(conf, func(m string) string { return with[m] })
 	}
 	for _, left := range deployUpstreams[len(site.upstreams):] {
 		if strings.Contains(conf, left) {
