@@ -71,10 +71,13 @@ var counts = []struct {
 	{"resumes", 200, 20, "session.resume of a 200-entry session per run"},
 	{"stored-sessions", 10000, 500, "sessions in the store at start-up (50 entries each)"},
 	{"agent-prompts", 100, 10, "prompts to the agent worker per run"},
+	{"cluster-clients", 4, 2, "chat clients at once (cluster: on the SQLite node, or split over the two PostgreSQL nodes)"},
+	{"cluster-cycles", 100, 8, "create, /echo, prompt, close cycles per run over the clients (cluster)"},
+	{"cluster-sessions", 10000, 500, "sessions in PostgreSQL and SQLite at start-up (cluster; 5 entries each, half closed)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "cluster"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -255,6 +258,7 @@ func (b *bench) groups() []group {
 		idle(n["idle-sockets"], time.Duration(n["idle-secs"])*time.Second),
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
 		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]), agent(n["agent-prompts"]),
+		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)

@@ -31,8 +31,8 @@ func TestShortRun(t *testing.T) {
 	var out strings.Builder
 	code := b.report(&out, &out)
 	t.Logf("dashgate-bench --short:\n%s", out.String())
-	if code != 0 || len(b.figs) < 30 || len(b.insts) != 2*11 {
-		t.Errorf("exit code %d, %d figures, %d dashgates; want 0, at least 30, 22 (per build, one per group, two for memory)",
+	if code != 0 || len(b.figs) < 30 || len(b.insts) != 2*16 {
+		t.Errorf("exit code %d, %d figures, %d dashgates; want 0, at least 30, 32 (per build, one per group, two for memory, four more for cluster)",
 			code, len(b.figs), len(b.insts))
 	}
 	for _, f := range b.figs {
