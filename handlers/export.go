@@ -168,4 +168,3 @@ func fence(s string) string {
 	f := strings.Repeat("`", n)
 	return f + "\n" + strings.TrimRight(s, "\n") + "\n" + f + "\n"
 }
-
