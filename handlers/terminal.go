@@ -148,11 +148,12 @@ func (h *Terminal) logger() *slog.Logger {
 	return h.Log
 }
 
-// pump sends hello, an optional reset, then the program's output as binary
+// pump sends hello (with replay_end: where the replay of the buffer ends
+// and live output begins), an optional reset, then the program's output as binary
 // frames, and the exit frame when it ends; then it closes the socket with
 // the code that says why (1000 exit, 4409 takeover).
 func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
-	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "offset": att.Offset}
+	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "offset": att.Offset, "replay_end": att.ReplayEnd}
 	if att.ResumeToken != "" {
 		hello["resume_token"] = att.ResumeToken
 	}

@@ -225,6 +225,7 @@ type Attachment struct {
 	// Hello fields (PROTOCOL.md §3).
 	SessionID   string
 	Offset      int64  // offset of the first byte Next hands out
+	ReplayEnd   int64  // output offset at the attach: bytes before it are a replay
 	ResumeToken string // set when keepalive was asked for
 	Reset       bool   // the client must clear its screen before the replay
 	detachOnce  sync.Once
@@ -369,7 +370,7 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	} else {
 		a.pos, a.Reset = want, !tokenOK && o.Offset > 0
 	}
-	a.Offset = a.pos
+	a.Offset, a.ReplayEnd = a.pos, t.ring.End()
 	if o.Keepalive {
 		a.ResumeToken = t.token
 	}

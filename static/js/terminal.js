@@ -23,6 +23,14 @@
 // by an administrator", its exit code) with a "Start a new terminal" button
 // (data-testid="terminal-restart"). A new terminal started after one ended
 // keeps the old one's scrollback above a separator.
+//
+// A replay only redraws. The output the server had before this socket
+// attached (hello's replay_end) holds the queries the programs of the time
+// asked (device attributes, colours, DECRQM, the cursor position): xterm.js
+// answers them as it parses, and those answers, sent, would be typed into
+// whatever reads the terminal now (the shell's prompt). So the answers
+// xterm.js gives while it parses replayed bytes are dropped; what the user
+// types meanwhile, and the answers to live output, are sent.
 
 import { Backoff, socketState, wsURL } from './net.js';
 
@@ -56,6 +64,8 @@ export class TerminalPane {
 	#saveTimer = 0;
 	#pos = 0; // stream offset of the next byte this xterm will receive
 	#skip = 0; // replayed bytes already on screen, to drop
+	#replayEnd = 0; // stream offset where this socket's replay ends and live output begins
+	#quiet = 0; // replayed chunks xterm.js is parsing now (0 or 1): its answers are not sent
 	#halted = null; // 'exit' | 'takeover' | 'stopped' once reconnecting stops
 	#tokenFailures = 0;
 	#sentSize = { cols: 0, rows: 0 };
@@ -89,8 +99,12 @@ export class TerminalPane {
 		this.term.open(el);
 		this.#fitNow();
 
-		this.term.onData((s) => this.#input(this.#encoder.encode(s)));
-		this.term.onBinary((s) => this.#input(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff)));
+		this.term.onData((s) => {
+			if (!this.#answeringReplay()) this.#input(this.#encoder.encode(s));
+		});
+		this.term.onBinary((s) => {
+			if (!this.#answeringReplay()) this.#input(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff));
+		});
 		this.term.onResize(() => this.#sendSize());
 
 		let frame = 0;
@@ -236,6 +250,7 @@ export class TerminalPane {
 		let started = false; // its first byte arrived
 		this.#status('starting', resuming ? 'reconnecting to the terminal…' : 'starting the terminal…');
 		this.#skip = 0;
+		this.#replayEnd = 0;
 		this.#sentSize = { cols, rows };
 
 		const ws = new WebSocket(wsURL(this.#base, 'ws/pty?' + q.toString()));
@@ -307,6 +322,8 @@ export class TerminalPane {
 				// When the replay starts before what is on screen, drop the overlap.
 				this.#skip = resuming ? Math.max(0, this.#pos - offset) : 0;
 				this.#pos = offset;
+				// Without replay_end (an older server) nothing counts as replayed.
+				this.#replayEnd = Number.isSafeInteger(msg.replay_end) ? msg.replay_end : 0;
 				if (msg.resume_token) {
 					storeToken(this.#sessionId, msg.resume_token, this.#pos);
 				} else {
@@ -337,19 +354,50 @@ export class TerminalPane {
 
 	#output(buf) {
 		let bytes = new Uint8Array(buf);
+		let at = this.#pos; // stream offset of bytes[0]
 		this.#pos += bytes.byteLength;
 		if (this.#skip > 0) {
 			const n = Math.min(this.#skip, bytes.byteLength);
 			this.#skip -= n;
 			bytes = bytes.subarray(n);
+			at += n;
 		}
-		if (bytes.byteLength > 0) this.term.write(bytes);
+		const replayed = Math.min(bytes.byteLength, Math.max(0, this.#replayEnd - at));
+		if (replayed > 0) this.#writeReplayed(bytes.subarray(0, replayed));
+		if (bytes.byteLength > replayed) this.term.write(bytes.subarray(replayed));
 		if (!this.#saveTimer) {
 			this.#saveTimer = setTimeout(() => {
 				this.#saveTimer = 0;
 				this.#save();
 			}, SAVE_EVERY_MS);
 		}
+	}
+
+	/**
+	 * Writes replayed bytes so that the answers xterm.js gives while parsing
+	 * them are dropped. xterm.js parses its queued writes in order, later,
+	 * and calls a write's callback right after parsing it: the empty write's
+	 * callback opens the window just before these bytes are parsed, theirs
+	 * closes it just after.
+	 */
+	#writeReplayed(bytes) {
+		this.term.write('', () => this.#quiet++);
+		this.term.write(bytes, () => this.#quiet--);
+	}
+
+	/**
+	 * Whether xterm.js's data now is its answer to replayed output rather
+	 * than the user's. xterm.js parses in a timer task, or at once inside
+	 * term.write (called from the socket's message event) right after a
+	 * key press; what the user types, pastes, clicks or focuses is sent from
+	 * inside that input event (a UIEvent, or a ClipboardEvent for a paste).
+	 * So a key that lands while the window is open (xterm.js may pause
+	 * between the empty write and the bytes) is still sent.
+	 */
+	#answeringReplay() {
+		if (this.#quiet === 0) return false;
+		const ev = window.event;
+		return !(ev instanceof UIEvent || ev instanceof ClipboardEvent);
 	}
 
 	#input(bytes) {

@@ -1,0 +1,109 @@
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+)
+
+// Issue 27, defects 1, 5 and 13: what a reload replays, and what the
+// dashboard says and keeps while dashgate is away.
+
+// liveQuery asks the terminal for its foreground colour and its device
+// attributes and prints xterm.js's answers (read from the pty, echo off)
+// through cat -v after tag: a program asking live gets its answer.
+func liveQuery(tag string) string {
+	return `stty -echo; printf '\e]10;?\a\e[c'; IFS= read -rd c a; stty echo; printf '` + tag + `:%s\n' "$a" | cat -v`
+}
+
+// liveAnswer matches what liveQuery(tag) prints: the OSC 10 answer (the
+// theme's foreground #d7dae0), then the primary device attributes up to
+// their c.
+func liveAnswer(tag string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + tag + `:\^\[\]10;rgb:d7d7/dada/e0e0\^\[\\\^\[\[\?1;2$`)
+}
+
+// A replay only redraws: the terminal queries in the output it replays
+// (printf's device attributes and colour query, vim's own at its start)
+// are not answered into the pty, after a reload and after switching back to
+// the session; live queries still are, before and after.
+func TestReplayAnswersNothingIntoThePty(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	sid := openDashboard(t, d, tb)
+	dir := t.TempDir()
+
+	typeInTerminal(t, tb, liveQuery("LIVE0"))
+	if _, err := waitTerminalOutput(t, tb, liveQuery("LIVE0"), liveAnswer("LIVE0"), 10*time.Second); err != nil {
+		t.Fatalf("a live query got no answer: %v", err)
+	}
+	const inside = "inside-vim-42"
+	vimFile := filepath.Join(dir, "v.txt")
+	if err := os.WriteFile(vimFile, []byte(inside+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	typeInTerminal(t, tb, "vim --clean -n "+vimFile)
+	// Once vim's screen shows, xterm.js has parsed (and answered) vim's
+	// queries, ahead of the keys that follow on the socket.
+	tb.mustWaitJS(10*time.Second, "vim shows the file",
+		fmt.Sprintf(`window.dashgate.terminalText().split('\n').includes(%s)`, js(inside)), dashboardState)
+	tb.Do("quit vim", typeKeys(":q!\r"))
+
+	// Each replay ends with a line read by head: what the pty gets before
+	// the MARK typed after the replay is what the replay answered.
+	for i, step := range []struct {
+		name   string
+		replay func(t *testing.T)
+	}{
+		{"reload", func(t *testing.T) {
+			tb.Do("reload", chromedp.Reload())
+			waitDashboard(t, tb)
+		}},
+		{"switch back", func(t *testing.T) {
+			tb.Do("new session", chromedp.Click(chromedp.CSS(byTestID("new-session"))))
+			tb.mustWaitJS(10*time.Second, "another session current",
+				fmt.Sprintf(`window.dashgate.currentSession() !== %s && window.dashgate.ptySocketState() === 'open'`, js(sid)), dashboardState)
+			tb.Do("switch back", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] [data-testid="session-resume"]`, js(sid)))))
+			tb.mustWaitJS(10*time.Second, "the first session current again",
+				fmt.Sprintf(`window.dashgate.currentSession() === %s && window.dashgate.ptySocketState() === 'open'`, js(sid)), dashboardState)
+		}},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			out := filepath.Join(dir, strings.ReplaceAll(step.name, " ", "-")+".txt")
+			read := fmt.Sprintf("stty -echo; head -n 1 > %s; stty echo", out)
+			typeInTerminal(t, tb, read)
+			tb.mustWaitJS(10*time.Second, "head reading", fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js(read)), dashboardState)
+
+			step.replay(t)
+			// The replay is parsed up to its end (the head line): whatever
+			// xterm.js answered to it is on the socket ahead of MARK.
+			tb.mustWaitJS(10*time.Second, "the replay on screen", fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js(read)), dashboardState)
+			tb.Do("type MARK", chromedp.Evaluate[chromedp.Void](`window.dashgate.term.focus()`), typeKeys("MARK\r"))
+			var got []byte
+			if !testkit.Until(10*time.Second, func() bool {
+				got, _ = os.ReadFile(out)
+				return strings.Contains(string(got), "\n")
+			}) {
+				t.Fatalf("head read no line within 10s; file holds %q", got)
+			}
+			if string(got) != "MARK\n" {
+				t.Errorf("after the %s the pty got %q before MARK, want nothing (the replay's queries were answered into the shell)", step.name, strings.TrimSuffix(string(got), "MARK\n"))
+			}
+
+			tag := "LIVE" + fmt.Sprint(i+1)
+			typeInTerminal(t, tb, liveQuery(tag))
+			if _, err := waitTerminalOutput(t, tb, liveQuery(tag), liveAnswer(tag), 10*time.Second); err != nil {
+				t.Errorf("after the %s a live query got no answer: %v", step.name, err)
+			}
+		})
+	}
+}
