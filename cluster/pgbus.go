@@ -64,18 +64,27 @@ const listenerAppName = "dashgate change bus"
 // change's kind). A receiver treats a hint as "re-read this session": the
 // Announcement it is delivered as has an empty Title and EndReason, and a
 // watcher's next list (session.list) gives the session as it is.
+//
+// An admin's reap forwarded to another node (sessions.RemoteReap) has
+// reap, and an empty owner and change:
+//
+//	{"origin":"…","owner":"","change":{"session_id":"","state":"","title":""},"reap":{"node":"web-1","from":"web-2","pid":4242,"by":"carol"}}
+//
+// with session_id instead of pid for a session. Its hint is itself (it
+// has only ids): one longer than MaxPayload is not sent.
 type Payload struct {
-	Origin string          `json:"origin"`
-	Owner  string          `json:"owner"`
-	Change sessions.Change `json:"change"`
-	Hint   bool            `json:"hint,omitempty"`
+	Origin string               `json:"origin"`
+	Owner  string               `json:"owner"`
+	Change sessions.Change      `json:"change"`
+	Hint   bool                 `json:"hint,omitempty"`
+	Reap   *sessions.RemoteReap `json:"reap,omitempty"`
 }
 
 // encode is a's NOTIFY payload: whole, or the hint when whole is longer
 // than MaxPayload; an error when even the hint is (an owner or session id
-// of kilobytes).
+// of kilobytes, or a reap's: its hint is itself, ids only).
 func encode(a sessions.Announcement) ([]byte, error) {
-	p := Payload{Origin: a.Origin, Owner: a.Owner, Change: a.Change}
+	p := Payload{Origin: a.Origin, Owner: a.Owner, Change: a.Change, Reap: a.Reap}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
@@ -250,7 +259,7 @@ func (b *PGBus) dispatch(payload string) {
 		b.log.Warn("change bus payload not understood", "err", err, "bytes", len(payload))
 		return
 	}
-	a := sessions.Announcement{Origin: p.Origin, Owner: p.Owner, Change: p.Change}
+	a := sessions.Announcement{Origin: p.Origin, Owner: p.Owner, Change: p.Change, Reap: p.Reap}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {

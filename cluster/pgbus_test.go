@@ -119,6 +119,34 @@ func TestPGBusLargeChangeIsHint(t *testing.T) {
 	}
 }
 
+// A reap forwarded to another node (sessions.RemoteReap) round trips
+// whole, for a pid and for a session; one too long to send is dropped,
+// never cut to a hint (a hint would reap nothing, or the wrong thing),
+// and a change after it arrives.
+func TestPGBusReapRoundTrips(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	a, b := newBus(t, url, nil), newBus(t, url, nil)
+	onB := subscribe(t, b)
+
+	worker := sessions.Announcement{Origin: "reg-b", Reap: &sessions.RemoteReap{Node: "node-a", From: "node-b", PID: 4242, By: "carol"}}
+	sess := sessions.Announcement{Origin: "reg-b", Reap: &sessions.RemoteReap{Node: "node-a", From: "node-b", SessionID: "s1", By: "admin-token"}}
+	huge := sessions.Announcement{Origin: "reg-b", Reap: &sessions.RemoteReap{Node: "node-a", From: "node-b", SessionID: strings.Repeat("x", 10<<10), By: "carol"}}
+	after := sessions.Announcement{Origin: "reg-a", Owner: "alice", Change: sessions.Change{SessionID: "after", State: sessions.StateAttached}}
+	for _, an := range []sessions.Announcement{worker, sess, huge, after} {
+		a.Publish(an)
+	}
+	testkit.WaitFor(t, 10*time.Second, "b hears the change after the reaps", func() bool { return len(onB.of("after")) == 1 })
+	got := onB.all()
+	if len(got) != 3 || got[0].Reap == nil || *got[0].Reap != *worker.Reap || got[1].Reap == nil || *got[1].Reap != *sess.Reap ||
+		got[0].Origin != "reg-b" || got[2].Reap != nil || got[2].Change != after.Change {
+		t.Fatalf("b heard %+v; want the two reaps whole, then the change", got)
+	}
+	if d := a.Dropped(); d != 1 {
+		t.Errorf("dropped %d; want 1 (the reap too long to send)", d)
+	}
+}
+
 // The listening connection, terminated by the server, comes back by
 // itself, with one WARN when lost and one INFO when back, and delivers
 // again.

@@ -67,9 +67,17 @@ func (r *Registry) announceLocked(owner string, c Change) {
 	r.tellLocked(owner, c)
 }
 
-// heard tells the watchers a change another registry published.
+// heard tells the watchers a change another registry published, or,
+// for an announcement carrying a RemoteReap, does that reap when it
+// names what this registry holds (remote.go; it blocks this bus's
+// deliveries until the target is torn down, as a local reap blocks its
+// request).
 func (r *Registry) heard(a Announcement) {
 	if a.Origin == r.id {
+		return
+	}
+	if a.Reap != nil {
+		r.remoteReap(a.Origin, *a.Reap)
 		return
 	}
 	r.mu.Lock()
@@ -102,11 +110,13 @@ func (r *Registry) announce(owner string, c Change) {
 
 // Announcement is a session.changed as it goes between registries: the
 // change, the owner of its session (watchers hear only of what they may
-// list) and the registry it came from.
+// list) and the registry it came from. One with Reap set is instead an
+// admin's reap for the node holding its target (Owner and Change zero).
 type Announcement struct {
 	Origin string // the publishing registry's id
 	Owner  string
 	Change Change
+	Reap   *RemoteReap // nil: a change
 }
 
 // ChangeBus carries session.changed between the registries that share a

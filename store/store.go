@@ -279,10 +279,12 @@ type Store interface {
 // cluster. Find it with a type assertion on a Store.
 type Nodes interface {
 	// Heartbeat records that node runs and answers at addr (host:port,
-	// or "" when unknown), as of now. A heartbeat older than the stored
-	// one changes nothing: LastSeen only moves forward. node must not be
-	// "" (an error otherwise).
-	Heartbeat(ctx context.Context, node, addr string, now time.Time) error
+	// or "" when unknown), carrying load, as of now. A heartbeat older
+	// than the stored one changes nothing: LastSeen (and the load with
+	// it) only moves forward. node must not be "" (an error otherwise).
+	// Of load.List, the first MaxNodeWorkers are kept; the counts are
+	// kept as given.
+	Heartbeat(ctx context.Context, node, addr string, load NodeLoad, now time.Time) error
 	// Nodes returns every node that ever sent a heartbeat, sorted by ID,
 	// each Live when its LastSeen+expiry is after now. expiry must be > 0
 	// (an error otherwise).
@@ -295,4 +297,30 @@ type Node struct {
 	Addr     string
 	LastSeen time.Time // its newest heartbeat
 	Live     bool      // LastSeen is within the expiry Nodes was asked with
+	Load     NodeLoad  // as of LastSeen
+}
+
+// MaxNodeWorkers bounds NodeLoad.List as a heartbeat stores it: a node
+// with more children lists its first 1,000 (its Workers count stays
+// whole), so one row stays small however busy the node.
+const MaxNodeWorkers = 1000
+
+// NodeLoad is what a node runs, as one heartbeat says: the count of its
+// live sessions and of its children (chat workers and terminals), and
+// those children themselves (at most MaxNodeWorkers of them, in the
+// order given; nil for none), so that any node's admin page can show
+// and reap them.
+type NodeLoad struct {
+	Sessions int
+	Workers  int
+	List     []NodeWorker
+}
+
+// NodeWorker is one child of a node in its heartbeat.
+type NodeWorker struct {
+	PID       int       `json:"pid"`
+	SessionID string    `json:"session_id"`
+	User      string    `json:"user"` // its session's owner; "" the anonymous user
+	Kind      string    `json:"kind"` // "chat" or "pty"
+	StartedAt time.Time `json:"started_at"`
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // clusterNodeID is this node's id in a cluster: --node-id, or with a
@@ -26,17 +29,19 @@ func clusterNodeID(cfg config, instance string) string {
 	return host + "-" + instance
 }
 
-// heartbeat writes the node's heartbeat (its id and address) at once and
-// every interval until ctx ends, so the other nodes' admin pages see it
-// live. The first failure logs one WARN and the recovery one INFO; the
-// failures between are not logged again.
-func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, interval time.Duration, log *slog.Logger) {
+// heartbeat writes the node's heartbeat (its id, address and load, see
+// nodeLoad of reg's admin view and mgr) at once and every interval until ctx ends, so
+// the other nodes' admin pages see it live, with its sessions' children.
+// The load is read once per heartbeat. The first failure logs
+// one WARN and the recovery one INFO; the failures between are not
+// logged again.
+func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, reg interface{ Admin() sessions.AdminView }, mgr procLister, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
 		hctx, cancel := context.WithTimeout(ctx, interval)
-		err := nodes.Heartbeat(hctx, node, addr, time.Now())
+		err := nodes.Heartbeat(hctx, node, addr, nodeLoad(reg.Admin(), mgr), time.Now())
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -52,4 +57,31 @@ func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, interv
 		case <-t.C:
 		}
 	}
+}
+
+// sessionLister is the registry as nodeLoad reads it (its AdminView).
+type sessionLister interface{ List() []sessions.Info }
+
+// procLister is the worker manager as nodeLoad reads it.
+type procLister interface{ Procs() []*workers.Proc }
+
+// nodeLoad is what the node's heartbeat says it runs: its live sessions
+// (counted), its children (counted, and listed up to
+// store.MaxNodeWorkers, by pid, each with its session's owner), from one
+// snapshot of each; no process stats are read.
+func nodeLoad(reg sessionLister, mgr procLister) store.NodeLoad {
+	list := reg.List()
+	owner := make(map[string]string, len(list))
+	for _, s := range list {
+		owner[s.ID] = s.Owner
+	}
+	procs := mgr.Procs()
+	slices.SortFunc(procs, func(a, b *workers.Proc) int { return a.PID() - b.PID() })
+	load := store.NodeLoad{Sessions: len(list), Workers: len(procs)}
+	for _, p := range procs[:min(len(procs), store.MaxNodeWorkers)] {
+		load.List = append(load.List, store.NodeWorker{
+			PID: p.PID(), SessionID: p.SessionID(), User: owner[p.SessionID()], Kind: string(p.Kind()), StartedAt: p.StartedAt(),
+		})
+	}
+	return load
 }

@@ -3,19 +3,23 @@ package main
 import (
 	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/store/postgres"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // TestPostgresStoreNode: with a postgres:// --store, dashgate is a node:
 // its id defaults to host and instance, it claims under leases, writes its
-// heartbeat, and a conversation made on it is there for the next node.
+// heartbeat (with its load: its live session counted), and a conversation made on it is there for the next node.
 func TestPostgresStoreNode(t *testing.T) {
 	t.Parallel()
 	dbURL := testkit.Postgres(t)
@@ -31,9 +35,9 @@ func TestPostgresStoreNode(t *testing.T) {
 	}
 	defer st.Close()
 	var nodes []store.Node
-	testkit.WaitFor(t, 10*time.Second, "node a's heartbeat", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "node a's heartbeat, with its session", func() bool {
 		nodes, err = st.Nodes(t.Context(), time.Now(), time.Second)
-		return err == nil && len(nodes) == 1 && nodes[0].Live
+		return err == nil && len(nodes) == 1 && nodes[0].Live && nodes[0].Load.Sessions == 1
 	})
 	if !strings.HasSuffix(nodes[0].ID, "-"+a.ID[:8]) || nodes[0].Addr != a.Addr {
 		t.Fatalf("node %+v: want the id to end in the instance's and the address %s", nodes[0], a.Addr)
@@ -104,4 +108,39 @@ func password(raw string) string {
 	}
 	p, _ := u.User.Password()
 	return p
+}
+
+// fakeLister is the registry's admin view as nodeLoad reads it.
+type fakeLister []sessions.Info
+
+func (f fakeLister) List() []sessions.Info { return f }
+
+// TestNodeLoad: a heartbeat's load counts the live sessions and the
+// manager's children (real processes) and lists each child with its
+// session and that session's owner, by pid.
+func TestNodeLoad(t *testing.T) {
+	t.Parallel()
+	mgr := workers.NewManager(workers.Config{Grace: time.Second, Instance: "test"})
+	t.Cleanup(func() { mgr.CloseAll(workers.ReasonShutdown); mgr.Wait() })
+	var procs []*workers.Proc
+	for _, sid := range []string{"s1", "s2"} {
+		p, err := mgr.Start(workers.Spec{Kind: workers.KindPTY, SessionID: sid, Path: "/bin/sh", Env: []string{"PATH=" + os.Getenv("PATH")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	slices.SortFunc(procs, func(a, b *workers.Proc) int { return a.PID() - b.PID() })
+	reg := fakeLister{{ID: "s1", Owner: "alice"}, {ID: "s2", Owner: ""}, {ID: "s3", Owner: "bob"}}
+	got := nodeLoad(reg, mgr)
+	if got.Sessions != 3 || got.Workers != 2 || len(got.List) != 2 {
+		t.Fatalf("load = %+v; want 3 sessions, 2 workers listed", got)
+	}
+	owners := map[string]string{"s1": "alice", "s2": ""}
+	for i, w := range got.List {
+		p := procs[i]
+		if w.PID != p.PID() || w.SessionID != p.SessionID() || w.User != owners[w.SessionID] || w.Kind != "pty" || !w.StartedAt.Equal(p.StartedAt()) {
+			t.Errorf("listed %+v; want pid %d of %s, user %q, pty, started %v", w, p.PID(), p.SessionID(), owners[p.SessionID()], p.StartedAt())
+		}
+	}
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -777,8 +778,9 @@ func (s *Store) Release(ctx context.Context, node string) (int, error) {
 	return int(n), err
 }
 
-// Heartbeat implements store.Nodes: one upsert of node's row.
-func (s *Store) Heartbeat(ctx context.Context, node, addr string, now time.Time) error {
+// Heartbeat implements store.Nodes: one upsert of node's row, its load
+// with it (the list as jsonb, cut to store.MaxNodeWorkers).
+func (s *Store) Heartbeat(ctx context.Context, node, addr string, load store.NodeLoad, now time.Time) error {
 	if node == "" {
 		return errors.New("heartbeat: empty node name")
 	}
@@ -786,9 +788,24 @@ func (s *Store) Heartbeat(ctx context.Context, node, addr string, now time.Time)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", deadline(ctx, err))
 	}
-	_, err = s.exec(ctx, "heartbeat", `INSERT INTO nodes (id, addr, last_seen) VALUES ($1, $2, $3)
-ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, last_seen = excluded.last_seen
-WHERE nodes.last_seen <= excluded.last_seen`, node, text(addr), n)
+	list := load.List
+	if len(list) > store.MaxNodeWorkers {
+		list = list[:store.MaxNodeWorkers]
+	}
+	kept := make([]store.NodeWorker, len(list))
+	for i, w := range list {
+		w.SessionID, w.User, w.Kind = text(w.SessionID), text(w.User), text(w.Kind)
+		w.StartedAt = w.StartedAt.UTC()
+		kept[i] = w
+	}
+	js, err := json.Marshal(kept)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	_, err = s.exec(ctx, "heartbeat", `INSERT INTO nodes (id, addr, last_seen, sessions, workers, worker_list) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, last_seen = excluded.last_seen,
+	sessions = excluded.sessions, workers = excluded.workers, worker_list = excluded.worker_list
+WHERE nodes.last_seen <= excluded.last_seen`, node, text(addr), n, load.Sessions, load.Workers, string(js))
 	return err
 }
 
@@ -802,15 +819,22 @@ func (s *Store) Nodes(ctx context.Context, now time.Time, expiry time.Duration) 
 		return nil, err
 	}
 	defer done()
-	rows, err := s.pool.Query(ctx, `SELECT id, addr, last_seen FROM nodes ORDER BY id`)
+	rows, err := s.pool.Query(ctx, `SELECT id, addr, last_seen, sessions, workers, worker_list::text FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", deadline(ctx, err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Node, error) {
 		var n store.Node
 		var seen int64
-		if err := r.Scan(&n.ID, &n.Addr, &seen); err != nil {
+		var list string
+		if err := r.Scan(&n.ID, &n.Addr, &seen, &n.Load.Sessions, &n.Load.Workers, &list); err != nil {
 			return n, err
+		}
+		if err := json.Unmarshal([]byte(list), &n.Load.List); err != nil {
+			return n, fmt.Errorf("node %q worker list: %w", n.ID, err)
+		}
+		if len(n.Load.List) == 0 {
+			n.Load.List = nil
 		}
 		n.LastSeen = fromNanos(seen)
 		n.Live = n.LastSeen.Add(expiry).After(now)
