@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -106,4 +107,56 @@ func TestReplayAnswersNothingIntoThePty(t *testing.T) {
 			}
 		})
 	}
+}
+
+// colourOf is the computed colour of the first element sel matches ("" when none).
+func colourOf(sel string) string {
+	return fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e ? getComputedStyle(e).color : ''; })()`, js(sel))
+}
+
+// The colours of app.css: --ok (a state that holds) and --text-dim.
+const (
+	okColour  = "rgb(95, 206, 138)"
+	dimColour = "rgb(138, 145, 156)"
+)
+
+// While dashgate is stopped the dashboard says "disconnected, retrying"
+// (the terminal too, not that its program could not start), the session
+// states are grey rather than a green "attached", and all comes back with
+// dashgate.
+func TestDisconnectedSaysSoAndGreysStates(t *testing.T) {
+	state := t.TempDir()
+	d := startDashgateOn(t, state, "")
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	// The second dashgate starts after the browser: close the browser
+	// before the cleanups (see TestHistoryCompleteAfterReloadAndRestart).
+	defer func() {
+		if t.Failed() {
+			tb.saveArtifacts()
+		}
+		tb.closed = true
+		b.close()
+	}()
+	sid := openDashboard(t, d, tb)
+	attached := fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] .session-state[data-state="attached"]`, js(sid))
+	tb.mustWaitJS(10*time.Second, "the session green and attached", colourOf(attached)+` === `+js(okColour), dashboardState)
+
+	_, port, err := net.SplitHostPort(d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopForRestart(t, d)
+	status := `document.querySelector('[data-testid="terminal-status"]')`
+	tb.mustWaitJS(15*time.Second, "the terminal says it is disconnected",
+		status+`.dataset.state === 'disconnected' && !`+status+`.hidden && document.querySelector('[data-testid="terminal-status-text"]').textContent === 'disconnected, retrying'`,
+		dashboardState)
+	if got := mustEval[string](tb, colourOf(attached)); got != dimColour {
+		t.Errorf("while dashgate is down the session's state is %s, want grey %s", got, dimColour)
+	}
+
+	startDashgateOn(t, state, net.JoinHostPort("127.0.0.1", port))
+	waitDashboard(t, tb)
+	tb.mustWaitJS(10*time.Second, "the terminal status gone and the state green again",
+		status+`.hidden && `+colourOf(attached)+` === `+js(okColour), dashboardState)
 }

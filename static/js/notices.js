@@ -44,3 +44,15 @@ const END_LABELS = {
 export function endLabel(reason) {
 	return END_LABELS[reason] ?? 'closed';
 }
+
+// What the dashboard says while dashgate does not answer: the same words
+// whether it was stopped or is restarting, since the page cannot tell.
+export const DISCONNECTED = 'disconnected, retrying';
+
+/** The text of the connection banner for a chat socket status (rpc.js) or "restarting". */
+export function connectionText(status) {
+	return status === 'reconnecting' || status === 'restarting' ? DISCONNECTED : status;
+}
+
+/** Said when Send is pressed while the chat socket is down: the text stays in the box. */
+export const NOT_SENT = 'Not connected: nothing was sent. The text stays in the box; press Send again once connected.';

@@ -19,7 +19,9 @@
 // A status line above the terminal (data-testid="terminal-status", its
 // data-state "starting" | "error" | "ended") says what the screen cannot:
 // "starting the terminal…" until its first byte arrives (a shell with a
-// slow rc file), why it could not start, or that it ended ("terminal ended
+// slow rc file), why it could not start ("disconnected, retrying" with
+// data-state "disconnected" when dashgate itself does not answer), or that
+// it ended ("terminal ended
 // by an administrator", its exit code) with a "Start a new terminal" button
 // (data-testid="terminal-restart"). A new terminal started after one ended
 // keeps the old one's scrollback above a separator.
@@ -33,6 +35,7 @@
 // types meanwhile, and the answers to live output, are sent.
 
 import { Backoff, socketState, wsURL } from './net.js';
+import { DISCONNECTED } from './notices.js';
 
 export const PTY_STORAGE_PREFIX = 'dashgate.pty.';
 const CLOSE_NORMAL = 1000;
@@ -300,7 +303,7 @@ export class TerminalPane {
 			if (!hello) {
 				// Refused before it started: the program could not start,
 				// capacity, or the server is away. It is retried.
-				this.#status('error', 'The terminal could not start; retrying…');
+				this.#explainRefusal(sid);
 			} else if (started) {
 				this.#status('starting', 'reconnecting to the terminal…');
 			}
@@ -310,6 +313,25 @@ export class TerminalPane {
 			}
 			this.#retryTimer = setTimeout(() => this.#connect(), this.#backoff.next());
 		});
+	}
+
+	/**
+	 * Says why a socket got no hello. A browser does not tell a refused
+	 * upgrade (the program could not start, capacity) from a server that is
+	 * not there, so dashgate's /healthz is asked: no answer, or a proxy's
+	 * 5xx for it, means dashgate is away. The answer is shown only while
+	 * this terminal is still between attempts.
+	 */
+	#explainRefusal(sid) {
+		const still = () => this.#sessionId === sid && !this.#ws && !this.#halted;
+		fetch(this.#base + 'healthz', { cache: 'no-store' })
+			.then((r) => r.ok)
+			.catch(() => false)
+			.then((up) => {
+				if (!still()) return;
+				if (up) this.#status('error', 'The terminal could not start; retrying…');
+				else this.#status('disconnected', DISCONNECTED);
+			});
 	}
 
 	#control(msg, resuming) {
