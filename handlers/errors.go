@@ -11,6 +11,13 @@ import (
 	"github.com/dashgate/dashgate/workers"
 )
 
+// CodeLeaseUnproven answers a call that would start new work (a prompt, a
+// slash command, a terminal) for a session this node of a cluster cannot
+// prove it still holds: the store was unreachable for a whole lease
+// (sessions.ErrLeaseUnproven). Nothing was done; the same call works once
+// the store is back.
+const CodeLeaseUnproven = 5006
+
 // The error edges: one function per transport turns the errors of the
 // registry and the worker manager into that transport's codes, and logs an
 // internal error (one it has no code for) once, at ERROR, since only then is
@@ -20,8 +27,8 @@ import (
 // rpcError maps err to its JSON-RPC error object (PROTOCOL.md §2): an
 // *RPCError as is, the sessions and workers sentinels to 4001, 4009, 4029
 // and 5004 (an account refusal too: data.failure "spawn", its reason as
-// the message), anything else to -32603 "internal error", logged on log with
-// the method.
+// the message), sessions.ErrLeaseUnproven to 5006, anything else to
+// -32603 "internal error", logged on log with the method.
 func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var rpc *RPCError
 	var we *workers.Error
@@ -35,6 +42,10 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		return &RPCError{Code: CodeNotFound, Message: "session not found or already closed"}
 	case errors.Is(err, sessions.ErrBusy):
 		return &RPCError{Code: CodeBusy, Message: "a turn is already running in this session"}
+	case errors.Is(err, sessions.ErrLeaseUnproven):
+		// Nothing is lost and nothing was done: the registry logged the
+		// lapse once (WARN "leases unproven").
+		return &RPCError{Code: CodeLeaseUnproven, Message: sessions.ErrLeaseUnproven.Error()}
 	case errors.As(err, &vc):
 		return &RPCError{Code: CodeCapacity, Message: vc.Error()}
 	case errors.As(err, &uc):
@@ -91,7 +102,9 @@ func DescribeError(err error) (int, string) {
 // that failed with err: 400 for an errBadRequest, 404 for
 // sessions.ErrNotFound, 503 for the
 // capacity and shutdown sentinels (a *sessions.UserCapacityError among
-// them, its message naming the per-user limit), 403 with the reason for
+// them, its message naming the per-user limit) and
+// sessions.ErrLeaseUnproven (a terminal this node cannot prove its hold
+// for), 403 with the reason for
 // an account refusal (accounts.ErrRefused: the owner has no Unix account
 // to run as), 500 "internal error" for anything else,
 // logged on log with the method and path.
@@ -102,7 +115,8 @@ func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err err
 		http.Error(w, bad.msg, http.StatusBadRequest)
 	case errors.Is(err, sessions.ErrNotFound):
 		http.Error(w, sessions.ErrNotFound.Error(), http.StatusNotFound)
-	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
+	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown),
+		errors.Is(err, sessions.ErrLeaseUnproven):
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 	case errors.Is(err, accounts.ErrRefused):
 		http.Error(w, refusalOf(err), http.StatusForbidden)

@@ -14,13 +14,17 @@ import (
 
 // Exec runs a slash command in the session's worker (spawning it when
 // needed) and returns its output. v becomes a viewer of the session.
-// Errors: ErrNotFound, workers.ErrCapacity, *workers.Error, and an
+// Errors: ErrNotFound, ErrLeaseUnproven (nothing was recorded),
+// workers.ErrCapacity, *workers.Error, and an
 // *accounts.RefusedError when Config.Accounts refused the owner (nothing
 // was spawned; the history keeps the command and one notice with the
 // reason, not an error entry).
 func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (string, error) {
 	s, err := r.use(v, sid)
 	if err != nil {
+		return "", err
+	}
+	if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
 		return "", err
 	}
 	// A slash command and its output, or its error, are part of the

@@ -26,20 +26,30 @@ import (
 // session's entries in seq order, at most journalChunk a transaction, so
 // that when less space comes back than the backlog needs, what fits is
 // saved and only the rest waits. The first failure of a burst logs one
-// ERROR record and the first full success after it one INFO record. Beyond
-// journalBacklog queued entries, new entries are not queued (they stay in
-// the sessions' memory) and one ERROR record says so.
+// ERROR record and the first full success after it one INFO record.
+//
+// Beyond backlog queued entries (Config.StoreBacklog, --store-backlog;
+// journalBacklog by default), new entries are not queued: they stay in
+// the sessions' memory only and are lost to the store. The first drop of
+// a burst logs one WARN "store backlog full" record; the burst's end (the
+// first full success after it, or close) logs exactly one ERROR "store
+// entries dropped" record that counts them: dropped_entries (the count),
+// sessions (how many sessions lost some) and lost (per session, up to
+// journalLostSessions of them, its sid, how many entries and their first
+// and last seq).
 type journal struct {
-	st  store.Store
-	log *slog.Logger
+	st      store.Store
+	log     *slog.Logger
+	backlog int // bound of the queued entries
 
 	mu       sync.Mutex
 	sessions map[string]store.Session
 	entries  map[entryKey]store.SessionEntry
 	order    []entryKey // entries in the order they were first queued
 	deletes  []string
-	running  bool // a drain goroutine runs
-	stopping bool // close: give up retrying
+	inflight map[string]bool // the sids of the rows of the batch being applied
+	running  bool            // a drain goroutine runs
+	stopping bool            // close: give up retrying
 	queued   uint64
 	applied  uint64        // every change queued up to this count is stored
 	progress chan struct{} // closed and replaced when applied moves or the drain stops
@@ -47,6 +57,9 @@ type journal struct {
 	failing  bool // the current burst of failures was logged
 	dropping bool // the backlog was full and entries were dropped in this burst
 	dropped  int
+	dropLog  []lostRange     // what was dropped in this burst, per session, the first journalLostSessions
+	dropAt   map[string]int  // index in dropLog by sid
+	dropSids map[string]bool // every session that lost entries in this burst
 
 	hurry chan struct{} // cuts the drain's delay short (flush, close)
 	wg    sync.WaitGroup
@@ -62,7 +75,8 @@ type entryKey struct {
 	seq uint64
 }
 
-// journalBacklog bounds the queued entries while the store fails.
+// journalBacklog is the default bound of the queued entries while the
+// store fails (Config.StoreBacklog).
 const journalBacklog = 100_000
 
 // journalRetry bounds the backoff between attempts on a failing store.
@@ -74,17 +88,29 @@ const journalDelay = 20 * time.Millisecond
 // journalChunk bounds the entries of one transaction of a retry.
 const journalChunk = 256
 
-// journalLostSessions bounds the sessions the shutdown's loss record names.
+// journalLostSessions bounds the sessions a loss record names.
 const journalLostSessions = 20
 
+// newJournal returns the journal of st, its queued entries bounded by
+// journalBacklog (see withBacklog).
 func newJournal(st store.Store, log *slog.Logger) *journal {
 	return &journal{
-		st: st, log: log,
+		st: st, log: log, backlog: journalBacklog,
+		inflight: map[string]bool{},
 		sessions: map[string]store.Session{},
 		entries:  map[entryKey]store.SessionEntry{},
 		progress: make(chan struct{}),
 		hurry:    make(chan struct{}, 1),
 	}
+}
+
+// withBacklog sets the bound of j's queued entries to n (<= 0: keeps
+// journalBacklog), before its first write, and returns j.
+func (j *journal) withBacklog(n int) *journal {
+	if n > 0 {
+		j.backlog = n
+	}
+	return j
 }
 
 // hasten cuts the drain's current delay short.
@@ -111,18 +137,65 @@ func (j *journal) putEntry(sid string, epoch uint64, e store.Entry) {
 	defer j.mu.Unlock()
 	k := entryKey{sid, e.Seq}
 	if _, ok := j.entries[k]; !ok {
-		if len(j.order) >= journalBacklog {
-			j.dropped++
-			if !j.dropping {
-				j.dropping = true
-				j.log.Error("store backlog full", "backlog", len(j.order), "note", "new history entries are kept in memory only")
-			}
+		if len(j.order) >= j.backlog {
+			j.dropLocked(k)
 			return
 		}
 		j.order = append(j.order, k)
 	}
 	j.entries[k] = store.SessionEntry{SessionID: sid, Epoch: epoch, Entry: e}
 	j.kickLocked()
+}
+
+// dropLocked counts the entry k, not queued: the backlog is full. The
+// first drop of a burst logs the WARN record (see journal).
+func (j *journal) dropLocked(k entryKey) {
+	j.dropped++
+	if !j.dropping {
+		j.dropping = true
+		j.log.Warn("store backlog full", "backlog", j.backlog, "note", "new history entries are kept in memory only; the loss is counted when the store is back")
+	}
+	if j.dropSids == nil {
+		j.dropSids, j.dropAt = map[string]bool{}, map[string]int{}
+	}
+	j.dropSids[k.sid] = true
+	i, ok := j.dropAt[k.sid]
+	if !ok {
+		if len(j.dropLog) >= journalLostSessions {
+			return
+		}
+		i = len(j.dropLog)
+		j.dropAt[k.sid] = i
+		j.dropLog = append(j.dropLog, lostRange{SID: k.sid, FromSeq: k.seq})
+	}
+	r := &j.dropLog[i]
+	r.Entries++
+	r.FromSeq, r.ToSeq = min(r.FromSeq, k.seq), max(r.ToSeq, k.seq)
+}
+
+// endDropsLocked ends a burst of drops: the one ERROR record counting
+// them (see journal), when there were any.
+func (j *journal) endDropsLocked() {
+	if j.dropped > 0 {
+		j.log.Error("store entries dropped", "dropped_entries", j.dropped, "sessions", len(j.dropSids), "lost", j.dropLog,
+			"backlog", j.backlog, "note", "the store's backlog was full: these entries are in the sessions' memory only")
+	}
+	j.dropping, j.dropped = false, 0
+	j.dropLog, j.dropAt, j.dropSids = nil, nil, nil
+}
+
+// rowsQueued returns the sids of held whose session row is queued or
+// being applied: not known to be stored yet (Renew's question).
+func (j *journal) rowsQueued(held map[string]uint64) map[string]bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string]bool{}
+	for id := range held {
+		if _, ok := j.sessions[id]; ok || j.inflight[id] {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // kickLocked counts a queued change and starts the drain when none runs.
@@ -194,6 +267,9 @@ func (j *journal) drain() {
 			return
 		}
 		retry := j.failing
+		for _, row := range b.Sessions {
+			j.inflight[row.ID] = true
+		}
 		j.mu.Unlock()
 
 		var err error
@@ -210,6 +286,9 @@ func (j *journal) drain() {
 			continue // the rest was no failure: it is written at once
 		}
 		j.mu.Lock()
+		// A row of the batch is either stored now or queued again: never,
+		// under the lock, in neither place (rowsQueued).
+		clear(j.inflight)
 		if err != nil {
 			j.requeueLocked(rest)
 			if !j.failing {
@@ -232,7 +311,8 @@ func (j *journal) drain() {
 		j.applied = max(j.applied, upto)
 		if j.failing || j.dropping {
 			j.log.Info("store writes resumed", "dropped_entries", j.dropped)
-			j.failing, j.dropping, j.dropped = false, false, 0
+			j.failing = false
+			j.endDropsLocked()
 		}
 		backoff = 50 * time.Millisecond
 		j.signalLocked()
@@ -262,6 +342,7 @@ func (j *journal) fenced(rest store.Batch, upto uint64, sids []string) {
 	}
 	keep.Deletes = rest.Deletes
 	j.mu.Lock()
+	clear(j.inflight) // as in drain: requeued below, under this lock
 	for id := range drop {
 		delete(j.sessions, id)
 	}
@@ -413,6 +494,9 @@ func (j *journal) close(ctx context.Context) error {
 	j.wg.Wait()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.dropping {
+		j.endDropsLocked() // the burst of drops ends here: counted once
+	}
 	if n := len(j.sessions) + len(j.order) + len(j.deletes); n > 0 {
 		j.log.Error("store: changes lost at shutdown", "sessions", len(j.sessions), "entries", len(j.order),
 			"deletes", len(j.deletes), "lost", j.lostLocked(), "err", err)

@@ -2,23 +2,65 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/dashgate/dashgate/store"
 )
 
 // This file owns this node's hold on its sessions when the store is
 // shared (store.Store.Claim): which node it is, the lease's ttl, its
-// renewal, its release at a clean stop, and the end of a session another
-// node took (end_reason lease_lost). Every row and entry a session writes
-// carries the epoch it holds the session under (conversation.putRow and
-// putEntry); once another node claimed it, the store refuses them
-// (store.ErrFenced), the journal drops them and the session ends here.
-// Without a Claim (Restore) there is no lease: writes carry epoch 0,
-// unfenced, as before leases.
+// renewal, its release at a clean stop, the end of a session another
+// node took (end_reason lease_lost), and what the node does while it
+// cannot prove its hold (the store is unreachable). Every row and entry a
+// session writes carries the epoch it holds the session under
+// (conversation.putRow and putEntry); once another node claimed it, the
+// store refuses them (store.ErrFenced), the journal drops them and the
+// session ends here. Without a Claim (Restore) there is no lease: writes
+// carry epoch 0, unfenced, as before leases.
+//
+// Proven hold: the registry knows until when it has proven its hold on
+// each session: provenUntil is ttl after the start of the last Renew that
+// renewed it, or, before one did, ttl after the session became live here
+// (made here: its row's lease starts then; claimed or adopted: just after
+// the store's claim, later than the claim by its round trip). Past it
+// (the store was unreachable for the renewals of a whole ttl) another
+// node may have taken the session, so this node starts no new work for
+// it: Prompt, Exec and a terminal's start answer ErrLeaseUnproven
+// (JSON-RPC 5006) rather than risk two owners. A turn already running goes
+// on, its output kept in memory and queued in the journal; history,
+// resume, list and typing into a running terminal need nothing new and go
+// on. The viewers get one notice when the hold lapses and one when a
+// renewal proves it again; a session another node took meanwhile ends
+// lease_lost instead. Records (node): WARN "store unreachable" (err) once
+// when renewals start failing, WARN "leases unproven" (sessions) once
+// when the first proven time passes, INFO "leases proven" (sessions,
+// lost) on the first renewal after that, or INFO "store reachable" on the
+// first one after failures that lapsed nothing.
 
 // DefaultLeaseTTL is how long a node's hold on its sessions lasts without
-// renewal; Run renews it every third of that.
-const DefaultLeaseTTL = 30 * time.Second
+// renewal (--node-expiry's default); Run renews it every third of that.
+const DefaultLeaseTTL = 15 * time.Second
+
+// leaseRetry bounds the wait before the next renewal after a failed one:
+// once the store is back the hold is proven within it, not a third of the
+// ttl later.
+const leaseRetry = time.Second
+
+// ErrLeaseUnproven: this node could not renew its lease on the session
+// for a whole ttl (the store is unreachable), so it does no new work for
+// it: nothing was done. The caller answers 5006; the same call works once
+// a renewal proves the hold again.
+var ErrLeaseUnproven = errors.New("this node cannot reach the store to prove it still holds this session; nothing was done; try again when the store is back")
+
+// The notices a session's viewers get when its hold lapses and when it is
+// proven again (a notice event and a history entry each).
+const (
+	leaseLapsedNotice = "this node cannot reach the store to prove it still holds this session: new prompts, commands and terminals are refused until it is back"
+	leaseProvenNotice = "the store is reachable again: this session takes new work again"
+)
 
 // lease is the node's hold, zero until Claim. Guarded by the registry's
 // mutex.
@@ -28,6 +70,17 @@ type lease struct {
 	// adopting holds a channel per sid being adopted (adopt.go), closed
 	// when its adoption is done: one adoption of a session at a time.
 	adopting map[string]chan struct{}
+	// proven holds, per held sid, the start of the last Renew that renewed
+	// it (none before the first: the session's liveSince counts).
+	proven map[string]time.Time
+	// lapsed holds the sids whose viewers were told their hold lapsed.
+	lapsed map[string]bool
+	// failing: the renewals fail ("store unreachable" was logged);
+	// unproven: a hold lapsed since ("leases unproven" was logged) and
+	// some are still lapsed. reproven and lostLapsed count, since, the
+	// lapsed sessions proven again and those ended lease_lost.
+	failing, unproven    bool
+	reproven, lostLapsed int
 }
 
 // newRowLocked is what a session made now by this node is stored with: the
@@ -70,36 +123,243 @@ func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (i
 	return r.restore(rows), nil
 }
 
+// heldLocked reports whether s is held under a lease that must be proven:
+// live, stored, with an epoch, in a registry that Claimed. r.mu must be
+// held.
+func (r *Registry) heldLocked(s *Session) bool {
+	return r.lease.node != "" && s.live() && s.journal != nil && s.epoch > 0
+}
+
+// provenUntilLocked is until when the registry has proven its hold on s
+// (see the file's comment). r.mu must be held.
+func (r *Registry) provenUntilLocked(s *Session) time.Time {
+	since := s.liveSince
+	if p := r.lease.proven[s.id]; p.After(since) {
+		since = p
+	}
+	return since.Add(r.lease.ttl)
+}
+
+// mayWork is the check, before anything new is started for s (a turn, a
+// slash command, a terminal program), that the node still proves its
+// hold on s: ErrLeaseUnproven past its proven time (the lapse is noted
+// and told first, see lapseLocked), else nil. Without a lease it is nil.
+// It takes r.mu.
+func (r *Registry) mayWork(s *Session) error {
+	r.mu.Lock()
+	if !r.heldLocked(s) || time.Now().Before(r.provenUntilLocked(s)) {
+		r.mu.Unlock()
+		return nil
+	}
+	warn := r.lapseLocked(time.Now())
+	r.mu.Unlock()
+	warn()
+	return ErrLeaseUnproven
+}
+
+// checkLapses notes the holds whose proven time passed (Run calls it when
+// the first of them is due).
+func (r *Registry) checkLapses() {
+	r.mu.Lock()
+	warn := r.lapseLocked(time.Now())
+	r.mu.Unlock()
+	warn()
+}
+
+// lapseLocked tells the viewers of each held session whose proven time is
+// past now, once, that its hold lapsed (a notice event and entry), and
+// returns what logs the WARN "leases unproven" record when this is the
+// first lapse since the hold was last proven (the caller calls it
+// outside the lock; a no-op otherwise). r.mu must be held.
+func (r *Registry) lapseLocked(now time.Time) func() {
+	n := 0
+	for id, s := range r.sessions {
+		if !r.heldLocked(s) || r.lease.lapsed[id] || now.Before(r.provenUntilLocked(s)) {
+			continue
+		}
+		if r.lease.lapsed == nil {
+			r.lease.lapsed = map[string]bool{}
+		}
+		r.lease.lapsed[id] = true
+		r.noticeLocked(s, leaseLapsedNotice)
+		n++
+	}
+	if n == 0 || r.lease.unproven {
+		return func() {}
+	}
+	r.lease.unproven = true
+	node, lapsed := r.lease.node, len(r.lease.lapsed)
+	return func() { r.log.Warn("leases unproven", "node", node, "sessions", lapsed) }
+}
+
+// noticeLocked tells s's viewers text (a notice event) and keeps it in
+// its history. r.mu must be held.
+func (r *Registry) noticeLocked(s *Session, text string) {
+	r.emitLocked(s, "notice", map[string]any{"text": text})
+	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: text})
+}
+
+// untilLapse is how long until the first held session's proven time
+// passes (among those not lapsed yet): when Run checks the lapses next.
+// A session made later lapses no sooner than ttl from now, the most it
+// returns.
+func (r *Registry) untilLapse() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	next := r.lease.ttl
+	for id, s := range r.sessions {
+		if r.heldLocked(s) && !r.lease.lapsed[id] {
+			next = min(next, r.provenUntilLocked(s).Sub(now))
+		}
+	}
+	return max(next, time.Millisecond)
+}
+
 // Renew extends, by the lease's ttl, the leases of the node's live
 // sessions; one the store says the node no longer holds (another node
 // claimed it) ends with end_reason lease_lost. A store failure is logged
-// at WARN and the next renewal retries. Run calls it every ttl/3; without
-// a Claim it does nothing.
-func (r *Registry) Renew(ctx context.Context) {
+// (see the file's comment) and the next renewal retries. A renewal that
+// succeeds proves the hold on the sessions it renewed again (their
+// viewers told, when it had lapsed). Run calls it every ttl/3 (sooner
+// after a failure); without a Claim it does nothing.
+func (r *Registry) Renew(ctx context.Context) { r.renew(ctx) }
+
+// renew is Renew; false when the store failed.
+func (r *Registry) renew(ctx context.Context) bool {
 	r.mu.Lock()
 	node, ttl := r.lease.node, r.lease.ttl
 	held := map[string]uint64{}
 	for id, s := range r.sessions {
-		if s.live() && s.journal != nil && s.epoch > 0 {
+		if r.heldLocked(s) {
 			held[id] = s.epoch
 		}
 	}
 	r.mu.Unlock()
 	if node == "" || len(held) == 0 {
-		return
+		return true
 	}
-	// Their rows were queued when they were made: stored first, a new
-	// session is not taken for a lost one.
-	if err := r.journal.flush(ctx); err != nil {
-		r.log.Warn("lease renewal", "node", node, "sessions", len(held), "err", err)
-		return
-	}
-	lost, err := r.cfg.Store.Renew(ctx, node, held, ttl, time.Now())
+	// A session made here is stored when the journal writes its first row;
+	// until then the store does not know it and says it is lost. Renew no
+	// longer flushes the journal first to avoid that: after an outage the
+	// journal may drain a backlog for longer than the ttl, and a renewal
+	// waiting behind it would let every lease lapse. Instead the sessions
+	// whose row is still queued (or being written) are asked for like the
+	// others, and when the store says they are lost they are left to the
+	// journal: their row's write either stores them (renewed next time) or
+	// is fenced, which ends them lease_lost (onFenced). The rows are noted
+	// before the store is asked, so that one written meanwhile counts as
+	// queued, never as lost.
+	queued := r.journal.rowsQueued(held)
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, max(ttl/3, leaseRetry))
+	lost, err := r.cfg.Store.Renew(rctx, node, held, ttl, start)
+	cancel()
 	if err != nil {
-		r.log.Warn("lease renewal", "node", node, "sessions", len(held), "err", err)
+		if ctx.Err() != nil {
+			return true // stopping: not the store's failure
+		}
+		r.mu.Lock()
+		first := !r.lease.failing
+		r.lease.failing = true
+		r.mu.Unlock()
+		if first {
+			r.log.Warn("store unreachable", "node", node, "sessions", len(held), "err", err)
+		} else {
+			r.log.Debug("lease renewal", "node", node, "sessions", len(held), "err", err)
+		}
+		return false
+	}
+	notHeld := map[string]bool{}
+	var gone []string
+	for _, id := range lost {
+		notHeld[id] = true
+		if !queued[id] {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Lock()
+	proven := make(map[string]time.Time, len(held))
+	for id := range held {
+		if !notHeld[id] {
+			proven[id] = start
+		} else if p, ok := r.lease.proven[id]; ok {
+			proven[id] = p
+		}
+	}
+	r.lease.proven = proven
+	for id := range r.lease.lapsed {
+		s := r.sessions[id]
+		switch {
+		case s == nil || !r.heldLocked(s): // ended meanwhile
+			delete(r.lease.lapsed, id)
+		case slices.Contains(gone, id): // counted by leaseLost below
+		case proven[id].Equal(start):
+			delete(r.lease.lapsed, id)
+			r.noticeLocked(s, leaseProvenNotice)
+			r.lease.reproven++
+		}
+	}
+	failing := r.lease.failing
+	r.lease.failing = false
+	r.mu.Unlock()
+	r.leaseLost(gone)
+	r.mu.Lock()
+	logged := r.provenLocked()
+	r.mu.Unlock()
+	if logged != nil {
+		logged()
+	} else if failing {
+		r.log.Info("store reachable", "node", node, "sessions", len(held)-len(lost), "lost", len(gone))
+	}
+	return true
+}
+
+// provenLocked ends the lapse once no session is lapsed any more (each
+// was proven again or ended: a lapsed session whose row was still queued
+// is proven by a later renewal, or fenced by the journal's write): it
+// returns what logs the INFO "leases proven" record, nil when there is
+// no lapse to end or it goes on. r.mu must be held.
+func (r *Registry) provenLocked() func() {
+	if !r.lease.unproven {
+		return nil
+	}
+	if len(r.lease.lapsed) > 0 {
+		return func() {}
+	}
+	node, again, lost := r.lease.node, r.lease.reproven, r.lease.lostLapsed
+	r.lease.unproven, r.lease.reproven, r.lease.lostLapsed = false, 0, 0
+	return func() { r.log.Info("leases proven", "node", node, "sessions", again, "lost", lost) }
+}
+
+// runLeases is Run's part for the lease (after a Claim): it renews every
+// ttl/3, at most leaseRetry after a failed renewal, and notes each lapse
+// when it is due (checkLapses), until ctx ends. It blocks.
+func (r *Registry) runLeases(ctx context.Context) {
+	_, ttl := r.leaseHeld()
+	if ttl <= 0 {
 		return
 	}
-	r.leaseLost(lost)
+	renew := time.NewTimer(ttl / 3)
+	defer renew.Stop()
+	lapse := time.NewTimer(r.untilLapse())
+	defer lapse.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			next := ttl / 3
+			if !r.renew(ctx) {
+				next = min(next, leaseRetry)
+			}
+			renew.Reset(next)
+			lapse.Reset(r.untilLapse())
+		case <-lapse.C:
+			r.checkLapses()
+			lapse.Reset(r.untilLapse())
+		}
+	}
 }
 
 // release ends the node's leases after its last write (FlushStore).
@@ -126,9 +386,17 @@ func (r *Registry) leaseLost(sids []string) {
 		if s := r.sessions[id]; s != nil && s.journal != nil {
 			s.journal = nil
 			lost = append(lost, s)
+			if r.lease.lapsed[id] {
+				delete(r.lease.lapsed, id)
+				r.lease.lostLapsed++
+			}
 		}
 	}
+	proved := r.provenLocked()
 	r.mu.Unlock()
+	if proved != nil {
+		proved()
+	}
 	for _, s := range lost {
 		r.goTracked(func() { r.end(s, EndLeaseLost) })
 	}

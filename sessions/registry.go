@@ -136,6 +136,10 @@ type Config struct {
 	// Store keeps conversations (nil: a store.Memory). The caller opens and
 	// closes it; Close flushes the registry's writes to it first.
 	Store store.Store
+	// StoreBacklog bounds the history entries queued for Store while it
+	// fails (0: 100000); beyond it new entries stay in memory only and
+	// their loss is counted in one ERROR record (journal.go).
+	StoreBacklog int
 	// SuspendOnShutdown: Shutdown suspends chat sessions (stored, restored
 	// by the next Restore) instead of closing them. Set it when Store
 	// outlives the process.
@@ -316,7 +320,7 @@ func New(cfg Config) *Registry {
 		viewers:  newViewerIndex(cfg.MaxViewed),
 		usage:    newUsageIndex(&cfg),
 		ended:    map[string]string{},
-		journal:  newJournal(cfg.Store, cfg.Log),
+		journal:  newJournal(cfg.Store, cfg.Log).withBacklog(cfg.StoreBacklog),
 	}
 	r.journal.onFenced = r.leaseLost
 	return r
@@ -353,12 +357,9 @@ func (r *Registry) Run(ctx context.Context) {
 	if bus := r.cfg.Changes; bus != nil {
 		defer bus.Subscribe(r.heard)()
 	}
-	var renew <-chan time.Time // nil until Claim: no lease to renew
-	if _, ttl := r.leaseHeld(); ttl > 0 {
-		rt := time.NewTicker(ttl / 3)
-		defer rt.Stop()
-		renew = rt.C
-	}
+	var leases sync.WaitGroup // after Claim: the renewals (lease.go)
+	defer leases.Wait()
+	leases.Go(func() { r.runLeases(ctx) })
 	r.Prune(ctx)
 	for {
 		select {
@@ -368,8 +369,6 @@ func (r *Registry) Run(ctx context.Context) {
 			r.Sweep()
 		case <-prune.C:
 			r.Prune(ctx)
-		case <-renew:
-			r.Renew(ctx)
 		}
 	}
 }

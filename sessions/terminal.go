@@ -330,6 +330,9 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	r.mu.Unlock()
 	fresh := false
 	if t == nil {
+		if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
+			return nil, err
+		}
 		var err error
 		if t, err = r.startTerminal(s, o, false); err != nil {
 			return nil, err

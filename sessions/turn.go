@@ -18,7 +18,8 @@ import (
 
 // Prompt starts a turn: it records the prompt and returns the turn id and a
 // start function that the caller calls once it has sent its reply, so that
-// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy, and
+// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy,
+// ErrLeaseUnproven (nothing was recorded), and
 // an *accounts.RefusedError when the session has no worker and
 // Config.Accounts refuses its owner: then no turn starts, nothing is
 // spawned and the history keeps one notice with the reason (not the
@@ -29,6 +30,9 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 		return "", nil, err
 	}
 	if err := r.checkAccount(s); err != nil {
+		return "", nil, err
+	}
+	if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
 		return "", nil, err
 	}
 	r.mu.Lock()

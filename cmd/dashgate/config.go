@@ -13,6 +13,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -72,6 +73,7 @@ type config struct {
 	MaxTerminalsUser int
 	StoreWait        time.Duration
 	NodeHeartbeat    time.Duration
+	StoreBacklog     int
 	NodeExpiry       time.Duration
 	UnixUsers        bool
 	UnixUsersMap     string
@@ -134,7 +136,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db), or a postgres:// URL shared by the nodes of a cluster (--node-id defaults to host and instance then); none: memory only, nothing survives a restart")
 	fs.DurationVar(&c.StoreWait, "store-wait", 0, "with a postgres:// --store, how long to keep trying to reach the server at start (0: refuse to start at once)")
 	fs.DurationVar(&c.NodeHeartbeat, "node-heartbeat", 5*time.Second, "with a postgres:// --store, how often the node writes its heartbeat")
-	fs.DurationVar(&c.NodeExpiry, "node-expiry", 15*time.Second, "with a postgres:// --store, a node whose heartbeat is older than this is shown as gone")
+	fs.DurationVar(&c.NodeExpiry, "node-expiry", sessions.DefaultLeaseTTL, "with a postgres:// --store, a node whose heartbeat is older than this is shown as gone; with --node-id also the ttl of the node's leases on its sessions (renewed every third of it): a dead node's sessions can be adopted this long after its death, and a node that could not renew them for this long takes no new work for them (error 5006) until the store is back")
+	fs.IntVar(&c.StoreBacklog, "store-backlog", 100_000, "history entries queued for the store while it fails; beyond it new entries are kept in memory only and their loss is counted in one ERROR record when the store is back")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
 	fs.StringVar(&c.LLMURL, "llm-url", "", "base URL of an OpenAI-compatible model server (e.g. http://127.0.0.1:11434/v1): the chat worker becomes dashgate's agent")
 	fs.StringVar(&c.LLMModel, "llm-model", "", "default model (empty: the first of the server's /v1/models)")
@@ -162,7 +165,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.UserCPUMax, "user-cpu-max", "", "cpu.max of each user's cgroup as a share of one CPU, e.g. 200% (with --unix-users; needs the cpu controller)")
 	fs.IntVar(&c.MaxTerminalsUser, "max-terminals-per-user", 0, "live terminals of one user; beyond it the terminal is refused with 4029 (0: no limit)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
-	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store")
+	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store (ttl --node-expiry)")
 	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 50, "open WebSockets per client address (0: no limit)")
 	fs.IntVar(&c.MaxHTTPConns, "max-http-conns", 256, "open HTTP connections, WebSockets not counted; beyond it the longest idle one is closed, or with none idle the request gets 503 (0: no limit)")
@@ -259,6 +262,9 @@ func (c config) validate() error {
 	}
 	if c.StoreWait < 0 || c.NodeHeartbeat <= 0 || c.NodeExpiry <= c.NodeHeartbeat {
 		errs = append(errs, errors.New("--store-wait must not be negative, --node-heartbeat positive and --node-expiry longer than it"))
+	}
+	if c.StoreBacklog <= 0 {
+		errs = append(errs, errors.New("--store-backlog must be positive"))
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))

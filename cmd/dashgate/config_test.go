@@ -114,3 +114,37 @@ func TestConfigUnixUsers(t *testing.T) {
 		t.Fatal("DASHGATE_PTY_CMD not seen as given")
 	}
 }
+
+// TestConfigStoreOutage: --store-backlog (or DASHGATE_STORE_BACKLOG)
+// bounds the journal, 100000 by default, and must be positive;
+// --node-expiry, the lease ttl of a node, is 15 s by default.
+func TestConfigStoreOutage(t *testing.T) {
+	none := func(k string) string {
+		if k == "HOME" {
+			return "/home/t"
+		}
+		return ""
+	}
+	cfg, err := parseConfig(nil, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StoreBacklog != 100_000 || cfg.NodeExpiry != 15*time.Second {
+		t.Fatalf("defaults: store backlog %d, node expiry %v; want 100000, 15s", cfg.StoreBacklog, cfg.NodeExpiry)
+	}
+	cfg, err = parseConfig(nil, func(k string) string {
+		if k == "DASHGATE_STORE_BACKLOG" {
+			return "5"
+		}
+		return none(k)
+	}, io.Discard)
+	if err != nil || cfg.StoreBacklog != 5 {
+		t.Fatalf("DASHGATE_STORE_BACKLOG=5: %d, %v", cfg.StoreBacklog, err)
+	}
+	if cfg, err = parseConfig([]string{"--store-backlog", "7"}, none, io.Discard); err != nil || cfg.StoreBacklog != 7 {
+		t.Fatalf("--store-backlog 7: %d, %v", cfg.StoreBacklog, err)
+	}
+	if _, err := parseConfig([]string{"--store-backlog", "0"}, none, io.Discard); err == nil || !strings.Contains(err.Error(), "--store-backlog") {
+		t.Fatalf("--store-backlog 0: %v; want refused", err)
+	}
+}

@@ -310,7 +310,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer, PTYSpare: cfg.PTYSpare, PTYSpareIdle: cfg.PTYSpareIdle,
-		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention,
+		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention, StoreBacklog: cfg.StoreBacklog,
 		DescribeError:   handlers.DescribeError,
 		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
 		Accounts:           accountsLookup(unixAccounts),
@@ -322,7 +322,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	restore := reg.Restore
 	nodeID := clusterNodeID(cfg, inst.ID)
 	if nodeID != "" { // a node of a cluster holds its sessions under leases
-		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, nodeID, sessions.DefaultLeaseTTL) }
+		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, nodeID, cfg.NodeExpiry) }
 	}
 	if _, err := restore(ctx); err != nil {
 		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
