@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/dashgate/dashgate/internal/testkit"
 )
@@ -154,9 +155,71 @@ func TestDisconnectedSaysSoAndGreysStates(t *testing.T) {
 	if got := mustEval[string](tb, colourOf(attached)); got != dimColour {
 		t.Errorf("while dashgate is down the session's state is %s, want grey %s", got, dimColour)
 	}
+	// A deliberate stop and a restart look the same to the page.
+	if got := mustEval[string](tb, `document.querySelector('[data-testid="conn-status"]').textContent`); got != "disconnected, retrying" {
+		t.Errorf("while dashgate is down the banner says %q, want %q", got, "disconnected, retrying")
+	}
 
 	startDashgateOn(t, state, net.JoinHostPort("127.0.0.1", port))
 	waitDashboard(t, tb)
 	tb.mustWaitJS(10*time.Second, "the terminal status gone and the state green again",
 		status+`.hidden && `+colourOf(attached)+` === `+js(okColour), dashboardState)
+}
+
+// A line sent while the chat socket is down is not lost: it stays in the
+// box and in the Up history, and is sent after the reconnect only when Send
+// is pressed again.
+func TestTextSentWhileDisconnectedIsKept(t *testing.T) {
+	state := t.TempDir()
+	d := startDashgateOn(t, state, "")
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	defer func() {
+		if t.Failed() {
+			tb.saveArtifacts()
+		}
+		tb.closed = true
+		b.close()
+	}()
+	sid := openDashboard(t, d, tb)
+	_, port, err := net.SplitHostPort(d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopForRestart(t, d)
+	tb.mustWaitJS(10*time.Second, "the chat socket down", `window.dashgate.chatSocketState() !== 'open'`, dashboardState)
+
+	const line = "kept while away"
+	box := `document.querySelector('[data-testid="chat-input"]').value`
+	sendChat(t, tb, line)
+	tb.mustWaitJS(5*time.Second, "the page says nothing was sent",
+		`[...document.querySelectorAll('[data-testid="chat-message"]')].some(e => e.textContent.startsWith('Not connected: nothing was sent.'))`, dashboardState)
+	if got := mustEval[string](tb, box); got != line {
+		t.Errorf("after Send while disconnected the box holds %q, want %q", got, line)
+	}
+	in := chromedp.CSS(byTestID("chat-input"))
+	tb.Do("empty the box, then Up", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="chat-input"]').value = ''`), chromedp.SendKeys(in, kb.ArrowUp))
+	if got := mustEval[string](tb, box); got != line {
+		t.Errorf("Up after Send while disconnected gives %q, want %q", got, line)
+	}
+
+	startDashgateOn(t, state, net.JoinHostPort("127.0.0.1", port))
+	waitDashboard(t, tb)
+	if got := currentSession(t, tb); got != sid {
+		t.Fatalf("after the restart the current session is %s, want %s", got, sid)
+	}
+	// Not sent by itself: the session's history, asked on the new socket
+	// (after anything the reconnect would have sent on it), has no prompt.
+	prompts := fmt.Sprintf(`window.dashgate.call('session.history', {session_id: %s}).then(r => r.entries.filter(e => e.kind === 'prompt' && e.text === %s).length)`, js(sid), js(line))
+	if n := mustEval[int](tb, prompts); n != 0 {
+		t.Fatalf("the line was sent %d times on reconnect, before Send was pressed again", n)
+	}
+	if got := mustEval[string](tb, box); got != line {
+		t.Errorf("after the reconnect the box holds %q, want %q", got, line)
+	}
+	tb.Do("press Send again", chromedp.SendKeys(in, "\r"))
+	waitAssistant(t, tb, "(echo agent) "+line, 1)
+	if n := mustEval[int](tb, prompts); n != 1 {
+		t.Errorf("after Send the history holds the prompt %d times, want once", n)
+	}
 }
