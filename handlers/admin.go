@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -36,6 +37,19 @@ type AdminSessions interface {
 	// ReapUser ends every live session of user (blocking until they are
 	// torn down) and returns how many.
 	ReapUser(by sessions.Principal, user string) int
+}
+
+// AdminCluster is what the admin page needs of the registry of a node of a
+// cluster (sessions.AdminView): its node id (Node, "" for a node alone),
+// the sessions the other live nodes hold (Elsewhere: one store read within
+// ctx), and the forwarding of an admin's reap to the node that holds its
+// target (ForwardReap: it returns once published; ErrNotFound for a
+// principal not an admin, sessions.ErrNoCluster for a node alone). Each
+// is called outside the registry's lock.
+type AdminCluster interface {
+	Node() string
+	Elsewhere(ctx context.Context, now time.Time) ([]sessions.RemoteSession, error)
+	ForwardReap(by sessions.Principal, rr sessions.RemoteReap) error
 }
 
 // AdminProcs is what the admin page needs of the worker manager: snapshots,
@@ -71,6 +85,12 @@ type Admin struct {
 	// under the registry's lock. nil: a node alone; no table, and the API
 	// answers 404.
 	Nodes func(ctx context.Context) ([]store.Node, error)
+	// Cluster, with Nodes, is the registry as a node of a cluster: the
+	// page and /admin/api/sessions and /admin/api/workers add the other
+	// live nodes' sessions and workers, each row with its node, and their
+	// reaps are forwarded. nil: Sessions, when it is one (sessions.AdminView
+	// is) and has a node id; else the node's own rows only, as alone.
+	Cluster AdminCluster
 
 	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
@@ -108,9 +128,42 @@ type WorkerJSON struct {
 	CgroupCPUUs  *int64 `json:"cgroup_cpu_usec,omitempty"`
 	CgroupMemory *int64 `json:"cgroup_memory_bytes,omitempty"`
 	CgroupPids   *int64 `json:"cgroup_pids,omitempty"`
+	// Node, on a node of a cluster only, is the node running it; another
+	// node's worker (from its last heartbeat) has pid, kind, session_id,
+	// started_at and user only (state "", the figures zero).
+	Node string `json:"node,omitempty"`
+	User string `json:"user,omitempty"`
 }
 
-func (h *Admin) workersJSON(ctx context.Context) []WorkerJSON {
+// workersJSON is this node's workers, by pid, then (on a node of a
+// cluster) the other live nodes' from their heartbeats, by node and pid.
+func (h *Admin) workersJSON(ctx context.Context) ([]WorkerJSON, error) {
+	c := h.cluster()
+	var nodes []store.Node
+	var err error
+	if c != nil {
+		nodes, err = h.nodes(ctx)
+	}
+	out := h.localWorkersJSON(ctx)
+	if c == nil {
+		return out, nil
+	}
+	self := c.Node()
+	for i := range out {
+		out[i].Node = self
+	}
+	for _, n := range nodes {
+		if !n.Live || n.ID == self {
+			continue
+		}
+		for _, w := range n.Load.List {
+			out = append(out, WorkerJSON{PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, StartedAt: w.StartedAt.UTC(), Children: []int{}, Node: n.ID, User: w.User})
+		}
+	}
+	return out, err
+}
+
+func (h *Admin) localWorkersJSON(ctx context.Context) []WorkerJSON {
 	table := h.Procs.Table(ctx)
 	out := make([]WorkerJSON, 0, len(table))
 	for _, p := range table {
@@ -204,10 +257,72 @@ func filterSessions(list []sessions.Info, f UserFilter) []sessions.Info {
 	return out
 }
 
+// SessionJSON is a session in /admin/api/sessions: sessions.Info (the
+// shape of PROTOCOL.md §5) and, on a node of a cluster only, its node.
+// Another node's session is as stored: viewers, pages, running,
+// worker_pid and pty_pid 0 (its workers are in /admin/api/workers).
+type SessionJSON struct {
+	sessions.Info
+	Node string `json:"node,omitempty"`
+}
+
+// apiSessions answers GET /admin/api/sessions: {"sessions":[...]}, this
+// node's, then (on a node of a cluster) the other live nodes'; when
+// those could not be read, this node's alone and "elsewhere_error". ?user=NAME keeps
+// that user's sessions ("" the anonymous user's).
 func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
-	// sessions.Info is the JSON shape of PROTOCOL.md §5; ?user=NAME keeps
-	// that user's sessions ("" the anonymous user's).
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": filterSessions(h.Sessions.List(), UserFilterOf(r))})
+	f := UserFilterOf(r)
+	local := filterSessions(h.Sessions.List(), f)
+	c := h.cluster()
+	if c == nil {
+		writeJSON(w, http.StatusOK, map[string]any{"sessions": local})
+		return
+	}
+	self := c.Node()
+	out := make([]SessionJSON, 0, len(local))
+	for _, s := range local {
+		out = append(out, SessionJSON{Info: s, Node: self})
+	}
+	body := map[string]any{}
+	remote, err := h.elsewhere(r.Context(), c)
+	if err != nil {
+		h.logger().Warn("admin sessions of the other nodes", "err", err)
+		body["elsewhere_error"] = elsewhereError
+	}
+	for _, s := range remote {
+		if f.keeps(s.Owner) {
+			out = append(out, SessionJSON{Info: s.Info, Node: s.Node})
+		}
+	}
+	body["sessions"] = out
+	writeJSON(w, http.StatusOK, body)
+}
+
+// elsewhereError is what the page and the API say when the other nodes'
+// sessions could not be read.
+const elsewhereError = "The other nodes' sessions could not be read from the store: this node's are listed."
+
+// cluster is h.Cluster, or h.Sessions when it is an AdminCluster; nil
+// without Nodes (a node alone) or without a node id.
+func (h *Admin) cluster() AdminCluster {
+	if h.Nodes == nil {
+		return nil
+	}
+	c := h.Cluster
+	if c == nil {
+		c, _ = h.Sessions.(AdminCluster)
+	}
+	if c == nil || c.Node() == "" {
+		return nil
+	}
+	return c
+}
+
+// elsewhere calls c.Elsewhere within nodesTimeout.
+func (h *Admin) elsewhere(ctx context.Context, c AdminCluster) ([]sessions.RemoteSession, error) {
+	ctx, cancel := context.WithTimeout(ctx, nodesTimeout)
+	defer cancel()
+	return c.Elsewhere(ctx, time.Now())
 }
 
 // UserJSON is one user's figures in GET /admin/api/users:
@@ -294,8 +409,17 @@ func (h *Admin) apiUsers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"users": users})
 }
 
+// apiWorkers answers GET /admin/api/workers: {"workers":[...]} (see
+// WorkerJSON); on a node of a cluster whose nodes could not be read, this
+// node's alone and "elsewhere_error".
 func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"workers": h.workersJSON(r.Context())})
+	list, err := h.workersJSON(r.Context())
+	body := map[string]any{"workers": list}
+	if err != nil {
+		h.logger().Warn("admin workers of the other nodes", "err", err)
+		body["elsewhere_error"] = "The other nodes' workers could not be read from the store: this node's are listed."
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // nodesTimeout bounds one call of Admin.Nodes.
@@ -307,13 +431,16 @@ const nodesTimeout = 5 * time.Second
 //
 // every node that ever sent a heartbeat, sorted by id; addr is "" when the
 // node did not say, last_seen is its newest heartbeat (RFC 3339), live is
-// whether that is within the heartbeat expiry. Per-node session and
-// worker counts are not there yet.
+// whether that is within the heartbeat expiry; sessions and workers are
+// its live sessions and its workers and terminals, as that heartbeat
+// counted them.
 type NodeJSON struct {
 	ID       string    `json:"id"`
 	Addr     string    `json:"addr"`
 	LastSeen time.Time `json:"last_seen"`
 	Live     bool      `json:"live"`
+	Sessions int       `json:"sessions"`
+	Workers  int       `json:"workers"`
 }
 
 // nodes calls h.Nodes within nodesTimeout.
@@ -341,7 +468,7 @@ func (h *Admin) apiNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]NodeJSON, 0, len(list))
 	for _, n := range list {
-		out = append(out, NodeJSON{ID: n.ID, Addr: n.Addr, LastSeen: n.LastSeen.UTC(), Live: n.Live})
+		out = append(out, NodeJSON{ID: n.ID, Addr: n.Addr, LastSeen: n.LastSeen.UTC(), Live: n.Live, Sessions: n.Load.Sessions, Workers: n.Load.Workers})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
 }
@@ -366,10 +493,24 @@ func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 // afterwards, never under the registry lock.
 func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.AdminView {
 	now := time.Now()
+	c := h.cluster()
+	// The store's two reads (the nodes, the other nodes' sessions) go on
+	// while this node's snapshots are taken.
+	var nodes []store.Node
+	var nodesErr, elseErr error
+	var remote []sessions.RemoteSession
+	var reads sync.WaitGroup
+	if h.Nodes != nil {
+		reads.Go(func() { nodes, nodesErr = h.nodes(ctx) })
+	}
+	if c != nil {
+		reads.Go(func() { remote, elseErr = h.elsewhere(ctx, c) })
+	}
 	all := h.Sessions.List()
 	procs := h.Procs.Table(ctx)
 	unowned := h.Procs.Unowned()
 	self := workers.SelfStats(ctx)
+	reads.Wait()
 
 	v := templates.AdminView{
 		BasePath: base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
@@ -409,16 +550,63 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 	if f.On {
 		shown = make(map[string]bool, len(list))
 	}
+	var thisNode string
+	if c != nil {
+		thisNode = c.Node()
+		v.Cluster, v.ThisNode = true, thisNode
+		if elseErr != nil {
+			h.logger().Warn("admin page without the other nodes' sessions", "err", elseErr)
+			v.ElsewhereError = elsewhereError
+		}
+	}
+	row := func(s sessions.Info, node string) templates.SessionRow {
+		return templates.SessionRow{
+			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
+			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
+			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
+			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID, Node: node,
+		}
+	}
 	for _, s := range list {
 		if shown != nil {
 			shown[s.ID] = true
 		}
-		v.Sessions = append(v.Sessions, templates.SessionRow{
-			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
-			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
-			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
-			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID,
-		})
+		v.Sessions = append(v.Sessions, row(s, thisNode))
+	}
+	// Another node's children, from its heartbeat: its sessions' worker
+	// and terminal columns, and the workers table's rows.
+	var remoteWorkers []templates.WorkerRow
+	children := map[string][2]int{} // session id -> worker pid, terminal pid
+	if c != nil {
+		for _, n := range nodes {
+			if !n.Live || n.ID == thisNode {
+				continue
+			}
+			for _, w := range n.Load.List {
+				ch := children[w.SessionID]
+				if w.Kind == string(workers.KindPTY) {
+					ch[1] = w.PID
+				} else {
+					ch[0] = w.PID
+				}
+				children[w.SessionID] = ch
+				if !f.keeps(w.User) {
+					continue
+				}
+				remoteWorkers = append(remoteWorkers, templates.WorkerRow{
+					PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, Node: n.ID, Remote: true,
+					Age: humanAge(now, w.StartedAt), AgeExact: w.StartedAt.UTC().Format(time.RFC3339Nano),
+				})
+			}
+		}
+	}
+	for _, s := range remote {
+		if !f.keeps(s.Owner) {
+			continue
+		}
+		r := row(s.Info, s.Node)
+		r.WorkerPID, r.PTYPID = children[s.ID][0], children[s.ID][1]
+		v.Sessions = append(v.Sessions, r)
 	}
 	kinds := map[string]int{}
 	slices.SortFunc(procs, func(a, b workers.ProcInfo) int { return a.PID - b.PID })
@@ -432,24 +620,25 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 			Age: humanAge(now, p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
 			RSS: humanize.IBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
 			CPU: fmt.Sprintf("%.1f%%", p.CPUPercent), FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
-			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p),
+			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p), Node: thisNode,
 		})
 	}
+	v.Workers = append(v.Workers, remoteWorkers...)
 	for _, u := range unowned {
 		v.Unowned = append(v.Unowned, templates.UnownedRow{PID: u.PID, PPID: u.PPID, State: u.State, Marker: u.Marker})
 	}
 	if h.Nodes != nil {
 		v.NodesShown = true
-		nodes, err := h.nodes(ctx)
-		if err != nil {
+		if nodesErr != nil {
 			// The rest of the page still renders; the table says why it is empty.
-			h.logger().Warn("admin page without nodes", "err", err)
+			h.logger().Warn("admin page without nodes", "err", nodesErr)
 			v.NodesError = "The nodes could not be read from the store."
 		}
 		for _, n := range nodes {
 			v.Nodes = append(v.Nodes, templates.NodeRow{
 				ID: n.ID, Addr: n.Addr, Live: n.Live,
 				LastSeen: humanAgo(now, n.LastSeen), LastSeenExact: n.LastSeen.UTC().Format(time.RFC3339Nano),
+				Sessions: n.Load.Sessions, Workers: n.Load.Workers,
 			})
 		}
 	}
@@ -523,17 +712,61 @@ func actor(p sessions.Principal) string {
 // acted, see actor), remote (the client's address, r.RemoteAddr as the web
 // middleware resolved it) and remote_addr (the same, the key this record
 // had first), action, target and result.
-func (h *Admin) audit(r *http.Request, action, target, result string) {
+func (h *Admin) audit(r *http.Request, action, target, result string, attrs ...any) {
 	if h.Log != nil {
-		h.Log.Info("admin reap", "user", actor(PrincipalFrom(r.Context())), "remote", r.RemoteAddr, "remote_addr", r.RemoteAddr,
-			"action", action, "target", target, "result", result)
+		h.Log.Info("admin reap", append([]any{"user", actor(PrincipalFrom(r.Context())), "remote", r.RemoteAddr, "remote_addr", r.RemoteAddr,
+			"action", action, "target", target, "result", result}, attrs...)...)
 	}
 }
 
+// forwarded reports whether r names (?node=) another node than this one
+// of a cluster: then it has answered it, forwarding rr (its Node set) to
+// that node when that node is live. Answers: 202
+// {"forwarded":true,"node":"A"} (a form: back to the page), 404 when the
+// node is not live (or not known), 500 when the nodes cannot be read.
+// The audit record says result "forwarded" and node=A.
+func (h *Admin) forwarded(w http.ResponseWriter, r *http.Request, rr sessions.RemoteReap, action, target string) bool {
+	node := r.URL.Query().Get("node")
+	c := h.cluster()
+	if c == nil || node == "" || node == c.Node() {
+		return false
+	}
+	rr.Node = node
+	nodes, err := h.nodes(r.Context())
+	if err != nil {
+		h.audit(r, action, target, "error", "node", node)
+		httpError(w, r, h.logger(), err)
+		return true
+	}
+	live := slices.ContainsFunc(nodes, func(n store.Node) bool { return n.ID == node && n.Live })
+	if !live {
+		h.audit(r, action, target, "not_found", "node", node)
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such live node"})
+		return true
+	}
+	switch err := c.ForwardReap(PrincipalFrom(r.Context()), rr); {
+	case errors.Is(err, sessions.ErrNotFound):
+		h.audit(r, action, target, "not_found", "node", node)
+		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "not found"})
+	case err != nil:
+		h.audit(r, action, target, "error", "node", node)
+		httpError(w, r, h.logger(), err)
+	default:
+		h.audit(r, action, target, "forwarded", "node", node)
+		h.done(w, r, http.StatusAccepted, map[string]any{"forwarded": true, "node": node})
+	}
+	return true
+}
+
+// reapSession ends a session (end_reason admin_reap); with ?node=A, A
+// another node of the cluster, it forwards the reap to A (see forwarded).
 func (h *Admin) reapSession(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	closed, err := h.Sessions.Close(PrincipalFrom(r.Context()), id, sessions.EndAdminReap)
 	target := "session " + id
+	if h.forwarded(w, r, sessions.RemoteReap{SessionID: id}, actionReapSession, target) {
+		return
+	}
+	closed, err := h.Sessions.Close(PrincipalFrom(r.Context()), id, sessions.EndAdminReap)
 	switch {
 	case errors.Is(err, sessions.ErrNotFound), err == nil && !closed:
 		h.audit(r, actionReapSession, target, "not_found")
@@ -560,6 +793,9 @@ func (h *Admin) reapDetached(w http.ResponseWriter, r *http.Request) {
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": n > 0, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
+// reapWorker reaps a worker or terminal of this node (or an unowned
+// descendant); with ?node=A, A another node of the cluster, it forwards
+// the reap of A's pid to A (see forwarded).
 func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	raw := chi.URLParam(r, "pid")
 	pid, err := strconv.Atoi(raw)
@@ -567,6 +803,9 @@ func (h *Admin) reapWorker(w http.ResponseWriter, r *http.Request) {
 	if err != nil || pid <= 1 {
 		h.audit(r, actionReapWorker, target, "not_found")
 		h.done(w, r, http.StatusNotFound, map[string]any{"reaped": false, "error": "no such worker"})
+		return
+	}
+	if h.forwarded(w, r, sessions.RemoteReap{PID: pid}, actionReapWorker, target) {
 		return
 	}
 	err = h.Sessions.ReapWorker(PrincipalFrom(r.Context()), pid)

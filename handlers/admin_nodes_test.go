@@ -54,13 +54,13 @@ func TestAdminNodes(t *testing.T) {
 		}
 		calls.Add(1)
 		return []store.Node{
-			{ID: "node-a", Addr: "10.0.0.1:8080", LastSeen: seenA, Live: true},
+			{ID: "node-a", Addr: "10.0.0.1:8080", LastSeen: seenA, Live: true, Load: store.NodeLoad{Sessions: 3, Workers: 2}},
 			{ID: "node-b", LastSeen: seenB.In(time.FixedZone("x", 3600)), Live: false},
 		}, nil
 	})
 	srv := adminAs(t, h, sessions.AdminPrincipal)
 
-	want := fmt.Sprintf(`{"nodes":[{"id":"node-a","addr":"10.0.0.1:8080","last_seen":%q,"live":true},{"id":"node-b","addr":"","last_seen":%q,"live":false}]}`,
+	want := fmt.Sprintf(`{"nodes":[{"id":"node-a","addr":"10.0.0.1:8080","last_seen":%q,"live":true,"sessions":3,"workers":2},{"id":"node-b","addr":"","last_seen":%q,"live":false,"sessions":0,"workers":0}]}`,
 		seenA.Format(time.RFC3339), seenB.Format(time.RFC3339))
 	if got := strings.TrimSpace(fetch(t, srv, "/admin/api/nodes")); got != want {
 		t.Errorf("/admin/api/nodes:\n got %s\nwant %s", got, want)
@@ -70,9 +70,9 @@ func TestAdminNodes(t *testing.T) {
 	for _, w := range []string{
 		`<section data-testid="nodes"><h2>Nodes (2)</h2>`,
 		`<tr data-testid="node-row" data-node-id="node-a" data-live="true" class=""><td class="mono">node-a</td><td class="mono" data-testid="node-addr">10.0.0.1:8080</td><td data-testid="node-last-seen" title="` +
-			seenA.Format(time.RFC3339Nano) + `">10 minutes ago</td><td data-testid="node-live">yes</td></tr>`,
+			seenA.Format(time.RFC3339Nano) + `">10 minutes ago</td><td data-testid="node-live">yes</td><td data-testid="node-sessions">3</td><td data-testid="node-workers">2</td></tr>`,
 		`<tr data-testid="node-row" data-node-id="node-b" data-live="false" class="stale"><td class="mono">node-b</td><td class="mono" data-testid="node-addr">–</td><td data-testid="node-last-seen" title="` +
-			seenB.Format(time.RFC3339Nano) + `">2 hours ago</td><td data-testid="node-live">no</td></tr>`,
+			seenB.Format(time.RFC3339Nano) + `">2 hours ago</td><td data-testid="node-live">no</td><td data-testid="node-sessions">0</td><td data-testid="node-workers">0</td></tr>`,
 	} {
 		if !strings.Contains(page, w) {
 			t.Errorf("the admin page lacks %s", w)
@@ -108,7 +108,7 @@ func TestAdminNodesError(t *testing.T) {
 	srv := adminAs(t, h, sessions.AdminPrincipal)
 
 	page := fetch(t, srv, "/admin")
-	if !strings.Contains(page, `<td colspan="4" data-testid="nodes-error">The nodes could not be read from the store.</td>`) ||
+	if !strings.Contains(page, `<td colspan="6" data-testid="nodes-error">The nodes could not be read from the store.</td>`) ||
 		!strings.Contains(page, `data-testid="sessions-table"`) || strings.Contains(page, "secret detail") {
 		t.Errorf("the admin page with the nodes unreadable:\n%s", page)
 	}
