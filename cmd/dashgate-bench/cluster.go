@@ -65,6 +65,7 @@ func (b *bench) cluster(clients, cycles, stored int) group {
 		fig(fmt.Sprintf("cluster: start-up, %d sessions in PostgreSQL (exec → /healthz)", stored), "ms", ""),
 		fig("  exec → its \"sessions restored\" record (the claim done), PostgreSQL", "ms", ""),
 		fig("  RSS after start-up, PostgreSQL", "MiB", ""),
+		fig(fmt.Sprintf("  the bench's own store Claim of the %d not closed (its reset)", stored/2), "ms", ""),
 		fig(fmt.Sprintf("cluster: start-up, the same %d sessions in SQLite (exec → /healthz)", stored), "ms", ""),
 		fig("  exec → its \"sessions restored\" record, SQLite", "ms", ""),
 		fig("  RSS after start-up, SQLite", "MiB", ""),
@@ -149,12 +150,12 @@ func (b *bench) cluster(clients, cycles, stored int) group {
 			}
 			startPG := func() error {
 				var err error
-				vals[13], vals[14], vals[15], err = b.startOn(ctx, t, seedURL, stored, r)
+				vals[13], vals[14], vals[15], vals[16], err = b.startOn(ctx, t, seedURL, stored, r)
 				return redact(err, seedURL)
 			}
 			startSQLite := func() error {
 				var err error
-				vals[16], vals[17], vals[18], err = b.startOn(ctx, t, seedFile, stored, r)
+				vals[17], vals[18], vals[19], _, err = b.startOn(ctx, t, seedFile, stored, r)
 				return err
 			}
 			steps := []func() error{
@@ -308,39 +309,42 @@ func (b *bench) failover(ctx context.Context, t *target, st *postgres.Store, url
 // startOn starts a node on the stored sessions at src (a postgres:// URL,
 // or an SQLite file copied into its state directory), times exec →
 // /healthz answering (polled every 2 ms) and exec → its "sessions
-// restored" record, and samples its RSS (MiB), then stops it. Before a PostgreSQL start, the sessions not closed are handed back
+// restored" record, and samples its RSS (MiB), then stops it; claim is
+// how long the reset's Claim took (PostgreSQL). Before a PostgreSQL start, the sessions not closed are handed back
 // to the dead node under lapsed leases (the last start released them).
-func (b *bench) startOn(ctx context.Context, t *target, src string, stored, r int) (up, restored, rss float64, err error) {
+func (b *bench) startOn(ctx context.Context, t *target, src string, stored, r int) (up, restored, rss, claim float64, err error) {
 	pg := strings.HasPrefix(src, "postgres://")
 	dir, err := os.MkdirTemp(b.tmp, "cluster-start-")
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	extra := []string{"--max-sessions", strconv.Itoa(2 * stored), "--addr", "127.0.0.1:" + strconv.Itoa(port)}
 	if pg {
 		st, err := postgres.Open(ctx, src, postgres.Options{})
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
+		t0 := time.Now()
 		got, err := st.Claim(ctx, deadNode, time.Nanosecond, time.Now().Add(-time.Hour))
+		claim = ms1(time.Since(t0))
 		st.Close()
 		if err == nil && len(got) != stored/2 {
 			err = fmt.Errorf("%d sessions handed back to the dead node, want %d", len(got), stored/2)
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		extra = append(extra, "--store", src, "--node-id", "start-"+strconv.Itoa(r))
 	} else {
 		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		if err := copyFile(src, filepath.Join(dir, "state", "dashgate.db")); err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 	}
 	// /healthz, polled from before the exec: a sampling clock of 2 ms.
@@ -366,28 +370,28 @@ func (b *bench) startOn(ctx context.Context, t *target, src string, stored, r in
 	}()
 	n, err := b.launchIn(ctx, t, dir, nil, nil, extra...)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer b.stop("cluster", n)
 	var at time.Time
 	select {
 	case at = <-healthy:
 	case <-time.After(30 * time.Second):
-		return 0, 0, 0, errors.New("/healthz did not answer within 30 s of the start")
+		return 0, 0, 0, 0, errors.New("/healthz did not answer within 30 s of the start")
 	case <-ctx.Done():
-		return 0, 0, 0, ctx.Err()
+		return 0, 0, 0, 0, ctx.Err()
 	}
 	want := stored / 2
 	rs := n.Log.Records("sessions restored")
 	if len(rs) != 1 || rs[0]["count"] != float64(want) {
-		return 0, 0, 0, fmt.Errorf("sessions restored records %v, want one with count %d", rs, want)
+		return 0, 0, 0, 0, fmt.Errorf("sessions restored records %v, want one with count %d", rs, want)
 	}
 	rat, err := time.Parse(time.RFC3339Nano, rs[0].Str("time"))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	v, err := n.stableRSS(ctx)
-	return ms1(at.Sub(n.Started)), ms1(rat.Sub(n.Started)), v / (1 << 20), err
+	return ms1(at.Sub(n.Started)), ms1(rat.Sub(n.Started)), v / (1 << 20), claim, err
 }
 
 // launch starts one more dashgate of t's build for the cluster group, in
