@@ -476,13 +476,38 @@ func (j *journal) flush(ctx context.Context) error {
 	}
 }
 
-// close flushes until ctx ends, then stops the drain; what is still queued
+// retryNow has a failing drain try again at once and then flushes: nil
+// when that attempt stored everything queued before the call.
+func (j *journal) retryNow(ctx context.Context) error {
+	j.mu.Lock()
+	if !j.running || j.stopping {
+		j.mu.Unlock()
+		return errStoreFailing
+	}
+	ch := j.progress
+	j.mu.Unlock()
+	j.hasten()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+	}
+	return j.flush(ctx)
+}
+
+// close flushes until ctx ends (a failing store gets one more attempt at
+// once), then stops the drain; what is still queued
 // is lost and one ERROR record says how much and which (lost: per session,
 // up to journalLostSessions of them, its sid, how many entries and their
 // first and last seq; entries 0 for a session row alone). It returns that
 // error.
 func (j *journal) close(ctx context.Context) error {
 	err := j.flush(ctx)
+	if errors.Is(err, errStoreFailing) {
+		// The store may be back while the drain waits out its backoff (an
+		// outage that just ended): one more attempt now, not after it.
+		err = j.retryNow(ctx)
+	}
 	if err != nil && !errors.Is(err, errStoreFailing) {
 		err = errors.Join(errStoreFailing, err)
 	}

@@ -382,6 +382,7 @@ func (r *Registry) release(ctx context.Context) error {
 func (r *Registry) leaseLost(sids []string) {
 	r.mu.Lock()
 	var lost []*Session
+	lapsed := false
 	for _, id := range sids {
 		if s := r.sessions[id]; s != nil && s.journal != nil {
 			s.journal = nil
@@ -389,10 +390,14 @@ func (r *Registry) leaseLost(sids []string) {
 			if r.lease.lapsed[id] {
 				delete(r.lease.lapsed, id)
 				r.lease.lostLapsed++
+				lapsed = true
 			}
 		}
 	}
-	proved := r.provenLocked()
+	var proved func()
+	if lapsed { // the last lapsed one may be gone now (a fenced write's)
+		proved = r.provenLocked()
+	}
 	r.mu.Unlock()
 	if proved != nil {
 		proved()

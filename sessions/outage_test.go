@@ -146,6 +146,9 @@ func TestLeaseLapseRefusesNewWork(t *testing.T) {
 			t.Fatalf("%q records: %v; want one at %s with node a\n%s", c.msg, recs, c.level, h.logs)
 		}
 	}
+	if recs := h.logs.Records("store reachable"); len(recs) != 0 {
+		t.Fatalf("store reachable records %v beside leases proven; want none (one record per state change)", recs)
+	}
 	if n, _ := h.logs.Records("leases unproven")[0].Int("sessions"); n != 1 {
 		t.Fatalf("leases unproven: sessions %d; want 1", n)
 	}
@@ -302,5 +305,33 @@ func TestBacklogLossCountedOnce(t *testing.T) {
 	}
 	if carrying != 1 {
 		t.Fatalf("%d ERROR records count the loss; want 1\n%s", carrying, h.logs)
+	}
+}
+
+// TestFlushRightAfterOutage: the store is back while the journal waits out
+// its backoff, and the registry flushes at once (a shutdown right after an
+// outage): what was queued is written, nothing is reported lost.
+func TestFlushRightAfterOutage(t *testing.T) {
+	t.Parallel()
+	st := &downStore{Store: openShared(t, filepath.Join(t.TempDir(), "dashgate.db"))}
+	h := newHarness(t, func(c *Config) { c.Store = st })
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "chat", false)
+	st.applyDown.Store(true)
+	if _, err := h.r.Exec(t.Context(), v, in.ID, "/echo"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the failed write", func() bool { return len(h.logs.Records("store write failed")) > 0 })
+	st.applyDown.Store(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := h.r.FlushStore(ctx); err != nil {
+		t.Fatalf("FlushStore once the store is back: %v\n%s", err, h.logs)
+	}
+	if recs := h.logs.Records("store: changes lost at shutdown"); len(recs) != 0 {
+		t.Fatalf("loss reported: %v", recs)
+	}
+	if es, _, err := st.HistoryFor(context.Background(), "", in.ID, 0, 10); err != nil || len(es) != 2 {
+		t.Fatalf("stored entries %d (%v); want the command and its output", len(es), err)
 	}
 }
