@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/dashgate/dashgate/internal/testkit"
 )
 
@@ -120,5 +122,43 @@ func TestPostgresClusterAdminReap(t *testing.T) {
 	}
 	if s, ok := a.Session(sid); !ok || s.WorkerPID != 0 {
 		t.Fatalf("session %s on a after its worker's reap: %+v, listed %v; want live without a worker", sid, s, ok)
+	}
+}
+
+// The same from node b's admin page in a browser: a's worker's row says
+// node a; its reap button, confirmed, says the reap went to node a, and a
+// reaps the worker (reason admin_reap, by=admin-token).
+func TestPostgresClusterAdminPageReap(t *testing.T) {
+	if os.Getenv(testkit.EnvE2E) != "1" {
+		t.Skip("a PostgreSQL cluster of two nodes: set DASHGATE_E2E=1 to run it")
+	}
+	storeURL := testkit.Postgres(t)
+	a := startNode(t, storeURL, "a", filepath.Join(t.TempDir(), "state-a"), "")
+	b := startNode(t, storeURL, "b", filepath.Join(t.TempDir(), "state-b"), "")
+	chat := a.chat(t)
+	sid := chat.createSession("on a")
+	chat.mustEcho(sid, "hello")
+	w, ok := a.Worker(sid, "chat")
+	if !ok {
+		t.Fatalf("no chat worker of %s on node a", sid)
+	}
+
+	br := newBrowser(t)
+	admin := br.newTab(t, "admin of b")
+	admin.Do("open b's admin page", chromedp.Navigate(b.LoginURL("/admin")))
+	row := workerRow(w.PID) + `[data-node="a"]`
+	// The page refreshes itself; a's worker shows after a's next heartbeat.
+	admin.mustWaitJS(30*time.Second, "b's page lists a's worker with node a", adminLoaded+" && "+exists(row), adminState)
+	mark := a.logMark()
+	confirmReap(t, admin, "reap a's worker on b", row+` [data-testid="reap-worker"]`)
+	admin.mustWaitJS(5*time.Second, "the page says the reap went to node a",
+		`(document.querySelector('[data-testid="admin-result"]')?.textContent ?? '').includes('Sent to node a')`,
+		`document.querySelector('[data-testid="admin-result"]')?.textContent`)
+	closed, ok := a.waitLogSince(mark, 10*time.Second, func(r logRecord) bool {
+		pid, _ := r.Int("worker_pid")
+		return r.Msg() == "worker closed" && pid == w.PID
+	})
+	if !ok || closed.Str("reason") != "admin_reap" || closed.Str("by") != "admin-token" {
+		t.Fatalf("a's worker closed record %v (found %v); want reason=admin_reap by=admin-token", closed, ok)
 	}
 }

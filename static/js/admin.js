@@ -85,6 +85,10 @@ function describe(form, status, body) {
 		if (/reap-detached$/.test(action)) return ['ok', 'No detached session to reap.'];
 		return ['error', `Nothing reaped: ${body?.error ?? 'not found'} (it may have ended already).`];
 	}
+	if (body?.forwarded) {
+		// Another node holds it: that node reaps it and logs the records.
+		return ['ok', `Sent to node ${body.node}, which holds it: it reaps it there (its log names you, by=).`];
+	}
 	if (/reap-detached$/.test(action)) {
 		const n = Number(body?.count ?? 0);
 		return ['ok', `Reaped ${n} detached session${n === 1 ? '' : 's'} (logged as "session closed", end_reason=${body?.end_reason ?? 'admin_reap'}).`];
