@@ -44,21 +44,25 @@ func TestReplayAnswersNothingIntoThePty(t *testing.T) {
 	sid := openDashboard(t, d, tb)
 	dir := t.TempDir()
 
+	n := prompts(tb)
 	typeInTerminal(t, tb, liveQuery("LIVE0"))
 	if _, err := waitTerminalOutput(t, tb, liveQuery("LIVE0"), liveAnswer("LIVE0"), 10*time.Second); err != nil {
 		t.Fatalf("a live query got no answer: %v", err)
 	}
+	waitPrompt(t, tb, n+1)
 	const inside = "inside-vim-42"
 	vimFile := filepath.Join(dir, "v.txt")
 	if err := os.WriteFile(vimFile, []byte(inside+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	n = prompts(tb)
 	typeInTerminal(t, tb, "vim --clean -n "+vimFile)
 	// Once vim's screen shows, xterm.js has parsed (and answered) vim's
 	// queries, ahead of the keys that follow on the socket.
 	tb.mustWaitJS(10*time.Second, "vim shows the file",
 		fmt.Sprintf(`window.dashgate.terminalText().split('\n').includes(%s)`, js(inside)), dashboardState)
 	tb.Do("quit vim", typeKeys(":q!\r"))
+	waitPrompt(t, tb, n+1)
 
 	// Each replay ends with a line read by head: what the pty gets before
 	// the MARK typed after the replay is what the replay answered.
@@ -82,13 +86,15 @@ func TestReplayAnswersNothingIntoThePty(t *testing.T) {
 		t.Run(step.name, func(t *testing.T) {
 			out := filepath.Join(dir, strings.ReplaceAll(step.name, " ", "-")+".txt")
 			read := fmt.Sprintf("stty -echo; head -n 1 > %s; stty echo", out)
+			reading := fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js(read))
 			typeInTerminal(t, tb, read)
-			tb.mustWaitJS(10*time.Second, "head reading", fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js(read)), dashboardState)
+			tb.mustWaitJS(10*time.Second, "head reading", reading, dashboardState)
 
 			step.replay(t)
 			// The replay is parsed up to its end (the head line): whatever
 			// xterm.js answered to it is on the socket ahead of MARK.
-			tb.mustWaitJS(10*time.Second, "the replay on screen", fmt.Sprintf(`window.dashgate.terminalText().split('\n').some(l => l.endsWith(%s))`, js(read)), dashboardState)
+			tb.mustWaitJS(10*time.Second, "the replay on screen", reading, dashboardState)
+			n := prompts(tb)
 			tb.Do("type MARK", chromedp.Evaluate[chromedp.Void](`window.dashgate.term.focus()`), typeKeys("MARK\r"))
 			var got []byte
 			if !testkit.Until(10*time.Second, func() bool {
@@ -100,14 +106,31 @@ func TestReplayAnswersNothingIntoThePty(t *testing.T) {
 			if string(got) != "MARK\n" {
 				t.Errorf("after the %s the pty got %q before MARK, want nothing (the replay's queries were answered into the shell)", step.name, strings.TrimSuffix(string(got), "MARK\n"))
 			}
+			waitPrompt(t, tb, n+1)
 
 			tag := "LIVE" + fmt.Sprint(i+1)
+			n = prompts(tb)
 			typeInTerminal(t, tb, liveQuery(tag))
 			if _, err := waitTerminalOutput(t, tb, liveQuery(tag), liveAnswer(tag), 10*time.Second); err != nil {
 				t.Errorf("after the %s a live query got no answer: %v", step.name, err)
 			}
+			waitPrompt(t, tb, n+1)
 		})
 	}
+}
+
+// promptsJS counts the prompts of the suite's bash (bash-5.2# ...) on screen.
+const promptsJS = `(window.dashgate.terminalText().match(/bash-[0-9.]+[#$]/g) || []).length`
+
+func prompts(tb *tab) int { return mustEval[int](tb, promptsJS) }
+
+// waitPrompt waits until n prompts are on screen and the last line ends with
+// one: the shell reads the next command. Keys typed earlier may be read, or
+// flushed, by the command still running (vim, or the tty changing modes).
+func waitPrompt(t *testing.T, tb *tab, n int) {
+	t.Helper()
+	tb.mustWaitJS(10*time.Second, fmt.Sprintf("prompt %d", n),
+		fmt.Sprintf(`%s >= %d && /bash-[0-9.]+[#$]$/.test(window.dashgate.terminalText())`, promptsJS, n), dashboardState)
 }
 
 // colourOf is the computed colour of the first element sel matches ("" when none).
