@@ -17,14 +17,13 @@
 // on pagehide) for diagnostics and other clients.
 //
 // A status line above the terminal (data-testid="terminal-status", its
-// data-state "starting" | "error" | "ended") says what the screen cannot:
-// "starting the terminal…" until its first byte arrives (a shell with a
-// slow rc file), why it could not start ("disconnected, retrying" with
-// data-state "disconnected" when dashgate itself does not answer), or that
-// it ended ("terminal ended
-// by an administrator", its exit code) with a "Start a new terminal" button
-// (data-testid="terminal-restart"). A new terminal started after one ended
-// keeps the old one's scrollback above a separator.
+// data-state "starting" | "error" | "disconnected" | "ended") says what the
+// screen cannot: "starting the terminal…" until its first byte arrives (a
+// shell with a slow rc file), why it could not start ("disconnected,
+// retrying" when dashgate itself does not answer), or that it ended
+// ("terminal ended by an administrator", its exit code) with a "Start a new
+// terminal" button (data-testid="terminal-restart"). A new terminal
+// started after one ended keeps the old one's scrollback above a separator.
 //
 // A replay only redraws. The output the server had before this socket
 // attached (hello's replay_end) holds the queries the programs of the time
