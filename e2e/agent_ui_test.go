@@ -250,3 +250,30 @@ func TestDeniedApprovalNeverRuns(t *testing.T) {
 		t.Errorf("ran.txt exists after a denial and a reload: %q", l)
 	}
 }
+
+// Issue 27: the agent's empty chat invites /help; the agent worker answers
+// it (its list of commands) instead of a red error, live and after a
+// reload.
+func TestAgentAnswersHelp(t *testing.T) {
+	m := newModelServer(t)
+	d := startAgent(t, m, t.TempDir())
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	if ph := mustEval[string](tb, `document.querySelector('[data-testid="chat-input"]').placeholder`); !strings.Contains(ph, "/help") {
+		t.Fatalf("the placeholder %q no longer invites /help: this test checks the invitation is kept", ph)
+	}
+	sendChat(t, tb, "/help")
+	const answered = `[...document.querySelectorAll('[data-testid="chat-log"] [data-testid="entry"][data-kind="slash_output"]')].some(e => e.textContent.includes('/model') && e.textContent.includes('/tools'))`
+	const errors = `document.querySelectorAll('[data-testid="chat-log"] [data-testid="entry"][data-kind="error"]').length`
+	for _, when := range []string{"live", "after a reload"} {
+		if when != "live" {
+			tb.Do("reload", chromedp.Reload())
+			waitDashboard(t, tb)
+		}
+		tb.mustWaitJS(15*time.Second, when+": /help is answered with the agent's commands", answered, markdownState)
+		if n := mustEval[int](tb, errors); n != 0 {
+			t.Errorf("%s: %d error entries after /help; want none", when, n)
+		}
+	}
+}

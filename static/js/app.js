@@ -13,7 +13,7 @@
 import { ChatLog, errorSentence, stderrTail } from './chat.js';
 import { initLayout } from './layout.js';
 import { wsURL } from './net.js';
-import { endNotice, workerNotice } from './notices.js';
+import { connectionText, endNotice, NOT_SENT, workerNotice } from './notices.js';
 import { ChatClient, RpcError } from './rpc.js';
 import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
 import { PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
@@ -410,13 +410,13 @@ function onEvent(ev) {
 
 function onStatus(status) {
 	if (restarting && status !== 'connected') return; // keep saying why
-	els.status.textContent = status;
+	els.status.textContent = connectionText(status);
 	els.status.dataset.state = status;
 }
 
 function showRestarting() {
 	restarting = true;
-	els.status.textContent = 'dashgate is restarting…';
+	els.status.textContent = connectionText('restarting');
 	els.status.dataset.state = 'restarting';
 }
 
@@ -581,6 +581,14 @@ els.form.addEventListener('submit', (ev) => {
 	if (busy()) return;
 	const line = els.input.value;
 	if (!line.trim()) return;
+	if (!rpc.ready) {
+		// Not sent: kept in the box and in the Up history, sent when Send
+		// is pressed again once connected (never by itself).
+		remember(line);
+		setInput(line);
+		chat.add('system', NOT_SENT);
+		return;
+	}
 	setInput('');
 	submit(line);
 });
