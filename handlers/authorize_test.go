@@ -32,6 +32,7 @@ var handlerFacing = []reflect.Type{
 	reflect.TypeFor[handlers.SessionWatcher](),
 	reflect.TypeFor[handlers.TerminalRegistry](),
 	reflect.TypeFor[handlers.AdminSessions](),
+	reflect.TypeFor[handlers.AdminCluster](),
 }
 
 var (
@@ -404,6 +405,31 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 			t.Fatalf("the admin reaps alice's worker: %v", err)
 		}
 		testkit.WaitFor(t, 5*time.Second, "alice's worker reaped", func() bool { return testkit.Reaped(in.WorkerPID) })
+	},
+	// AdminCluster is the registry's AdminView, which only the admin
+	// routes are given (as AdminSessions). Node and Elsewhere read no
+	// session of a user's beyond what the admin lists anyway; ForwardReap
+	// acts, so it checks its principal itself.
+	"AdminCluster.Node": func(t *testing.T, f *twoUsers) {
+		if node := f.reg.Admin().Node(); node != "" {
+			t.Fatalf("a registry that claimed no lease names node %q", node)
+		}
+	},
+	"AdminCluster.Elsewhere": func(t *testing.T, f *twoUsers) {
+		if rows, err := f.reg.Admin().Elsewhere(t.Context(), time.Now()); rows != nil || err != nil {
+			t.Fatalf("Elsewhere of a node alone: %v, %v; want nothing", rows, err)
+		}
+	},
+	"AdminCluster.ForwardReap": func(t *testing.T, f *twoUsers) {
+		in, _ := f.reg.Get(alice, f.live)
+		rr := sessions.RemoteReap{Node: "other", PID: in.WorkerPID}
+		if err := f.reg.Admin().ForwardReap(bob, rr); !errors.Is(err, sessions.ErrNotFound) {
+			t.Fatalf("a reap forwarded by bob, no admin: %v; want %v", err, sessions.ErrNotFound)
+		}
+		if err := f.reg.Admin().ForwardReap(sessions.AdminPrincipal, rr); !errors.Is(err, sessions.ErrNoCluster) {
+			t.Fatalf("the admin's forward on a node alone: %v; want %v", err, sessions.ErrNoCluster)
+		}
+		f.stillAlices(t)
 	},
 }
 
