@@ -32,13 +32,15 @@ var acceptWS = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 // Issue 26: a browser whose dashgate_node cookie names another node (nginx
 // failed it over to this one) is re-pinned to this node, on the dashboard
 // page and on the 101 of both WebSocket upgrades, with one DEBUG record;
-// a cookie of this node is left alone; a browser without one gets one.
+// a cookie of this node, or of a node that is live by its heartbeats, is
+// left alone; a browser without one gets one.
 func TestNodeCookieRepinsToThisNode(t *testing.T) {
 	t.Parallel()
 	logs := &syncBuf{}
 	s, err := web.New(web.Config{
 		Token: "secret-token", NodeID: "b",
-		Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		NodeLive: func(id string) bool { return id == "c" }, // c heartbeats; a and bb are gone
+		Log:      slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, web.Handlers{Chat: acceptWS, Terminal: acceptWS, Metrics: ok, Admin: &handlers.Admin{}})
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +59,7 @@ func TestNodeCookieRepinsToThisNode(t *testing.T) {
 		{"another node's cookie is replaced", "a.0123456789abcdef", true, "a"},
 		{"a node whose id starts with ours is another node", "bb.0123456789abcdef", true, "bb"},
 		{"this node's cookie is kept", "b.0123456789abcdef", false, ""},
+		{"a live node's cookie is kept: its sessions are there", "c.0123456789abcdef", false, ""},
 		{"no cookie gets one", "", false, ""},
 	}
 	for _, tt := range tests {

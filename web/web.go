@@ -48,9 +48,13 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	AllowedOrigins []string // path.Match patterns on the origin's host, or on scheme://host when they hold "://"
 	NodeID         string   // this node in the dashgate_node cookie (see pinNode); "": no cookie
-	Version        string
-	Log            *slog.Logger
-	MaxConnsPerIP  int // open WebSockets per client address; 0 means no limit
+	// NodeLive reports whether the node of that id is live (its heartbeat
+	// is younger than the expiry); nil: every other node counts as gone.
+	// pinNode keeps a cookie naming a live node.
+	NodeLive      func(id string) bool
+	Version       string
+	Log           *slog.Logger
+	MaxConnsPerIP int // open WebSockets per client address; 0 means no limit
 
 	// Users (issue 24). With neither UserHeader nor Users set, the
 	// dashboard token is the one anonymous user (sessions.Principal{}), as
@@ -102,6 +106,9 @@ type Handlers struct {
 	Terminal http.Handler
 	Admin    *handlers.Admin
 	Metrics  http.Handler
+	// Export serves GET /sessions/{id}/export (handlers.Export) to the
+	// dashboard's users; nil: no such route.
+	Export http.Handler
 }
 
 // Server is dashgate's HTTP handler.
@@ -177,6 +184,9 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		r.Handle("/static/*", http.StripPrefix(strings.TrimSuffix(cfg.BasePath, "/")+"/static/", staticHandler()))
 		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/chat", h.Chat)
 		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/pty", h.Terminal)
+		if h.Export != nil {
+			r.Method(http.MethodGet, "/sessions/{id}/export", h.Export)
+		}
 	})
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(true), s.cop.Handler)
@@ -315,6 +325,8 @@ func (s *Server) headers(next http.Handler) http.Handler {
 // browser's sessions on resume: the cookie is set anew to this node, so the
 // browser stays here when the other node comes back (else it would go back
 // to a node that no longer holds its sessions and answers them as missing).
+// A cookie naming a node that is live by its heartbeats (Config.NodeLive)
+// is kept: that node still holds the browser's sessions.
 // A Set-Cookie on the 101 of a WebSocket upgrade counts too (Chromium and
 // Go's cookie jar honour it).
 func (s *Server) pinNode(w http.ResponseWriter, r *http.Request) {
@@ -322,6 +334,13 @@ func (s *Server) pinNode(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(NodeCookie); err == nil {
 		from, _, _ = strings.Cut(c.Value, ".")
 		if from == s.cfg.NodeID {
+			return
+		}
+		if s.cfg.NodeLive != nil && s.cfg.NodeLive(from) {
+			// Its node lives: nginx sent the browser here for a moment
+			// (a failed connection, a restart within the lease), and its
+			// sessions are still that node's. Re-pinned, the browser would
+			// stay here, where they answer as missing.
 			return
 		}
 		// The cookie routes only; its value is no secret, but log the

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dashgate/dashgate/sessions"
@@ -35,13 +36,19 @@ func clusterNodeID(cfg config, instance string) string {
 // The load is read once per heartbeat. The first failure logs
 // one WARN and the recovery one INFO; the failures between are not
 // logged again.
-func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, reg interface{ Admin() sessions.AdminView }, mgr procLister, interval time.Duration, log *slog.Logger) {
+//
+// After each heartbeat it reads the cluster's nodes into live (expiry as
+// the admin page's), which web's NodeLive asks.
+func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, reg interface{ Admin() sessions.AdminView }, mgr procLister, interval, expiry time.Duration, live *liveNodes, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
 		hctx, cancel := context.WithTimeout(ctx, interval)
 		err := nodes.Heartbeat(hctx, node, addr, nodeLoad(reg.Admin(), mgr), time.Now())
+		if err == nil {
+			err = live.refresh(hctx, nodes, expiry)
+		}
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -84,4 +91,37 @@ func nodeLoad(reg sessionLister, mgr procLister) store.NodeLoad {
 		})
 	}
 	return load
+}
+
+// liveNodes is the cluster's nodes as this node last read them (after each
+// heartbeat): which are live. Its zero value knows none. Safe for
+// concurrent use.
+type liveNodes struct {
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+// Live reports whether node id was live at the last read; false for a node
+// never seen, or before the first read.
+func (l *liveNodes) Live(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.live[id]
+}
+
+// refresh reads the nodes (live: a heartbeat younger than expiry); on an
+// error the last read stays.
+func (l *liveNodes) refresh(ctx context.Context, nodes store.Nodes, expiry time.Duration) error {
+	ns, err := nodes.Nodes(ctx, time.Now(), expiry)
+	if err != nil {
+		return err
+	}
+	live := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		live[n.ID] = n.Live
+	}
+	l.mu.Lock()
+	l.live = live
+	l.mu.Unlock()
+	return nil
 }

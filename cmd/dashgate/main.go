@@ -363,6 +363,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		CloseTimeout: cfg.WSCloseTimeout, TrustUnix: trustUnix, UserHeader: cfg.UserHeader,
 		AdminUsers: splitList(cfg.AdminUsers), CookieKey: signKey, Instance: cookieName,
 	}
+	nodes, clustered := st.Store.(store.Nodes)
+	clustered = clustered && nodeID != ""
+	var live liveNodes
+	if clustered {
+		wcfg.NodeLive = live.Live
+	}
 	if userFile != nil { // a nil *users.File would be a non-nil interface
 		wcfg.Users = userFile
 	}
@@ -371,6 +377,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
 		Admin:    admin,
 		Metrics:  metrics.Handler(),
+		Export:   &handlers.Export{Registry: reg, Log: log},
 	})
 	if err != nil {
 		return err
@@ -415,8 +422,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if userFile != nil {
 		g.Go(func() error { reloadOnHUP(gctx, userFile, srv, log); return nil })
 	}
-	if nodes, ok := st.Store.(store.Nodes); ok && nodeID != "" {
-		g.Go(func() error { heartbeat(gctx, nodes, nodeID, addr, reg, mgr, cfg.NodeHeartbeat, log); return nil })
+	if clustered {
+		g.Go(func() error {
+			heartbeat(gctx, nodes, nodeID, addr, reg, mgr, cfg.NodeHeartbeat, cfg.NodeExpiry, &live, log)
+			return nil
+		})
 	}
 
 	select {

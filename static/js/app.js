@@ -48,6 +48,9 @@ const els = {
 	historyMore: byTestId('history-more'),
 	modelPicker: byTestId('model-picker'),
 	chatModel: byTestId('chat-model'),
+	exportBox: byTestId('chat-export'),
+	exportMarkdown: byTestId('export-markdown'),
+	exportJSON: byTestId('export-json'),
 	send: byTestId('chat-send'),
 	stop: byTestId('chat-stop'),
 	pending: byTestId('pending'),
@@ -112,6 +115,16 @@ function setCurrent(id, explicit) {
 	localStorage.setItem(SESSION_KEY, id);
 	renderLists();
 	terminal.attach(id, explicit);
+	setExport(id);
+}
+
+// setExport points the export links at session id's download
+// (GET sessions/{id}/export, handlers/export.go).
+function setExport(id) {
+	const url = (format) => base + 'sessions/' + encodeURIComponent(id) + '/export?format=' + format;
+	els.exportMarkdown.href = url('markdown');
+	els.exportJSON.href = url('json');
+	els.exportBox.hidden = !id;
 }
 
 // What the lists were last rendered from: an unchanged list is not
