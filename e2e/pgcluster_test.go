@@ -15,9 +15,9 @@ import (
 	"github.com/dashgate/dashgate/internal/testkit"
 )
 
-// leaseDeadline bounds each wait on a lease: dashgate has no flag or
-// variable that shortens sessions.DefaultLeaseTTL (30 s, renewed every
-// 10 s), so a dead node's lease lapses up to 30 s after its death.
+// leaseDeadline bounds each wait on a lease: the nodes run with the
+// default --node-expiry (15 s, renewed every 5 s), the lease's ttl, so a
+// dead node's lease lapses up to 15 s after its death.
 const leaseDeadline = 60 * time.Second
 
 // startNode starts one node of a PostgreSQL cluster: the shared store, its

@@ -54,6 +54,7 @@ type pgServer struct {
 	password string // of the superuser postgres, over TCP (the socket trusts)
 	cred     *syscall.Credential
 	cmd      *exec.Cmd
+	paused   bool // stopped by PausePostgres, its data kept (cmd reaped)
 }
 
 // Postgres returns the URL of a new, empty database on the test binary's
@@ -150,11 +151,11 @@ func StopPostgres() error {
 }
 
 // PostgresPID returns the pid of the running server's postmaster, or 0
-// when none runs (for a test of the kit, and of leaks).
+// when none runs, or it is paused (for a test of the kit, and of leaks).
 func PostgresPID() int {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	if pg.srv == nil {
+	if pg.srv == nil || pg.srv.paused {
 		return 0
 	}
 	return pg.srv.cmd.Process.Pid
@@ -236,21 +237,30 @@ func startPostgres(ctx context.Context, bin string) (srv *pgServer, err error) {
 	if s.port, err = freePort(); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(base, "postgres.log")
+	if err := s.launch(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts postgres on s's data directory and port, and returns once
+// it accepts connections; on error nothing of it is left running.
+func (s *pgServer) launch(ctx context.Context) error {
+	logPath := filepath.Join(s.base, "postgres.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logf.Close()
 	// Not exec.CommandContext: the server outlives ctx, which bounds only the start.
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", s.data, "-k", base, "-h", "127.0.0.1", "-p", strconv.Itoa(s.port),
+	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data, "-k", s.base, "-h", "127.0.0.1", "-p", strconv.Itoa(s.port),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=400", "-c", "shared_buffers=64MB")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.Env = pgEnv()
 	s.cmd.SysProcAttr = &unix.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: unix.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start postgres: %w", err)
+		return fmt.Errorf("start postgres: %w", err)
 	}
 	Own(s.cmd.Process.Pid)
 	err = PollErr(ctx, func() (bool, error) {
@@ -263,10 +273,47 @@ func startPostgres(ctx context.Context, bin string) (srv *pgServer, err error) {
 		log, _ := os.ReadFile(logPath)
 		stopCtx, cancel := context.WithTimeout(context.Background(), pgStopTimeout)
 		defer cancel()
-		s.stop(stopCtx)
-		return nil, fmt.Errorf("postgres on port %d: %w: %s", s.port, err, lastLines(string(log), 10))
+		s.halt(stopCtx, "immediate")
+		return fmt.Errorf("postgres on port %d: %w: %s", s.port, err, lastLines(string(log), 10))
 	}
-	return s, nil
+	return nil
+}
+
+// PausePostgres stops the running server as an outage would (pg_ctl stop
+// -m fast: clients are disconnected, committed data kept), reaps it and
+// waits until no process of it is left; its data directory and port stay,
+// for ResumePostgres. Until then every connection to its databases is
+// refused, every test's: a test that pauses it must not run in parallel
+// (t.Parallel) with another that uses it. It blocks until the server is gone or ctx ends. Errors: no
+// server runs, or it is paused already; the stop's.
+func PausePostgres(ctx context.Context) error {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.srv == nil || pg.srv.paused {
+		return errors.New("PostgreSQL: no running server to pause")
+	}
+	if err := pg.srv.halt(ctx, "fast"); err != nil {
+		return err
+	}
+	pg.srv.paused = true
+	return nil
+}
+
+// ResumePostgres starts again the server PausePostgres stopped, on the
+// same data directory and port (the same URLs work again), and returns
+// once it accepts connections or ctx ends. Errors: no paused server; the
+// start's (then nothing is left running, and StopPostgres cleans up).
+func ResumePostgres(ctx context.Context) error {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.srv == nil || !pg.srv.paused {
+		return errors.New("PostgreSQL: no paused server to resume")
+	}
+	if err := pg.srv.launch(ctx); err != nil {
+		return err
+	}
+	pg.srv.paused = false
+	return nil
 }
 
 // command is name of the server's bin directory, run as the server's user.
@@ -318,13 +365,26 @@ func (s *pgServer) exec(ctx context.Context, sql string) error {
 	return nil
 }
 
-// stop ends the server (pg_ctl stop -m immediate, SIGKILL to its process
-// group if that fails), reaps it, waits for its process group to be
-// empty and removes its directory.
+// stop ends the server (halt with -m immediate; a paused one is gone
+// already) and removes its directory.
 func (s *pgServer) stop(ctx context.Context) error {
+	var errs []error
+	if !s.paused {
+		errs = append(errs, s.halt(ctx, "immediate"))
+	}
+	if err := os.RemoveAll(s.base); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// halt ends the server with pg_ctl stop -m mode (SIGKILL to its process
+// group if that fails), reaps it and waits for its process group to be
+// empty.
+func (s *pgServer) halt(ctx context.Context, mode string) error {
 	pid := s.cmd.Process.Pid
 	var errs []error
-	if out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.data, "-m", "immediate", "-w").CombinedOutput(); err != nil && !Gone(pid) {
+	if out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.data, "-m", mode, "-w").CombinedOutput(); err != nil && !Gone(pid) {
 		errs = append(errs, fmt.Errorf("pg_ctl stop: %w: %s", err, lastLines(string(out), 5)))
 		unix.Kill(-pid, unix.SIGKILL)
 	}
@@ -335,9 +395,6 @@ func (s *pgServer) stop(ctx context.Context) error {
 	if err := Poll(ctx, func() bool { return unix.Kill(-pid, 0) == unix.ESRCH }); err != nil {
 		unix.Kill(-pid, unix.SIGKILL)
 		errs = append(errs, fmt.Errorf("postgres process group %d still has processes: %w", pid, err))
-	}
-	if err := os.RemoveAll(s.base); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
