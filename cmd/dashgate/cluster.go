@@ -36,19 +36,13 @@ func clusterNodeID(cfg config, instance string) string {
 // The load is read once per heartbeat. The first failure logs
 // one WARN and the recovery one INFO; the failures between are not
 // logged again.
-//
-// After each heartbeat it reads the cluster's nodes into live (expiry as
-// the admin page's), which web's NodeLive asks.
-func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, reg interface{ Admin() sessions.AdminView }, mgr procLister, interval, expiry time.Duration, live *liveNodes, log *slog.Logger) {
+func heartbeat(ctx context.Context, nodes store.Nodes, node, addr string, reg interface{ Admin() sessions.AdminView }, mgr procLister, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
 		hctx, cancel := context.WithTimeout(ctx, interval)
 		err := nodes.Heartbeat(hctx, node, addr, nodeLoad(reg.Admin(), mgr), time.Now())
-		if err == nil {
-			err = live.refresh(hctx, nodes, expiry)
-		}
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -93,35 +87,50 @@ func nodeLoad(reg sessionLister, mgr procLister) store.NodeLoad {
 	return load
 }
 
-// liveNodes is the cluster's nodes as this node last read them (after each
-// heartbeat): which are live. Its zero value knows none. Safe for
-// concurrent use.
+// liveNodes answers web's NodeLive: whether a node's newest heartbeat is
+// younger than within. It reads the nodes from the store when asked and
+// its last read is over liveNodesFresh old (a request whose node cookie
+// names another node: rare), bounded by liveNodesTimeout; until a read
+// succeeds, every node counts as live (a browser is not moved on a guess).
+//
+// within is --node-expiry minus --node-heartbeat: a dead node's lease
+// (renewed as often as it heartbeats, for --node-expiry) lapses no sooner
+// than that after its last heartbeat, so by the time another node can
+// adopt its sessions it already counts as gone here, and the request
+// that follows the adoption re-pins the browser. A live node's heartbeat
+// is at most --node-heartbeat plus liveNodesFresh old when read.
 type liveNodes struct {
+	nodes  store.Nodes
+	within time.Duration
+
 	mu   sync.Mutex
-	live map[string]bool
+	at   time.Time            // the last successful read; zero: none yet
+	seen map[string]time.Time // node id -> its newest heartbeat, as of at
 }
 
-// Live reports whether node id was live at the last read; false for a node
-// never seen, or before the first read.
+const (
+	liveNodesFresh   = time.Second
+	liveNodesTimeout = 2 * time.Second
+)
+
+// Live reports whether node id heartbeated within l.within of now.
 func (l *liveNodes) Live(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.live[id]
-}
-
-// refresh reads the nodes (live: a heartbeat younger than expiry); on an
-// error the last read stays.
-func (l *liveNodes) refresh(ctx context.Context, nodes store.Nodes, expiry time.Duration) error {
-	ns, err := nodes.Nodes(ctx, time.Now(), expiry)
-	if err != nil {
-		return err
+	if time.Since(l.at) > liveNodesFresh {
+		ctx, cancel := context.WithTimeout(context.Background(), liveNodesTimeout)
+		ns, err := l.nodes.Nodes(ctx, time.Now(), l.within)
+		cancel()
+		if err == nil {
+			l.at, l.seen = time.Now(), make(map[string]time.Time, len(ns))
+			for _, n := range ns {
+				l.seen[n.ID] = n.LastSeen
+			}
+		}
 	}
-	live := make(map[string]bool, len(ns))
-	for _, n := range ns {
-		live[n.ID] = n.Live
+	if l.at.IsZero() {
+		return true
 	}
-	l.mu.Lock()
-	l.live = live
-	l.mu.Unlock()
-	return nil
+	seen, ok := l.seen[id]
+	return ok && time.Since(seen) < l.within
 }

@@ -144,3 +144,35 @@ func TestNodeLoad(t *testing.T) {
 		}
 	}
 }
+
+// liveNodes (web's NodeLive): a node whose newest heartbeat is younger
+// than within is live, an older one or one never seen is not; until a
+// read of the nodes succeeds every node counts as live.
+func TestLiveNodes(t *testing.T) {
+	t.Parallel()
+	st, err := postgres.Open(t.Context(), testkit.Postgres(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	for node, at := range map[string]time.Time{"a": now, "b": now.Add(-20 * time.Second)} {
+		if err := st.Heartbeat(t.Context(), node, "", store.NodeLoad{}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := &liveNodes{nodes: st, within: 10 * time.Second}
+	for id, want := range map[string]bool{"a": true, "b": false, "never": false} {
+		if got := live.Live(id); got != want {
+			t.Errorf("Live(%q) = %v; want %v", id, got, want)
+		}
+	}
+	closed, err := postgres.Open(t.Context(), testkit.Postgres(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	if unread := (&liveNodes{nodes: closed, within: time.Second}); !unread.Live("b") {
+		t.Error("Live before any read succeeded = false; want true (no browser is moved on a guess)")
+	}
+}

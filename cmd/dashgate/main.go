@@ -365,9 +365,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	nodes, clustered := st.Store.(store.Nodes)
 	clustered = clustered && nodeID != ""
-	var live liveNodes
 	if clustered {
-		wcfg.NodeLive = live.Live
+		wcfg.NodeLive = (&liveNodes{nodes: nodes, within: cfg.NodeExpiry - cfg.NodeHeartbeat}).Live
 	}
 	if userFile != nil { // a nil *users.File would be a non-nil interface
 		wcfg.Users = userFile
@@ -424,7 +423,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	if clustered {
 		g.Go(func() error {
-			heartbeat(gctx, nodes, nodeID, addr, reg, mgr, cfg.NodeHeartbeat, cfg.NodeExpiry, &live, log)
+			heartbeat(gctx, nodes, nodeID, addr, reg, mgr, cfg.NodeHeartbeat, log)
 			return nil
 		})
 	}
