@@ -268,7 +268,7 @@ func (m *Memory) historyLocked(s *memSession, beforeSeq uint64, limit int) ([]En
 }
 
 // Search implements Store: every word of query, case-folded, must be a
-// word of the entry's text (words are runs of letters and digits, as the
+// prefix of a word of the entry's text (words are runs of letters and digits, as the
 // SQLite backend's full-text index splits them).
 func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]Hit, error) {
 	m.mu.Lock()
@@ -325,15 +325,16 @@ func splitWords(text string) [][2]int {
 	return out
 }
 
-// matchAll reports whether every one of words (lower case) is a word of
-// text, and the byte offset in text of the first word that is one of them.
+// matchAll reports whether every one of words (lower case) is a prefix of
+// a word of text, and the byte offset in text of the first word that one
+// of them is a prefix of.
 func matchAll(text string, words []string) (int, bool) {
 	found := make([]bool, len(words))
 	first := -1
 	for _, w := range splitWords(text) {
 		lw := strings.ToLower(text[w[0]:w[1]])
 		for i, q := range words {
-			if lw == q {
+			if strings.HasPrefix(lw, q) {
 				found[i] = true
 				if first < 0 {
 					first = w[0]

@@ -218,10 +218,13 @@ type Store interface {
 	// HistoryFor is History of a session of owner: another owner's session
 	// has no entries, as an unknown one.
 	HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
-	// Search returns up to limit entries whose text holds every word of
-	// query, newest first. Any string is a valid query: operators and
-	// quotes are taken as text; a query without words has no hits. Only
-	// the first MaxSearchWords words count.
+	// Search returns up to limit of owner's entries whose text holds, for
+	// every word of query, a word it is a prefix of (case-folded: "Pomegran
+	// ju" finds "pomegranate juice"; "granate" does not, a word matches
+	// from its start only), newest first. Words are
+	// runs of letters and digits. Any string is a valid query: operators
+	// and quotes are taken as text; a query without words has no hits.
+	// Only the first MaxSearchWords words count.
 	Search(ctx context.Context, owner, query string, limit int) ([]Hit, error)
 	// Delete removes a session and its entries; it reports whether the
 	// session existed.

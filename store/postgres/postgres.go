@@ -531,10 +531,10 @@ ORDER BY seq DESC LIMIT $4`, []any{sid, before, owner, limit + 1}
 	return out, more, nil
 }
 
-// Search implements store.Store: the entries whose words hold every word
-// of query (whole words, case-folded), newest written first (a rewritten
-// checkpoint keeps its place). The snippet is about 14 words of plain text
-// around the first word that matched, "…" where it was cut, as
+// Search implements store.Store: the entries that hold, for every word of
+// query, a word it is a prefix of (case-folded), newest written first (a
+// rewritten checkpoint keeps its place). The snippet is about 14 words of
+// plain text around the first word that matched, "…" where it was cut, as
 // store/sqlite's.
 func (s *Store) Search(ctx context.Context, owner, query string, limit int) ([]store.Hit, error) {
 	ctx, done, err := s.call(ctx)

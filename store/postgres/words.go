@@ -65,6 +65,16 @@ func queryWords(query string) (words []string, ok bool) {
 	return words, len(words) > 0
 }
 
+// hasPrefixIn reports whether one of words is a prefix of w.
+func hasPrefixIn(w string, words []string) bool {
+	for _, x := range words {
+		if strings.HasPrefix(w, x) {
+			return true
+		}
+	}
+	return false
+}
+
 func contains(words []string, w string) bool {
 	for _, x := range words {
 		if x == w {
@@ -74,10 +84,12 @@ func contains(words []string, w string) bool {
 	return false
 }
 
-// tsQuery is the tsquery text that matches entries holding every one of
-// words: each a quoted lexeme (taken as is, not parsed nor normalised by
-// a text search configuration), ANDed. words hold no quote nor backslash
-// (they are letters and digits), but both are doubled all the same.
+// tsQuery is the tsquery text that matches entries holding, for every one
+// of words, a lexeme it is a prefix of: each a quoted lexeme (taken as is,
+// not parsed nor normalised by a text search configuration) marked :* (a
+// prefix match; 'pomegran':* finds pomegranate), ANDed. words hold no
+// quote nor backslash (they are letters and digits), but both are doubled
+// all the same; nothing of the query is ever read as an operator.
 func tsQuery(words []string) string {
 	var b strings.Builder
 	for i, w := range words {
@@ -91,13 +103,13 @@ func tsQuery(words []string) string {
 			}
 			b.WriteRune(r)
 		}
-		b.WriteByte('\'')
+		b.WriteString("':*")
 	}
 	return b.String()
 }
 
-// snippet is about n words of text around the first of its words found in
-// words, as they are written in text, with "…" where the text was cut
+// snippet is about n words of text around the first of its words that
+// one of words is a prefix of (case-folded), as they are written in text, with "…" where the text was cut
 // before or after. A text without them gives its first n words.
 func snippet(text string, words []string, n int) string {
 	type span struct{ from, to int }
@@ -123,7 +135,7 @@ func snippet(text string, words []string, n int) string {
 		return ""
 	}
 	for i, sp := range spans {
-		if contains(words, strings.ToLower(text[sp.from:sp.to])) {
+		if hasPrefixIn(strings.ToLower(text[sp.from:sp.to]), words) {
 			first = i
 			break
 		}

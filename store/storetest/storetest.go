@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"history paging", testHistory},
 		{"search", testSearch},
 		{"search hostile queries", testSearchHostile},
+		{"search word prefixes", testSearchPrefix},
 		{"delete", testDelete},
 		{"batch deletes", testBatchDeletes},
 		{"prune", testPrune},
@@ -373,7 +374,11 @@ func testSearch(t *testing.T, st store.Store) {
 		{"owner filter", "bob", "quick fox", 10, []string{"c/1"}},
 		{"other owner's word", "", "bob", 10, nil},
 		{"a missing word", "", "quick cat", 10, nil},
-		{"whole words only", "", "qui", 10, nil},
+		{"word prefixes", "", "qui", 10, []string{"b/1", "a/1"}},
+		{"a prefix of every word", "", "QUI FO", 10, []string{"b/1", "a/1"}},
+		{"from the start of a word only", "", "uick", 10, nil},
+		{"longer than the word", "", "foxy", 10, nil},
+		{"a longer word is not its prefix", "", "foxes", 10, []string{"b/2"}},
 		{"punctuation between words", "", "fox...quick!", 10, []string{"b/1", "a/1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -398,28 +403,31 @@ func testSearch(t *testing.T, st store.Store) {
 		t.Errorf("hit = %+v; want b/1, title b, prompt, at t0+3s", h)
 	}
 
-	hits, err = st.Search(t.Context(), "", "needle", 10)
-	if err != nil || len(hits) != 1 {
-		t.Fatalf("Search(needle) = %v, %v", hitKeys(hits), err)
-	}
-	sn := hits[0].Snippet
-	if !strings.Contains(sn, "needle") || len(sn) >= len(long) || !strings.HasPrefix(sn, "…") || !strings.HasSuffix(sn, "…") {
-		t.Errorf("snippet %q: want the word, shorter than the text, cut on both sides with …", sn)
-	}
-	if inner := strings.Trim(sn, "…"); !strings.Contains(long, inner) {
-		t.Errorf("snippet %q is not plain text of the entry", sn)
+	// The snippet is around the word matched, whole or by a prefix.
+	for _, q := range []string{"needle", "NeeD"} {
+		hits, err = st.Search(t.Context(), "", q, 10)
+		if err != nil || len(hits) != 1 {
+			t.Fatalf("Search(%s) = %v, %v", q, hitKeys(hits), err)
+		}
+		sn := hits[0].Snippet
+		if !strings.Contains(sn, "needle") || len(sn) >= len(long) || !strings.HasPrefix(sn, "…") || !strings.HasSuffix(sn, "…") {
+			t.Errorf("Search(%s) snippet %q: want the word, shorter than the text, cut on both sides with …", q, sn)
+		}
+		if inner := strings.Trim(sn, "…"); !strings.Contains(long, inner) {
+			t.Errorf("Search(%s) snippet %q is not plain text of the entry", q, sn)
+		}
 	}
 }
 
 // hostileQueries are queries that mean something to a full-text engine or
 // are not text at all, with how many hits of searchFixture each has when
-// taken as plain words.
+// taken as plain word prefixes.
 var hostileQueries = []struct {
 	query string
 	want  int
 }{
 	{`"`, 0}, {`"unbalanced`, 0}, {`"quick`, 2}, {`quick"`, 2}, {`qu"ick`, 0},
-	{`*`, 0}, {`a*`, 1}, {`quick*`, 2},
+	{`*`, 0}, {`a*`, 3}, {`quick*`, 2},
 	{`NEAR(`, 0}, {`NEAR(a b`, 0}, {`NEAR(quick fox)`, 0},
 	{`-`, 0}, {`-x`, 0}, {`-fox`, 3},
 	{`a OR b`, 0}, {`AND`, 0}, {`NOT`, 1}, {`fox NOT`, 1}, {`"fox" OR "dog"`, 0},
@@ -446,6 +454,52 @@ func testSearchHostile(t *testing.T, st store.Store) {
 		if err != nil || len(hits) != tc.want {
 			t.Errorf("Search(%q) = %v, %v; want %d hits, no error", tc.query, hitKeys(hits), err, tc.want)
 		}
+	}
+}
+
+// testSearchPrefix: every word of a query matches as the start of a word
+// (issue 27: "pomegran" found nothing), of the owner's entries only, newest
+// first, and a query word is never read as an operator.
+func testSearchPrefix(t *testing.T, st store.Store) {
+	apply(t, st, store.Batch{
+		Sessions: []store.Session{live("p", "ann"), live("q", "bob")},
+		Entries: []store.SessionEntry{
+			entry("p", 1, "Pomegranate juice, please", at(1*time.Second)),
+			entry("p", 2, "a granite countertop", at(2*time.Second)),
+			entry("q", 1, "pomegranates for bob", at(3*time.Second)),
+			entry("p", 3, "POMEGRANATES and figs", at(4*time.Second)),
+			entry("p", 4, "x1234 OR or_not NEARBY", at(5*time.Second)),
+		},
+	})
+	for _, tc := range []struct {
+		name, owner, query string
+		want               []string
+	}{
+		{"a prefix", "ann", "pomegran", []string{"p/3", "p/1"}},
+		{"case-folded both ways", "ann", "PomeGRAN", []string{"p/3", "p/1"}},
+		{"the whole word still", "ann", "pomegranate", []string{"p/3", "p/1"}},
+		{"the plural by its singular", "ann", "pomegranates", []string{"p/3"}},
+		{"every word a prefix", "ann", "pome ju", []string{"p/1"}},
+		{"one word no prefix of any", "ann", "pome jam", nil},
+		{"not inside a word", "ann", "granate", nil},
+		{"one letter", "ann", "g", []string{"p/2"}},
+		{"digits", "ann", "x12", []string{"p/4"}},
+		{"operator words are words", "ann", "OR NEAR", []string{"p/4"}},
+		{"an operator prefix", "ann", "o", []string{"p/4"}},
+		{"the other owner's", "bob", "pomegran", []string{"q/1"}},
+		{"punctuation is no wildcard", "ann", "pom*gran", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits, err := st.Search(t.Context(), tc.owner, tc.query, 10)
+			if err != nil || !slices.Equal(hitKeys(hits), tc.want) {
+				t.Fatalf("Search(%q, %q) = %v, %v; want %v", tc.owner, tc.query, hitKeys(hits), err, tc.want)
+			}
+			for _, h := range hits {
+				if h.Snippet == "" {
+					t.Errorf("hit %s/%d without a snippet", h.SessionID, h.Seq)
+				}
+			}
+		})
 	}
 }
 
