@@ -107,6 +107,14 @@ func TestPostgresClusterBrowserStaysAfterNodeReturns(t *testing.T) {
 	}
 	chat.mustEcho(sid, "on b")
 	chat.Close()
+	// The socket that resumed was opened before a counted as gone (b keeps
+	// a cookie naming a live node); the dashboard's request after a
+	// resume (GET healthz, static/js/app.js) is the first b serves once
+	// a's heartbeat is older than --node-expiry minus --node-heartbeat,
+	// which is before a's lease lapsed: it re-pins.
+	if res, _ := get(t, c.client, n.URL("/healthz"), nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz after the resume: %s", res.Status)
+	}
 	if got := nodeCookie(c, n); !strings.HasPrefix(got, "b.") {
 		t.Errorf("the browser's dashgate_node cookie after node b served it: %q, want b.<random>", got)
 	}

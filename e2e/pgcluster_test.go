@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,15 +154,15 @@ func TestPostgresClusterFailover(t *testing.T) {
 	if _, ok := b.Session(sid); !ok {
 		t.Errorf("session %s left node b when node a started again", sid)
 	}
-	// The browser's next connection goes to a again (nginx retries it
-	// after fail_timeout): a answers the session as missing, it adopts
-	// nothing b holds.
-	testkit.WaitFor(t, 15*time.Second, "nginx sending the browser to node a again", func() bool {
-		res, body := get(t, c.client, n.URL("/"), http.Header{"Accept": {"text/html"}})
-		m := nodeMeta.FindStringSubmatch(body)
-		return res.StatusCode == http.StatusOK && m != nil && m[1] == "a"
+	// The browser was re-pinned to b (its cookie names b now), so it
+	// stays there; a browser whose cookie names a reaches a again once
+	// nginx retries a (after fail_timeout): a answers the session as
+	// missing, it adopts nothing b holds.
+	probe := probeClient(t, n, "a.0000000000000000")
+	testkit.WaitFor(t, 15*time.Second, "nginx sending a browser with an a-cookie to node a again", func() bool {
+		return servedBy(t, probe, n, true) == "a"
 	})
-	back := openChat(t, "chat to a started again", n.WS("/ws/chat"), c.ws(n))
+	back := openChat(t, "chat to a started again", n.WS("/ws/chat"), testkit.DialOptions{Token: testToken, Jar: probe.Jar})
 	if err := back.call("session.resume", map[string]any{"session_id": sid}, nil); err == nil {
 		t.Errorf("node a, started again, resumed session %s that node b holds", sid)
 	}

@@ -264,6 +264,9 @@ func filterSessions(list []sessions.Info, f UserFilter) []sessions.Info {
 type SessionJSON struct {
 	sessions.Info
 	Node string `json:"node,omitempty"`
+	// Remote marks another node's session (true), so that a client that
+	// wants this node's alone keeps the rows without it.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // apiSessions answers GET /admin/api/sessions: {"sessions":[...]}, this
@@ -291,7 +294,7 @@ func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, s := range remote {
 		if f.keeps(s.Owner) {
-			out = append(out, SessionJSON{Info: s.Info, Node: s.Node})
+			out = append(out, SessionJSON{Info: s.Info, Node: s.Node, Remote: true})
 		}
 	}
 	body["sessions"] = out

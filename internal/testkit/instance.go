@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -327,6 +328,8 @@ type APISession struct {
 	Running   bool   `json:"running"`
 	WorkerPID int    `json:"worker_pid"` // 0: none
 	PTYPID    int    `json:"pty_pid"`    // 0: none
+	Node      string `json:"node"`       // on a node of a cluster: the node holding it
+	Remote    bool   `json:"remote"`     // another node's session (Sessions leaves those out)
 }
 
 // Workers reads /admin/api/workers.
@@ -338,11 +341,12 @@ func (in *Instance) Workers(ctx context.Context) ([]APIWorker, error) {
 	return r.Workers, err
 }
 
-// Sessions reads /admin/api/sessions.
+// Sessions reads /admin/api/sessions: this instance's sessions (on a node
+// of a cluster, the other nodes' rows are left out).
 func (in *Instance) Sessions(ctx context.Context) ([]APISession, error) {
 	var r struct {
 		Sessions []APISession `json:"sessions"`
 	}
 	err := in.GetJSON(ctx, "admin/api/sessions", &r)
-	return r.Sessions, err
+	return slices.DeleteFunc(r.Sessions, func(s APISession) bool { return s.Remote }), err
 }
