@@ -116,7 +116,7 @@ func TestPostgresClusterFailover(t *testing.T) {
 		lastErr = chat.call("session.resume", map[string]any{"session_id": sid}, &resumed)
 		return lastErr == nil
 	}) {
-		t.Fatalf("session.resume %s through nginx: not within %v of a's death (a's lease is %v): last answer %v; node b:\n%s", sid, leaseDeadline, 30*time.Second, lastErr, b.logText())
+		t.Fatalf("session.resume %s through nginx: not within %v of a's death (a's lease is %v): last answer %v; node b:\n%s", sid, leaseDeadline, 15*time.Second, lastErr, b.logText())
 	}
 	if resumed.SessionID != sid {
 		t.Fatalf("session.resume %s answered session %q", sid, resumed.SessionID)

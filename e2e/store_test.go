@@ -317,7 +317,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("no store writes resumed record:\n%s", d.logText())
 	}
 	fails := d.Log.Records("store write failed")
-	if len(fails) != 1 || fails[0].Str("level") != "ERROR" {
+	if len(fails) != 1 || fails[0].Str("level") != "WARN" {
 		t.Fatalf("store write failed records: %v", fails)
 	}
 	want := len(resume(t, c, sid).History)

@@ -479,14 +479,14 @@ func TestStoreFailureKeepsChat(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.WaitFor(t, 5*time.Second, "the ERROR record", func() bool { return len(h.logs.Records("store write failed")) > 0 })
+	testkit.WaitFor(t, 5*time.Second, "the WARN record", func() bool { return len(h.logs.Records("store write failed")) > 0 })
 	res, _ := h.r.Resume(v, in.ID)
 	if len(res.History) != 40 {
 		t.Fatalf("history from memory: %d entries", len(res.History))
 	}
 	fs.setDown(false)
 	testkit.WaitFor(t, 10*time.Second, "writes resumed", func() bool { return len(h.logs.Records("store writes resumed")) == 1 })
-	if recs := h.logs.Records("store write failed"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
+	if recs := h.logs.Records("store write failed"); len(recs) != 1 || recs[0]["level"] != "WARN" {
 		t.Fatalf("failure records: %v", recs)
 	}
 	if es := stored(t, h, in.ID); len(es) != 40 {

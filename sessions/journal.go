@@ -293,7 +293,7 @@ func (j *journal) drain() {
 			j.requeueLocked(rest)
 			if !j.failing {
 				j.failing = true
-				j.log.Error("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
+				j.log.Warn("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
 			}
 			if errors.Is(err, store.ErrClosed) {
 				j.stopping = true // nothing will ever be written: close says what is lost

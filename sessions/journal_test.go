@@ -123,7 +123,7 @@ func TestJournalSavesWhatFits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if recs := logs.Records("store write failed"); len(recs) != 1 || recs[0]["level"] != "ERROR" {
+	if recs := logs.Records("store write failed"); len(recs) != 1 || recs[0]["level"] != "WARN" {
 		t.Fatalf("failure records: %v", recs)
 	}
 	recs := logs.Records("store: changes lost at shutdown")
