@@ -34,7 +34,7 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.mu.Lock()
-	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
+	r.shareLocked(s, v, Message{Role: store.RoleUser, Kind: store.KindSlash, Text: command})
 	s.execs++
 	unregister := r.execStopLocked(s, func() { cancel(errInterrupted) })
 	r.mu.Unlock()
@@ -53,14 +53,14 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if s.live() && shown {
 		if refused(err) {
 			// No worker could start as the owner: one notice says why.
-			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: err.Error()})
+			r.shareLocked(s, v, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: err.Error()})
 		} else if err != nil {
 			code, msg := r.cfg.DescribeError(err)
 			// An interrupted command's error says so (the dashboard shows
 			// it as stopped, not as a failure).
-			r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, Interrupted: interrupted})
+			r.shareLocked(s, v, Message{Role: store.RoleSystem, Kind: store.KindError, Text: msg, Code: code, Interrupted: interrupted})
 		} else {
-			r.appendLocked(s, Message{Role: store.RoleAssistant, Kind: store.KindSlashOutput, Text: out})
+			r.shareLocked(s, v, Message{Role: store.RoleAssistant, Kind: store.KindSlashOutput, Text: out})
 		}
 	}
 	if s.execs--; s.execs == 0 && s.exited != nil {

@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -249,7 +248,7 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	if !s.live() {
 		return ResumeResult{}, ErrNotFound
 	}
-	return ResumeResult{Info: s.info(), History: slices.Clone(s.history), PendingApprovals: s.pendingLocked()}, nil
+	return ResumeResult{Info: s.info(), History: s.historyLocked(), PendingApprovals: s.pendingLocked()}, nil
 }
 
 // storeReadTimeout bounds a store read on a path that has no context of
@@ -474,7 +473,13 @@ func (r *Registry) claimLocked(s *Session, reason EndReason) bool {
 		s.ttlTimer = nil
 	}
 	r.denyApprovalsLocked(s, ByClose)
+	running := s.turn != nil && !s.turn.done
 	r.interruptTurnLocked(s)
+	if running && r.suspends(s, reason) {
+		// Its reply is cut short; it comes back with dashgate, and its
+		// history says why (a closed one's end notice says so).
+		r.noticeLocked(s, shutdownTurnNotice)
+	}
 	if r.suspends(s, reason) {
 		r.emitLocked(s, "session.closed", map[string]any{"end_reason": reason, "suspended": true})
 	} else {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dashgate/dashgate/store"
@@ -50,7 +52,7 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	t.idle = time.AfterFunc(r.cfg.WorkerTimeout, func() { cancelCause(context.DeadlineExceeded) })
 	s.turn = t
 	s.turns++
-	r.appendLocked(s, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
+	r.shareLocked(s, v, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
 	t.promptSeq = s.entrySeq
 	r.mu.Unlock()
 	start := func() { r.goTracked(func() { t.run(ctx, text) }) }
@@ -107,6 +109,30 @@ func (t *turn) checkpoint() {
 	}
 }
 
+// StatusStreaming is the status of a reply still being written, as
+// session.resume and session.reopen show it (never stored: the store
+// keeps it as interrupted until it completes).
+const StatusStreaming = "streaming"
+
+// historyLocked is the history of s as a viewer resuming it gets it: the
+// entries in memory and, while a turn streams its reply, that reply with
+// the text so far at its place, with status StatusStreaming; the turn's
+// next message.delta events continue it and its message.complete ends it.
+// r.mu must be held.
+func (s *Session) historyLocked() []Message {
+	h := slices.Clone(s.history)
+	t := s.turn
+	if t == nil || t.done || t.seq == 0 {
+		return h
+	}
+	m := Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text, At: t.at, TurnID: t.id, Status: StatusStreaming}
+	i := len(h)
+	for i > 0 && h[i-1].Seq > m.Seq {
+		i--
+	}
+	return slices.Insert(h, i, m)
+}
+
 // reply is the history entry of t's answer.
 func (t *turn) reply(text string, interrupted bool, usage *store.Usage) Message {
 	return Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: text, At: t.at,
@@ -134,8 +160,23 @@ func (t *turn) finish(output string, interrupted bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !t.done {
+		// A worker closed under the turn by an administrator or by
+		// dashgate's shutdown did not fail: the turn was cut short, and
+		// one notice says by whom (worker.exited's for a reap, see
+		// workerGone; shutdownTurnNotice for a shutdown).
+		by := closedBy(err)
+		if by == "" && r.closing && crashed(err) {
+			by = workers.ReasonShutdown // it went with dashgate, before its session was claimed
+		}
+		if by == workers.ReasonAdminReap || by == workers.ReasonShutdown {
+			err, interrupted = nil, true
+		}
 		t.failed = err != nil && !errors.Is(err, context.Canceled)
+		t.refused = t.failed && refused(err)
 		t.completeLocked(output, interrupted)
+		if by == workers.ReasonShutdown {
+			r.noticeLocked(s, shutdownTurnNotice)
+		}
 		if t.failed && refused(err) {
 			// The owner's account was refused when the worker was to start
 			// (Prompt checked it, and it changed since): one notice.
@@ -174,7 +215,11 @@ func (t *turn) completeLocked(output string, interrupted bool) {
 		output = t.text
 	}
 	reply := t.reply(output, interrupted, t.usage)
-	r.appendLocked(s, reply)
+	if !t.failed || t.refused || output != "" || t.seq != 0 {
+		// A turn that failed before any text is its error entry alone:
+		// no empty reply beside it (nothing of one was stored either).
+		r.appendLocked(s, reply)
+	}
 	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted, "status": reply.Status}
 	if t.usage != nil {
 		payload["usage"] = t.usage
@@ -388,6 +433,32 @@ func (t *turn) idleLocked() {
 	t.idle.Reset(t.r.cfg.WorkerTimeout)
 }
 
+// shutdownTurnNotice is what a session's history says when dashgate
+// stopped while a reply was being written (the session suspended, or the
+// worker went with dashgate): not a failure of the worker.
+const shutdownTurnNotice = "dashgate stopped before the reply was finished"
+
+// closedBy is the reason the worker of a failed call was closed with, when
+// err says the call failed because the worker was closed (workers.Worker
+// fails its calls with "worker closed (<reason>)"), else "".
+func closedBy(err error) workers.Reason {
+	var we *workers.Error
+	if !errors.As(err, &we) || we.Failure != workers.FailCrashed {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(we.Message, "worker closed (")
+	if !ok || !strings.HasSuffix(rest, ")") {
+		return ""
+	}
+	return workers.Reason(strings.TrimSuffix(rest, ")"))
+}
+
+// crashed reports whether err says the worker went away under the call.
+func crashed(err error) bool {
+	var we *workers.Error
+	return errors.As(err, &we) && we.Failure == workers.FailCrashed
+}
+
 // failureData is the data of a failed turn's error event and history
 // entry when a worker's call failed: {"failure"} and, when the worker
 // named one, "retry_after" (seconds), as error 5004's data has them; nil
@@ -524,4 +595,5 @@ type turn struct {
 	usage     *store.Usage  // reported by the worker with its reply
 	status    string        // the worker's status of its reply ("": derived)
 	failed    bool          // the turn ended with an error
+	refused   bool          // ... the refusal of its owner's account (a notice, not an error entry)
 }

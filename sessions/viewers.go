@@ -108,6 +108,25 @@ func (r *Registry) emitLocked(s *Session, typ string, payload any) {
 	}
 }
 
+// shareLocked adds m to the history of s, as appendLocked does, and sends
+// it as event history.entry {"entry"} to every viewer of s but from, the
+// viewer whose call made it (nil: none), which shows it from its call: the
+// entries no other event tells (a prompt, a slash command and its output,
+// error or notice), so that every viewer shows what a reload would. The
+// viewers get different sets of them, so the event carries seq 0 and the
+// session's seq is left alone (each viewer's count has no gaps). r.mu must
+// be held.
+func (r *Registry) shareLocked(s *Session, from Viewer, m Message) {
+	m = s.add(m, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
+	r.saveLocked(s)
+	ev := NewEvent("history.entry", s.id, 0, map[string]any{"entry": m})
+	for v := range s.viewers {
+		if v != from {
+			v.Deliver(ev)
+		}
+	}
+}
+
 // viewLocked makes v a viewer of s and s attached. It fails with
 // ErrNotFound for a viewer whose socket is gone, and with a
 // *ViewerCapacityError when v views MaxViewed other sessions. r.mu must be

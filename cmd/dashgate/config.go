@@ -149,7 +149,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.AgentTools, "agent-tools", "", "tools the agent may use after a viewer approves: shell, or empty for none")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "an approved tool run longer than this is ended")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
-	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 0, "a streaming turn may finish for this long after its session's last viewer left (0: its worker is closed at once)")
+	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 5*time.Minute, "a streaming turn may finish for this long after its session's last viewer left, its reply kept (0: its worker is closed at once, mid-turn)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of the proxies whose X-Forwarded-* headers, and --user-header, are used; unix: whatever comes over the --addr unix: socket")
 	fs.StringVar(&c.UserHeader, "user-header", "", "take the user from this request header (e.g. X-Forwarded-User), only from a --trusted-proxies peer; the proxy must overwrite it")

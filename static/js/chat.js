@@ -18,7 +18,17 @@
 // still being written", hints) are a bare chat-message div, outside any entry.
 //
 // An assistant message being streamed carries data-streaming="true" and
-// data-turn-id until its message.complete arrives.
+// data-turn-id until its message.complete arrives. A reply entry with
+// status "streaming" (session.resume while a turn runs) is such a message:
+// the turn's next deltas continue its text.
+//
+// Another tab's prompts and slash commands (and their outputs) arrive as
+// event history.entry {entry} (never for this tab's own: it shows them
+// from its calls): live() shows them, unless an entry of that seq is.
+//
+// A turn that failed before any text shows its error (or notice) alone:
+// its message.complete (empty, interrupted, status "error") adds no reply,
+// and an empty reply entry with status "error" is not shown.
 //
 // A reply (kind reply) is Markdown: its message holds the sanitized HTML of
 // markdown.js (class "md"), re-rendered from the accumulated text while it
@@ -177,13 +187,35 @@ export class ChatLog {
 	 * returns its element.
 	 */
 	entry(e) {
+		if (failedEmpty(e)) return null;
 		const merged = mergeEntry(this.#el, e, this.#mine);
 		if (merged) return merged;
 		const el = renderEntry(e);
 		const stick = el.dataset.role === 'user' || this.#atBottom();
+		if (e.kind === 'reply' && e.status === 'streaming' && e.turn_id) {
+			// Being written (session.resume mid-turn): its deltas go on here.
+			const old = this.#streams.get(e.turn_id);
+			if (old) {
+				clearTimeout(old._renderTimer);
+				old.remove();
+			}
+			this.#streams.set(e.turn_id, el);
+		}
 		this.#el.append(el);
 		if (stick) this.#scrollToEnd();
 		return el;
+	}
+
+	/**
+	 * Takes a history.entry event's payload ({entry}: another tab's prompt,
+	 * slash command or its result) and returns the element shown, or null
+	 * when an entry of its seq is shown already.
+	 */
+	live(p) {
+		const e = p?.entry;
+		if (!e) return null;
+		if (e.seq != null && this.#el.querySelector(`[data-testid="entry"][data-seq="${CSS.escape(String(e.seq))}"]`)) return null;
+		return this.entry(e);
 	}
 
 	/** Puts entries (older history, oldest first) before everything shown. */
@@ -192,7 +224,7 @@ export class ChatLog {
 		const before = el.scrollHeight - el.scrollTop;
 		const frag = document.createElement('div');
 		for (const e of entries) {
-			if (!mergeEntry(frag, e, this.#mine)) frag.append(renderEntry(e));
+			if (!failedEmpty(e) && !mergeEntry(frag, e, this.#mine)) frag.append(renderEntry(e));
 		}
 		el.prepend(...frag.children);
 		el.scrollTop = el.scrollHeight - before;
@@ -282,6 +314,9 @@ export class ChatLog {
 		const stick = this.#atBottom();
 		let el = this.#streams.get(turnId);
 		this.#streams.delete(turnId);
+		const final0 = typeof text === 'string' ? text : '';
+		// A turn that failed before any text: its error entry (next) says it all.
+		if (!el && final0 === '' && status === 'error') return;
 		if (!el) el = this.#startReply(turnId);
 		clearTimeout(el._renderTimer);
 		el._renderTimer = 0;
@@ -360,6 +395,11 @@ function message(role, text) {
 	return div;
 }
 
+/** Whether e is the empty reply of a turn that failed before any text (its error or notice tells). */
+function failedEmpty(e) {
+	return e?.kind === 'reply' && !e.text && e.status === 'error';
+}
+
 function renderEntry(e) {
 	const kind = typeof e.kind === 'string' && e.kind ? e.kind : kindOfRole(e.role);
 	const role = KIND_ROLE[kind] ?? 'system';
@@ -400,6 +440,7 @@ function renderEntry(e) {
 		wrap._text = text;
 		renderMarkdown(msg, text);
 		if (e.turn_id) msg.dataset.turnId = e.turn_id;
+		if (e.status === 'streaming') msg.dataset.streaming = 'true';
 	}
 	wrap.append(msg);
 	if ((kind === 'reply' || kind === 'error') && e.interrupted) markInterrupted(wrap);
