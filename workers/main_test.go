@@ -396,7 +396,7 @@ func ping(t testing.TB, w *Worker) int {
 func readPidFile(t testing.TB, path string) int {
 	t.Helper()
 	var pid int
-	testkit.WaitFor(t, 10*time.Second, "pid file "+filepath.Base(path), func() bool {
+	testkit.WaitFor(t, 30*time.Second, "pid file "+filepath.Base(path), func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return false
