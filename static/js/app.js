@@ -11,7 +11,7 @@
 // window.dashgate exposes hooks for browser tests, see the end of this file.
 
 import { ChatLog, errorSentence, stderrTail } from './chat.js';
-import { initLayout } from './layout.js';
+import { followLog, initLayout } from './layout.js';
 import { wsURL } from './net.js';
 import { connectionText, endNotice, NOT_SENT, workerNotice } from './notices.js';
 import { ChatClient, RpcError } from './rpc.js';
@@ -55,6 +55,7 @@ const els = {
 	stop: byTestId('chat-stop'),
 	pending: byTestId('pending'),
 	pendingText: byTestId('pending-text'),
+	jumpNew: byTestId('jump-new'),
 };
 
 // This page's id, sent on both sockets (?page=): the admin page counts a
@@ -69,6 +70,8 @@ const terminal = new TerminalPane(els.terminal, base, {
 	restart: byTestId('terminal-restart'),
 });
 initLayout(() => terminal.refit());
+// The log follows new entries while the reader is at its end (layout.js).
+const follow = followLog(els.log, els.jumpNew);
 const rpc = new ChatClient(wsURL(base, 'ws/chat?page=' + encodeURIComponent(pageId)), { onReady, onEvent, onStatus });
 
 let current = null; // id of the current session
@@ -85,7 +88,8 @@ let modelsError = ''; // why model.list failed, if it did
 let currentModel = ''; // the current session's model ("" for the default)
 let execs = 0; // slash commands of the current session waiting for their reply
 let execSeq = 0; // bumped when the current session changes: replies of older ones do not count
-const resumeErrors = new Map(); // session_id -> why its last resume failed (shown under it)
+const resumeErrors = new Map(); // session_id -> why its last resume (or rename) failed (shown under it)
+let renaming = null; // {id, input} of the title being edited in the live list
 
 // Session changes (create, resume, close, the choice after a reconnect) run
 // one at a time, in order, so that clicks and reconnects never interleave.
@@ -135,7 +139,9 @@ let renderedClosed = '';
 function renderLists() {
 	const errors = [...resumeErrors];
 	const live = JSON.stringify([sessions, current, errors]);
-	if (live !== renderedLive) {
+	// While a title is being edited the live list waits (a refresh would
+	// take the input away); it is rendered when the edit ends.
+	if (live !== renderedLive && !renaming) {
 		renderedLive = live;
 		renderSessions(els.list, sessions, current, resumeErrors);
 	}
@@ -226,7 +232,9 @@ function show(id, r, explicit) {
 	setCurrent(id, explicit);
 	const history = Array.isArray(r.history) ? r.history : [];
 	for (const e of history) chat.entry(e);
+	follow.reset();
 	if (Array.isArray(r.pending_approvals)) chat.syncApprovals(r.pending_approvals);
+	const approving = Array.isArray(r.pending_approvals) && r.pending_approvals.length > 0;
 	setModel(typeof r.model === 'string' ? r.model : '');
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
@@ -234,7 +242,7 @@ function show(id, r, explicit) {
 		// Its turn is not known here: Stop and the pending line show
 		// until the next message.complete.
 		streaming.add(RESUMED_TURN);
-		setPending('a reply is still being written…');
+		setPending(approving ? 'waiting for your approval…' : 'a reply is still being written…');
 		updateBusy();
 		chat.add('system', 'a reply is still being written');
 	}
@@ -278,6 +286,52 @@ async function openHit(id) {
 	await reopen(id);
 }
 
+/** The entry of the chat log with that seq, if shown. */
+function entryAt(seq) {
+	return els.log.querySelector(`[data-testid="entry"][data-seq="${Number(seq)}"]`);
+}
+
+/**
+ * Shows a search hit: opens its session when it is not the current one,
+ * loads older history (session.history before_seq) until the entry is in
+ * the log, scrolls it into view and highlights it for a moment.
+ */
+async function jumpToHit(id, seq) {
+	if (id !== current || currentGone) await openHit(id);
+	if (id !== current || !(seq > 0)) return;
+	let el = entryAt(seq);
+	if (!el && !(seq < oldestSeq) && !busy()) {
+		// Among the entries shown, but shown live (they carry no seq):
+		// show the conversation again from its history.
+		await reloadHistory(id);
+		el = entryAt(seq);
+	}
+	while (!el && id === current && seq < oldestSeq && oldestSeq > 1) {
+		const before = oldestSeq;
+		await loadEarlier();
+		if (!(oldestSeq < before)) break;
+		el = entryAt(seq);
+	}
+	if (!el || id !== current) return;
+	follow.reveal(el);
+	el.classList.remove('hit-flash');
+	void el.offsetWidth; // a second jump to the same entry flashes again
+	el.classList.add('hit-flash');
+	el.addEventListener('animationend', () => el.classList.remove('hit-flash'), { once: true });
+}
+
+/** Renders the current session's latest history again (session.history). */
+async function reloadHistory(id) {
+	const r = await rpc.call('session.history', { session_id: id, limit: HISTORY_PAGE });
+	if (id !== current || busy()) return;
+	const entries = Array.isArray(r.entries) ? r.entries : [];
+	chat.clear();
+	for (const e of entries) chat.entry(e);
+	follow.reset();
+	oldestSeq = entries.length ? Number(entries[0].seq) || 0 : 0;
+	els.historyMore.hidden = !(r.more && oldestSeq > 1);
+}
+
 function nextTitle() {
 	let n = 0;
 	for (const s of sessions) {
@@ -290,6 +344,7 @@ function nextTitle() {
 async function create() {
 	const r = await rpc.call('session.create', { title: nextTitle() });
 	chat.clear();
+	follow.reset();
 	oldestSeq = 0;
 	els.historyMore.hidden = true;
 	setCurrent(r.session_id, true);
@@ -335,6 +390,20 @@ function onReady() {
 				if (!(err instanceof RpcError) || err.code !== 4001) throw err;
 			}
 		}
+		// The stored session is gone (another tab of this browser moved
+		// on, or it closed): a detached one waits for a viewer, the most
+		// recently active first, rather than a new session.
+		const waiting = sessions
+			.filter((x) => x.state === 'detached')
+			.sort((a, b) => String(b.last_active).localeCompare(String(a.last_active)));
+		for (const d of waiting) {
+			try {
+				await resume(d.session_id);
+				return;
+			} catch (err) {
+				if (!(err instanceof RpcError) || err.code !== 4001) throw err;
+			}
+		}
 		await create();
 	});
 }
@@ -365,10 +434,13 @@ function onEvent(ev) {
 			break;
 		case 'approval.request':
 			if (p.turn_id) streaming.add(p.turn_id); // Escape interrupts the turn
+			setPending('waiting for your approval…');
+			updateBusy();
 			chat.entry({ kind: 'approval_request', text: p.command ?? '', turn_id: p.turn_id, data: { request_id: p.request_id, tool: p.tool } });
 			break;
 		case 'approval.resolved':
 			chat.entry({ kind: 'approval_resolved', text: p.choice ?? '', live: true, data: { request_id: p.request_id, choice: p.choice, by: p.by } });
+			if (!els.log.querySelector('[data-testid="approval-card"][data-state="pending"]')) setPending('waiting for the reply…');
 			break;
 		case 'tool.start':
 			if (p.turn_id) streaming.add(p.turn_id);
@@ -743,6 +815,8 @@ els.modelPicker.addEventListener('change', () => {
 });
 
 els.newSession.addEventListener('click', () => serial(create));
+// "new messages" takes the reader to the end (layout.js); it hides there.
+els.jumpNew.addEventListener('click', () => els.input.focus());
 els.historyMore.addEventListener('click', () => serial(loadEarlier));
 els.closedMore.addEventListener('click', () => serial(loadMoreClosed));
 
@@ -790,20 +864,94 @@ function openHitOf(ev) {
 	const li = ev.target.closest('[data-testid="search-hit"]');
 	if (!li) return;
 	const id = li.dataset.sessionId;
-	serial(() => openHit(id));
+	const seq = Number(li.dataset.seq);
+	serial(() => jumpToHit(id, seq));
 }
 els.hits.addEventListener('click', openHitOf);
 els.hits.addEventListener('keydown', (ev) => {
 	if (ev.key === 'Enter') openHitOf(ev);
 });
 
+// Rename in place: the Rename button, or a double-click on a title, puts
+// an input in the title's place; Enter saves (session.rename), Escape or
+// leaving it cancels. Every tab's list follows (session.changed).
+function startRename(li) {
+	const id = li.dataset.sessionId;
+	const title = li.querySelector('[data-testid="session-title"]');
+	const s = sessions.find((x) => x.session_id === id);
+	if (!title || !s || isGone(s)) return;
+	if (renaming) endRename(false);
+	const input = document.createElement('input');
+	input.type = 'text';
+	input.className = 'session-rename-input';
+	input.dataset.testid = 'rename-input';
+	input.maxLength = 200;
+	input.value = s.title ?? '';
+	input.setAttribute('aria-label', `New title for ${s.title || id}`);
+	title.replaceWith(input);
+	renaming = { id, input };
+	input.focus();
+	input.select();
+	input.addEventListener('keydown', (ev) => {
+		if (ev.isComposing) return;
+		if (ev.key === 'Enter') {
+			ev.preventDefault();
+			saveRename();
+		} else if (ev.key === 'Escape') {
+			ev.preventDefault();
+			endRename(true);
+		}
+	});
+	input.addEventListener('blur', () => {
+		if (renaming?.input === input && !renaming.saving) endRename(false);
+	});
+}
+
+/** Ends the edit; focus: give the keyboard back to the row's Rename button. */
+function endRename(focus) {
+	const r = renaming;
+	if (!r) return;
+	renaming = null;
+	renderedLive = ''; // the title comes back
+	renderLists();
+	if (focus) els.list.querySelector(`[data-testid="session-item"][data-session-id="${CSS.escape(r.id)}"] [data-testid="session-rename"]`)?.focus();
+}
+
+async function saveRename() {
+	const r = renaming;
+	const title = r.input.value.trim();
+	const s = sessions.find((x) => x.session_id === r.id);
+	if (!title || title === s?.title) {
+		endRename(true);
+		return;
+	}
+	r.saving = true;
+	r.input.disabled = true;
+	try {
+		const res = await rpc.call('session.rename', { session_id: r.id, title });
+		resumeErrors.delete(r.id);
+		if (s) s.title = typeof res.title === 'string' ? res.title : title;
+	} catch (err) {
+		resumeErrors.set(r.id, `Could not rename: ${err instanceof RpcError ? errorSentence(err.code, err.message) : err.message}`);
+	}
+	if (renaming === r) endRename(true);
+	refreshSoon();
+}
+
+els.list.addEventListener('dblclick', (ev) => {
+	const li = ev.target.closest('[data-testid="session-item"]');
+	if (li && ev.target.closest('[data-testid="session-title"]')) startRename(li);
+});
+
 els.list.addEventListener('click', (ev) => {
 	const li = ev.target.closest('[data-testid="session-item"]');
-	if (!li) return;
+	if (!li || ev.target.closest('input')) return;
 	const id = li.dataset.sessionId;
 	const button = ev.target.closest('button');
 	if (button?.disabled) return;
-	if (button?.dataset.testid === 'session-close') {
+	if (button?.dataset.testid === 'session-rename') {
+		startRename(li);
+	} else if (button?.dataset.testid === 'session-close') {
 		serial(() => closeSession(id));
 	} else if (button?.dataset.testid === 'session-resume' || (!button && id !== current && !li.classList.contains('closed'))) {
 		serial(() => resumeClicked(id));

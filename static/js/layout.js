@@ -120,3 +120,89 @@ export function initLayout(onView) {
 	STACKED.addEventListener('change', () => divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical'));
 	divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical');
 }
+
+// How near the end of the chat log (in pixels) still counts as at the end.
+const END_SLACK = 40;
+
+/**
+ * Keeps the chat log at its end while the reader is there, whatever
+ * changes its size (the divider, the pending line, the window, a rewrap)
+ * or its content; scrolled up, the reader stays where they are and the
+ * "new messages" button (jump) shows once something new arrives at the
+ * end, and takes them there.
+ *
+ * "At the end" is what the reader did last: a scroll that ends near the
+ * end follows, one up from there stops following. A size change does not
+ * decide it (a narrower log holds taller content: the end moved, the
+ * reader did not).
+ *
+ * Returns {reveal(el), reset()}: reveal scrolls an element into view and
+ * stops following (until the reader is back at the end); reset follows
+ * again (a new conversation is shown).
+ */
+export function followLog(log, jump) {
+	let follow = true;
+	let pinned = 0; // scrollTop when the log was last known to be at its end
+	const atEnd = () => log.scrollHeight - log.scrollTop - log.clientHeight < END_SLACK;
+	const setUnseen = (on) => {
+		jump.hidden = !on;
+	};
+	const toEnd = () => {
+		log.scrollTop = log.scrollHeight;
+		pinned = log.scrollTop;
+	};
+	// Following, but the reader moved up since (a scroll whose event has
+	// not been dispatched yet): they left the end.
+	const left = () => log.scrollTop < pinned - 1 && !atEnd();
+	// A scroll to the end follows; one up from the end stops following.
+	// Anything else is the layout's doing, not the reader's (the log has
+	// no scroll anchoring, app.css): a follower is kept at the end.
+	log.addEventListener(
+		'scroll',
+		() => {
+			if (atEnd()) {
+				follow = true;
+				pinned = log.scrollTop;
+				setUnseen(false);
+			} else if (log.scrollTop < pinned - 1) {
+				follow = false;
+			} else if (follow) {
+				toEnd();
+			}
+		},
+		{ passive: true },
+	);
+	new ResizeObserver(() => {
+		if (follow && left()) follow = false;
+		if (follow) toEnd();
+	}).observe(log);
+	new MutationObserver((records) => {
+		if (follow && left()) follow = false;
+		if (follow) {
+			toEnd();
+			return;
+		}
+		// Something new at the end: appended, or a change in the last
+		// entry (a reply streaming). Older history put before is not new.
+		const last = log.lastElementChild;
+		const isNew = (r) => (r.target === log ? r.addedNodes.length > 0 && r.nextSibling === null : Boolean(last?.contains(r.target)));
+		if (records.some(isNew)) setUnseen(true);
+	}).observe(log, { childList: true, subtree: true, characterData: true });
+	jump.addEventListener('click', () => {
+		follow = true;
+		toEnd();
+		setUnseen(false);
+	});
+	return {
+		reveal(el) {
+			el.scrollIntoView({ block: 'center' });
+			follow = atEnd();
+			if (follow) pinned = log.scrollTop;
+		},
+		reset() {
+			follow = true;
+			setUnseen(false);
+			toEnd();
+		},
+	};
+}

@@ -1,8 +1,9 @@
 // Renders the session lists.
 //
 // Live sessions: <li data-testid="session-item" data-session-id="..."> with
-// the title, the state and the resume/close buttons; the current session has
-// class "current".
+// the title (data-testid="session-title"), the state and the resume, rename
+// and close buttons; the current session has class "current". Renaming
+// (app.js) puts an <input data-testid="rename-input"> in the title's place.
 //
 // Closed sessions (session.list {include_closed: true}), in the collapsed
 // "Closed" section: <li data-testid="closed-session" data-session-id="...">
@@ -82,6 +83,12 @@ const LIVE = {
 			resume.setAttribute('aria-label', `Resume ${name}`);
 			out.push(resume);
 		}
+		// Rename in place: this button or a double-click on the title
+		// (app.js turns the title into an input).
+		const rename = button('Rename', 'session-rename', 'btn');
+		rename.disabled = isGone(s);
+		rename.setAttribute('aria-label', `Rename ${name}`);
+		out.push(rename);
 		const close = button('Close', 'session-close', 'btn btn-danger');
 		close.disabled = isGone(s);
 		close.setAttribute('aria-label', `Close ${name}`);
@@ -149,7 +156,9 @@ function sessionRow(s, current, error, kind) {
 	actions.className = 'session-actions';
 	actions.append(...kind.actions(s, current, name));
 
-	li.append(span('session-title', name), info, actions);
+	const title = span('session-title', name);
+	title.dataset.testid = 'session-title';
+	li.append(title, info, actions);
 	if (error) li.append(sessionError(error));
 	return li;
 }
