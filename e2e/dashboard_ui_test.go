@@ -86,6 +86,15 @@ func TestRenameSessionInPlace(t *testing.T) {
 	}
 }
 
+// expectJS is waitJS that marks the test failed and goes on (so that one
+// run shows every check that fails).
+func expectJS(t *testing.T, tb *tab, timeout time.Duration, what, expr, diag string) {
+	t.Helper()
+	if err := tb.waitJS(timeout, what, expr, diag); err != nil {
+		t.Error(err)
+	}
+}
+
 // logAtEnd holds when the chat log is scrolled to its end.
 const logAtEnd = `(l => l.scrollHeight - l.scrollTop - l.clientHeight < 2)(document.querySelector('[data-testid="chat-log"]'))`
 
@@ -162,7 +171,7 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 		t.Fatalf("after the drag the chat log is %.0f px wide, was %.0f", w, wide)
 	}
 	exit(3)
-	tb.mustWaitJS(5*time.Second, "after the drag the log still follows: the worker's exit in view", logAtEnd+` && `+lastEntryInView, logState)
+	expectJS(t, tb, 5*time.Second, "after the drag the log still follows: the worker's exit in view", logAtEnd+` && `+lastEntryInView, logState)
 
 	// Scrolled up: the reader stays; "new messages" appears, and jumps.
 	tb.Do("scroll the log up with the wheel", wheel(tb, chatLog, -1200))
@@ -173,17 +182,17 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 	}
 	top := mustEval[float64](tb, `document.querySelector('[data-testid="chat-log"]').scrollTop`)
 	exit(4)
-	tb.mustWaitJS(5*time.Second, "the new messages button shows", visible(jump), logState)
+	expectJS(t, tb, 5*time.Second, "the new messages button shows", visible(jump), logState)
 	if now := mustEval[float64](tb, `document.querySelector('[data-testid="chat-log"]').scrollTop`); now < top-1 || now > top+1 {
 		t.Errorf("the log moved from %.0f to %.0f while the reader was scrolled up", top, now)
 	}
 	tb.Do("click new messages", chromedp.Click(chromedp.CSS(jump)))
-	tb.mustWaitJS(5*time.Second, "at the end, the newest entry in view, the button gone",
+	expectJS(t, tb, 5*time.Second, "at the end, the newest entry in view, the button gone",
 		logAtEnd+` && `+lastEntryInView+` && !`+visible(jump), logState)
 
 	// The pending line never covers the last entry.
 	sendChat(t, tb, "/sleep 60")
-	tb.mustWaitJS(5*time.Second, "the pending line shows, the command's entry above it",
+	expectJS(t, tb, 5*time.Second, "the pending line shows, the command's entry above it",
 		visible(byTestID("pending"))+` && `+lastEntryInView, logState)
 	tb.Do("click Stop", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
 	tb.mustWaitJS(10*time.Second, "stopped, the last entry in view", `!`+visible(byTestID("pending"))+` && `+lastEntryInView, logState)
@@ -222,7 +231,7 @@ func TestSearchHitJumpsToEntry(t *testing.T) {
 	hit := fmt.Sprintf(`[data-testid="search-hit"][data-session-id=%s][data-seq="1"]`, js(long))
 	tb.mustWaitJS(10*time.Second, "the hit of the first entry", exists(hit), searchState)
 	tb.Do("click the hit", chromedp.Click(chromedp.CSS(hit)))
-	tb.mustWaitJS(15*time.Second, "its session current, the entry loaded, in view and highlighted",
+	expectJS(t, tb, 15*time.Second, "its session current, the entry loaded, in view and highlighted",
 		fmt.Sprintf(`window.dashgate.currentSession() === %s && %s`, js(long), entryShown(1)), searchState)
 
 	// In the current session, an entry shown live (sent from this page),
@@ -272,11 +281,11 @@ func TestDashboardSmallDefects(t *testing.T) {
 	fits := fmt.Sprintf(`(s => { const cs = getComputedStyle(s); const c = document.createElement('canvas').getContext('2d'); c.font = cs.font; const label = s.options[s.selectedIndex].textContent; return label.includes('fake-1') && c.measureText(label).width + parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight) + 16 <= s.clientWidth; })(document.querySelector(%s))`, js(picker))
 	pickerState := fmt.Sprintf(`JSON.stringify((s => ({width: s.clientWidth, label: s.options[s.selectedIndex]?.textContent}))(document.querySelector(%s)))`, js(picker))
 	tb.mustWaitJS(10*time.Second, "the models are listed", fmt.Sprintf(`document.querySelector(%s).options.length > 1`, js(picker)), dashboardState)
-	tb.mustWaitJS(5*time.Second, "the picker's label fits", fits, pickerState)
+	expectJS(t, tb, 5*time.Second, "the picker's label fits", fits, pickerState)
 	if _, err := chromedp.Call(tb.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 420, Height: 800, DeviceScaleFactor: 1}); err != nil {
 		t.Fatal(err)
 	}
-	tb.mustWaitJS(5*time.Second, "on a phone the picker's label fits", `innerWidth === 420 && `+fits, pickerState)
+	expectJS(t, tb, 5*time.Second, "on a phone the picker's label fits", `innerWidth === 420 && `+fits, pickerState)
 	if _, err := chromedp.Call(tb.ctx, emulation.ClearDeviceMetricsOverride, cdp.Empty{}); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +327,7 @@ func TestDashboardSmallDefects(t *testing.T) {
 	m.then(toolCall("echo approved-$((6*7))"), reply("It ran."))
 	sendChat(t, tb, "run something")
 	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
-	tb.mustWaitJS(5*time.Second, "the pending line asks for the approval",
+	expectJS(t, tb, 5*time.Second, "the pending line asks for the approval",
 		visible(byTestID("pending"))+` && document.querySelector('[data-testid="pending-text"]').textContent === 'waiting for your approval…'`,
 		`document.querySelector('[data-testid="pending-text"]').textContent`)
 	tb.Do("approve", chromedp.Click(chromedp.CSS(approvalCard+` [data-testid="approve"]`)))
