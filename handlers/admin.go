@@ -564,7 +564,7 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 	}
 	row := func(s sessions.Info, node string) templates.SessionRow {
 		return templates.SessionRow{
-			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Viewers: s.Pages, Sockets: s.Viewers,
+			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
 			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID, Node: node,
