@@ -227,3 +227,56 @@ func TestOneCardPerOutcome(t *testing.T) {
 	waitDashboard(t, tb)
 	waitEntries(t, tb, "after a reload, the same cards", want)
 }
+
+// TestFirstPromptTitlesTheSession: a session keeps no "session N" once
+// its first prompt is typed: it takes that prompt's first words (cut at a
+// word, with …), in the list at once and after a reload; and after its
+// default-titled session was reaped, the next one is not given the
+// closed one's "session N" again.
+func TestFirstPromptTitlesTheSession(t *testing.T) {
+	m := newModelServer(t)
+	d := startAgent(t, m, t.TempDir())
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	sid := openDashboard(t, d, tb)
+	first, _ := d.Session(sid)
+	if first.Title != "session 1" {
+		t.Fatalf("the first session is titled %q, want session 1", first.Title)
+	}
+
+	// A slash command is not a prompt: the title stays.
+	sendChat(t, tb, "/help")
+	waitSettled(t, tb, "the command ran", "slash", "slash_output")
+	if s, _ := d.Session(sid); s.Title != "session 1" {
+		t.Fatalf("after a slash command the title is %q", s.Title)
+	}
+	// Reaped with its default title: it stands in the closed list as "session 1".
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, d.URL("admin/sessions/"+sid+"/reap"), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Accept", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("reap session %s: %s", sid, res.Status)
+	}
+	tb.mustWaitJS(15*time.Second, "the tab says the session closed", `[...document.querySelectorAll('[data-testid="chat-log"] [data-testid="chat-message"]')].some(e => e.textContent === 'the next message starts a new session')`, entriesState)
+	sendChat(t, tb, "/help")
+	tb.mustWaitJS(15*time.Second, "a new session", `window.dashgate.currentSession() && window.dashgate.currentSession() !== `+js(sid), entriesState)
+	sid2 := currentSession(t, tb)
+	if s, _ := d.Session(sid2); s.Title != "session 2" {
+		t.Errorf("the next session is titled %q, want session 2 (session 1 is the closed one's)", s.Title)
+	}
+
+	m.then(reply("Sure."))
+	const want = "Plan the quarterly offsite for the…"
+	sendChat(t, tb, "Plan the quarterly offsite for the whole team")
+	testkit.WaitFor(t, 15*time.Second, "the session titled from its first prompt", func() bool { s, _ := d.Session(sid2); return s.Title == want })
+	current := `(e => e ? e.textContent : '')(document.querySelector('[data-testid="session-item"].current'))`
+	tb.mustWaitJS(15*time.Second, "the list shows the new title", current+`.includes(`+js(want)+`)`, current)
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	tb.mustWaitJS(15*time.Second, "after a reload the list shows the new title", current+`.includes(`+js(want)+`)`, current)
+}

@@ -444,7 +444,7 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) error {
 	r.mu.Lock()
 	if s := r.sessions[sid]; s != nil && s.live() && authorize(p, s.owner, accessUse) {
-		s.title = title
+		s.title, s.titled = title, true
 		r.saveLocked(s)
 		r.changedLocked(s)
 		r.mu.Unlock()

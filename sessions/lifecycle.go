@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -82,7 +83,51 @@ func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info,
 
 // create makes a session owned by p; v, when not nil, must carry p.
 func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+	if !terminalOnly {
+		title = r.freeDefaultTitle(p.User, title)
+	}
 	return r.register(v, r.newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
+}
+
+// titleReadTimeout bounds the store read of freeDefaultTitle: a failing
+// store costs a new session no more than this.
+const titleReadTimeout = 500 * time.Millisecond
+
+// freeDefaultTitle is title, unless it is a default one ("session N")
+// that a live or stored session of owner has: then "session M", M beyond
+// every default title of owner's live sessions and of the latest 500
+// closed ones (read from the store outside the lock; when the store
+// fails, the live ones only).
+func (r *Registry) freeDefaultTitle(owner, title string) string {
+	if _, ok := defaultNumber(title); !ok {
+		return title
+	}
+	used, highest := false, 0
+	note := func(t string) {
+		used = used || t == title
+		if n, ok := defaultNumber(t); ok && n > highest {
+			highest = n
+		}
+	}
+	r.mu.Lock()
+	for s := range r.usage.owned(owner) {
+		if s.live() {
+			note(s.title)
+		}
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), titleReadTimeout)
+	defer cancel()
+	r.journal.flush(ctx)
+	if rows, _, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Limit: 500}); err == nil {
+		for _, row := range rows {
+			note(row.Title)
+		}
+	}
+	if !used {
+		return title
+	}
+	return "session " + strconv.Itoa(highest+1)
 }
 
 // newSession returns a session of owner not yet in the registry (see

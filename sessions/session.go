@@ -3,8 +3,12 @@ package sessions
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/semaphore"
 
@@ -120,6 +124,7 @@ func viewerGone(v Viewer) bool {
 type Session struct {
 	id                string
 	title             string
+	titled            bool // its title was chosen (renamed, or taken from its first prompt): see promptTitle
 	closeOnDisconnect bool
 	terminalOnly      bool // made by /ws/pty without a session_id
 	createdAt         time.Time
@@ -200,4 +205,46 @@ func (s *Session) info() Info {
 		in.PTYPID = s.term.PID()
 	}
 	return in
+}
+
+// defaultTitle is a title the dashboard gives a new session ("session 3"):
+// one the user did not choose.
+var defaultTitle = regexp.MustCompile(`^session ([1-9][0-9]{0,8})$`)
+
+// defaultNumber is N of a default title "session N", and whether title is
+// one.
+func defaultNumber(title string) (int, bool) {
+	m := defaultTitle.FindStringSubmatch(title)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n, err == nil
+}
+
+// promptTitleMax is the most runes of a title taken from a prompt, the
+// ellipsis included.
+const promptTitleMax = 40
+
+// promptTitle is the title a session takes from its first prompt text:
+// its first line that is not blank, runs of white space made one space,
+// cut at the last word boundary within promptTitleMax runes with "…"
+// added (a single word longer than that is cut inside). "" when text has
+// no letters to show.
+func promptTitle(text string) string {
+	var line string
+	for l := range strings.SplitSeq(text, "\n") {
+		if line = strings.Join(strings.Fields(l), " "); line != "" {
+			break
+		}
+	}
+	if utf8.RuneCountInString(line) <= promptTitleMax {
+		return line
+	}
+	r := []rune(line)[:promptTitleMax-1] // room for the ellipsis
+	cut := string(r)
+	if i := strings.LastIndexByte(cut, ' '); i > 0 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " ,.;:-") + "…"
 }

@@ -54,9 +54,36 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	s.turns++
 	r.shareLocked(s, v, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
 	t.promptSeq = s.entrySeq
+	r.titleFromPromptLocked(s, text, t.promptSeq)
 	r.mu.Unlock()
 	start := func() { r.goTracked(func() { t.run(ctx, text) }) }
 	return t.id, start, nil
+}
+
+// titleFromPromptLocked gives s, when nobody chose its title (it is empty
+// or a default "session N", and s was not renamed), the title of its
+// first prompt, text at seq (promptTitle): stored and announced
+// (session.changed) as a rename. A restored or reopened session whose
+// entries are not loaded keeps its title. r.mu must be held.
+func (r *Registry) titleFromPromptLocked(s *Session, text string, seq uint64) {
+	if s.titled || s.unloaded {
+		return
+	}
+	if _, ok := defaultNumber(s.title); !ok && s.title != "" {
+		return
+	}
+	for _, e := range s.history {
+		if e.Kind == store.KindPrompt && e.Seq < seq {
+			return // not its first prompt
+		}
+	}
+	title := promptTitle(text)
+	if title == "" {
+		return
+	}
+	s.title, s.titled = title, true
+	r.saveLocked(s)
+	r.changedLocked(s)
 }
 
 // run asks the session's worker (spawned when needed) for the reply to
