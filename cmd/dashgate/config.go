@@ -57,6 +57,7 @@ type config struct {
 	Store            string
 	HistoryRetention time.Duration
 	BasePath         string
+	PublicURL        string // as given; "" means http://<addr><base-path>
 	TrustedProxies   string
 	AllowedOrigins   string
 	NodeID           string
@@ -151,6 +152,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
 	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 5*time.Minute, "a streaming turn may finish for this long after its session's last viewer left, its reply kept (0: its worker is closed at once, mid-turn)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
+	fs.StringVar(&c.PublicURL, "public-url", "", "the dashboard's URL as its users reach it, e.g. https://example.com/dashgate/ behind a proxy (deploy/nginx/dashgate.conf): the login and admin URLs dashgate prints start with it (default: http://<addr><base-path>)")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of the proxies whose X-Forwarded-* headers, and --user-header, are used; unix: whatever comes over the --addr unix: socket")
 	fs.StringVar(&c.UserHeader, "user-header", "", "take the user from this request header (e.g. X-Forwarded-User), only from a --trusted-proxies peer; the proxy must overwrite it")
 	fs.StringVar(&c.UsersFile, "users-file", "", "file of name:bcrypt-hash lines, one per user (dashgate user add NAME); reloaded on SIGHUP")
@@ -249,6 +251,11 @@ func (c config) validate() error {
 	if c.LLMURL != "" {
 		if u, err := url.Parse(c.LLMURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--llm-url %q is not an http(s) URL", c.LLMURL))
+		}
+	}
+	if c.PublicURL != "" {
+		if _, err := loginBase("--public-url", c.PublicURL); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.LLMConnectTimeout <= 0 || c.LLMHeaderTimeout <= 0 {

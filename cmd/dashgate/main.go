@@ -392,24 +392,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	base, _ := web.NormalizeBasePath(cfg.BasePath)
 	log.Info("dashgate listening", "addr", addr, "base_path", base, "instance", inst.ID, "version", version, "pid", os.Getpid(),
 		"users", usersMode(cfg))
-	switch {
-	case strings.HasPrefix(addr, "unix:"):
-		fmt.Fprintf(stdout, "dashgate: listening on %s (for a proxy on this host)\n", addr)
-	case userFile != nil && cfg.UserHeader == "":
-		fmt.Fprintf(stdout, "dashgate: users log in with the URL `dashgate user add NAME --url http://%s%s` prints\n", addr, base)
-	case cfg.UserHeader != "":
-		fmt.Fprintf(stdout, "dashgate: serving the users its proxy names in %s\n", cfg.UserHeader)
-	case cfg.TokenExplicit:
-		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=<your token> (once; a cookie keeps you logged in)\n", addr, base)
-	default:
-		// Printed on stdout for the person who started dashgate, never logged.
-		fmt.Fprintf(stdout, "dashgate: open http://%s%s?token=%s\n", addr, base, token)
-	}
-	if usersMode(cfg) != "" && !cfg.TokenExplicit && cfg.AdminToken == "" {
-		fmt.Fprintf(stdout, "dashgate: admin at http://%s%sadmin?token=%s\n", addr, base, token)
-	} else if cfg.AdminToken != "" && cfg.AdminToken != token {
-		fmt.Fprintf(stdout, "dashgate: admin at http://%s%sadmin?token=<the admin token>\n", addr, base)
-	}
+	printURLs(stdout, cfg, addr, base, token, userFile != nil)
 
 	serveCtx, stopServe := context.WithCancel(context.Background())
 	defer stopServe()
@@ -451,4 +434,39 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	reg.FlushStore(fctx) // logs what it could not write
 	log.Info("dashgate stopped")
 	return serveErr
+}
+
+// printURLs prints, on stdout for the person who started dashgate (never
+// logged), where to open the dashboard and the admin page: under
+// --public-url when given (a proxy's address), else http://<addr><base>.
+// A Unix socket without --public-url has no URL to print.
+func printURLs(stdout io.Writer, cfg config, addr, base, token string, usersFile bool) {
+	pub := "http://" + addr + base
+	if cfg.PublicURL != "" {
+		u, err := loginBase("--public-url", cfg.PublicURL) // validated by parseConfig
+		if err == nil {
+			pub = u.String()
+		}
+	}
+	if strings.HasPrefix(addr, "unix:") {
+		fmt.Fprintf(stdout, "dashgate: listening on %s (for a proxy on this host)\n", addr)
+		if cfg.PublicURL == "" {
+			return
+		}
+	}
+	switch {
+	case usersFile && cfg.UserHeader == "":
+		fmt.Fprintf(stdout, "dashgate: users log in with the URL `dashgate user add --public-url %s NAME` prints\n", pub)
+	case cfg.UserHeader != "":
+		fmt.Fprintf(stdout, "dashgate: serving the users its proxy names in %s at %s\n", cfg.UserHeader, pub)
+	case cfg.TokenExplicit:
+		fmt.Fprintf(stdout, "dashgate: open %s?token=<your token> (once; a cookie keeps you logged in)\n", pub)
+	default:
+		fmt.Fprintf(stdout, "dashgate: open %s?token=%s\n", pub, token)
+	}
+	if usersMode(cfg) != "" && !cfg.TokenExplicit && cfg.AdminToken == "" {
+		fmt.Fprintf(stdout, "dashgate: admin at %sadmin?token=%s\n", pub, token)
+	} else if cfg.AdminToken != "" && cfg.AdminToken != token {
+		fmt.Fprintf(stdout, "dashgate: admin at %sadmin?token=<the admin token>\n", pub)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,13 +15,15 @@ import (
 )
 
 const userUsage = `usage:
-  dashgate user add [--users-file PATH] [--url URL] NAME   make NAME a user; print their login URL (once)
+  dashgate user add [--users-file PATH] [--public-url URL] NAME   make NAME a user; print their login URL (once)
   dashgate user list [--users-file PATH]                  print the users, one a line
   dashgate user remove [--users-file PATH] NAME           take NAME out
 
 --users-file defaults to $DASHGATE_USERS_FILE, else <state dir>/users
-($XDG_STATE_HOME/dashgate or ~/.local/state/dashgate). --url is the
-dashboard's external URL, default $DASHGATE_URL, else http://127.0.0.1:8787/.
+($XDG_STATE_HOME/dashgate or ~/.local/state/dashgate). --public-url (or
+--url) is the dashboard's URL as its users reach it, the server's
+--public-url: default $DASHGATE_PUBLIC_URL, else $DASHGATE_URL, else
+http://127.0.0.1:8787/.
 A running dashgate reads the file again on SIGHUP (kill -HUP <pid>, or
 systemctl reload).
 `
@@ -72,13 +75,11 @@ func userCmd(args []string, getenv func(string) string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("dashgate user "+verb, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // userRun prints the one usage
 	path := fs.String("users-file", getenv("DASHGATE_USERS_FILE"), "the users file")
-	var base *string
+	var base string
 	if verb == "add" {
-		def := getenv("DASHGATE_URL")
-		if def == "" {
-			def = "http://127.0.0.1:8787/"
-		}
-		base = fs.String("url", def, "the dashboard's external URL")
+		def := cmp.Or(getenv("DASHGATE_PUBLIC_URL"), getenv("DASHGATE_URL"), "http://127.0.0.1:8787/")
+		fs.StringVar(&base, "public-url", def, "the dashboard's URL as its users reach it")
+		fs.StringVar(&base, "url", def, "the same as --public-url")
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -99,7 +100,13 @@ func userCmd(args []string, getenv func(string) string, stdout, stderr io.Writer
 	}
 	var login *url.URL
 	if verb == "add" {
-		if login, err = loginBase(*base); err != nil {
+		flagName := "--public-url" // the flag as given, in the error
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "url" {
+				flagName = "--url"
+			}
+		})
+		if login, err = loginBase(flagName, base); err != nil {
 			return &usageError{err.Error()}
 		}
 	}
@@ -171,18 +178,18 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// loginBase is the dashboard's URL as given, its path ending in '/': the
-// login URL is it with ?token=.
-func loginBase(raw string) (*url.URL, error) {
+// loginBase is the dashboard's URL as given (by the flag name), its path
+// ending in '/': the login URL is it with ?token=.
+func loginBase(name, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("--url %q: %w", raw, err)
+		return nil, fmt.Errorf("%s %q: %w", name, raw, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--url %q: want an http or https URL such as http://HOST:PORT/PATH", raw)
+		return nil, fmt.Errorf("%s %q: want an absolute http or https URL such as https://HOST/PATH/", name, raw)
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("--url %q: want no query or fragment", raw)
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("%s %q: want no query, fragment or user", name, raw)
 	}
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
