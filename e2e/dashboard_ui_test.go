@@ -170,6 +170,21 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 	if w := rect(tb, chatLog).W; w > wide-150 {
 		t.Fatalf("after the drag the chat log is %.0f px wide, was %.0f", w, wide)
 	}
+	expectJS(t, tb, 5*time.Second, "narrowed by the divider, the log keeps its end in view", logAtEnd+` && `+lastEntryInView, logState)
+	// And back: wider, its text shorter.
+	narrow := rect(tb, chatLog).W
+	div = rect(tb, byTestID("divider"))
+	x = div.X + div.W/2
+	tb.Do("drag the divider 200 px right",
+		chromedp.MouseEvent(chromedp.MousePressed, x, y, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+		chromedp.MouseEvent(chromedp.MouseMoved, x+100, y, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseMoved, x+200, y, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseReleased, x+200, y, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+	)
+	if w := rect(tb, chatLog).W; w < narrow+100 {
+		t.Fatalf("after the drag back the chat log is %.0f px wide, was %.0f", w, narrow)
+	}
+	expectJS(t, tb, 5*time.Second, "widened by the divider, the log keeps its end in view", logAtEnd+` && `+lastEntryInView, logState)
 	exit(3)
 	expectJS(t, tb, 5*time.Second, "after the drag the log still follows: the worker's exit in view", logAtEnd+` && `+lastEntryInView, logState)
 
@@ -271,14 +286,15 @@ func TestSearchHitJumpsToEntry(t *testing.T) {
 // the turn waits for the user's approval.
 func TestDashboardSmallDefects(t *testing.T) {
 	m := newModelServer(t)
-	d := startAgent(t, m, t.TempDir())
+	const model = "fake-1-with-a-rather-long-name"
+	d := startAgent(t, m, t.TempDir(), "--llm-model", model)
 	b := newBrowser(t)
 	tb := b.newTab(t, "dashboard")
 	openDashboard(t, d, tb)
 
-	// The picker's label fits, wide and on a phone.
+	// The picker's label ("default (<model>)") fits, wide and on a phone.
 	picker := byTestID("model-picker")
-	fits := fmt.Sprintf(`(s => { const cs = getComputedStyle(s); const c = document.createElement('canvas').getContext('2d'); c.font = cs.font; const label = s.options[s.selectedIndex].textContent; return label.includes('fake-1') && c.measureText(label).width + parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight) + 16 <= s.clientWidth; })(document.querySelector(%s))`, js(picker))
+	fits := fmt.Sprintf(`(s => { const cs = getComputedStyle(s); const c = document.createElement('canvas').getContext('2d'); c.font = cs.font; const label = s.options[s.selectedIndex].textContent; return label.includes(%s) && c.measureText(label).width + parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight) + 16 <= s.clientWidth; })(document.querySelector(%s))`, js(model), js(picker))
 	pickerState := fmt.Sprintf(`JSON.stringify((s => ({width: s.clientWidth, label: s.options[s.selectedIndex]?.textContent}))(document.querySelector(%s)))`, js(picker))
 	tb.mustWaitJS(10*time.Second, "the models are listed", fmt.Sprintf(`document.querySelector(%s).options.length > 1`, js(picker)), dashboardState)
 	expectJS(t, tb, 5*time.Second, "the picker's label fits", fits, pickerState)
@@ -292,7 +308,9 @@ func TestDashboardSmallDefects(t *testing.T) {
 	tb.mustWaitJS(5*time.Second, "back to the window's size", `innerWidth === 1280`, "")
 
 	// A narrow code block and a link without its URL.
-	m.then(reply("Run `this`:\n\n```\nls\n```\n\nand see [the docs](javascript:alert(1))."))
+	// The block is the widest thing of its reply: the bubble is as
+	// narrow as the code.
+	m.then(reply("```\nls -la\n```\n\n[docs](javascript:alert(1))"))
 	sendChat(t, tb, "a narrow block")
 	tb.mustWaitJS(15*time.Second, "the reply with its code block", `!!document.querySelector('`+replyEntry+` .msg:not([data-streaming="true"]) pre code')`, markdownState)
 	type overlap struct {
