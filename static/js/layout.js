@@ -155,8 +155,9 @@ export function followLog(log, jump) {
 	// not been dispatched yet): they left the end.
 	const left = () => log.scrollTop < pinned - 1 && !atEnd();
 	// A scroll to the end follows; one up from the end stops following.
-	// Anything else is the layout's doing, not the reader's (the log has
-	// no scroll anchoring, app.css): a follower is kept at the end.
+	// Anything else is the layout's doing, not the reader's (the
+	// browser's scroll anchoring after a rewrap): a follower is kept at
+	// the end.
 	log.addEventListener(
 		'scroll',
 		() => {
