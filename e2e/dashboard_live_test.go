@@ -232,7 +232,8 @@ func TestOneCardPerOutcome(t *testing.T) {
 // its first prompt is typed: it takes that prompt's first words (cut at a
 // word, with …), in the list at once and after a reload; and after its
 // default-titled session was reaped, the next one is not given the
-// closed one's "session N" again.
+// closed one's "session N" again (the dashboard, which knows only the
+// live ones, asks for it).
 func TestFirstPromptTitlesTheSession(t *testing.T) {
 	m := newModelServer(t)
 	d := startAgent(t, m, t.TempDir())
@@ -263,9 +264,14 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 		t.Fatalf("reap session %s: %s", sid, res.Status)
 	}
 	tb.mustWaitJS(15*time.Second, "the tab says the session closed", `[...document.querySelectorAll('[data-testid="chat-log"] [data-testid="chat-message"]')].some(e => e.textContent === 'the next message starts a new session')`, entriesState)
-	sendChat(t, tb, "/help")
-	tb.mustWaitJS(15*time.Second, "a new session", `window.dashgate.currentSession() && window.dashgate.currentSession() !== `+js(sid), entriesState)
+	// A reload knows no live session: the dashboard makes one, and asks
+	// for "session 1" again.
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
 	sid2 := currentSession(t, tb)
+	if sid2 == sid {
+		t.Fatalf("after the reap the tab still shows %s", sid)
+	}
 	if s, _ := d.Session(sid2); s.Title != "session 2" {
 		t.Errorf("the next session is titled %q, want session 2 (session 1 is the closed one's)", s.Title)
 	}
