@@ -25,7 +25,8 @@
 //
 // Search indexes words computed in Go, the same way store/sqlite does
 // (runs of Unicode letters and digits, lower-cased), as a tsvector with a
-// GIN index, and queries it with a tsquery of the same words ANDed: it does
+// GIN index, and queries it with a tsquery of the same words, each a
+// prefix ('word':*, which the GIN index answers), ANDed: it does
 // not depend on the server's locale or text search configuration, and any
 // string is a valid query.
 //

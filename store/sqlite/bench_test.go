@@ -147,6 +147,8 @@ func BenchmarkSearch(b *testing.B) {
 	s := openBench(b, path)
 	for _, tc := range []struct{ name, query string }{
 		{"common", commonWord},
+		{"common_prefix", commonWord[:3]},
+		{"one_letter_prefix", "t"},
 		{"common_two_words", commonWord + " the"},
 		{"rare", rareWord},
 		{"absent", "xylophone"},

@@ -115,6 +115,8 @@ func TestOpenSchema1(t *testing.T) {
 		{"ann", "walrus", []string{"live-ann/2", "live-ann/1"}},
 		{"bob", "walrus", []string{"closed-bob/1"}},
 		{"", "penguin", []string{"suspended-none/1"}},
+		{"ann", "WALR", []string{"live-ann/2", "live-ann/1"}},
+		{"", "p", []string{"suspended-none/1"}},
 	} {
 		hits, err := s.Search(ctx, tc.owner, tc.query, 10)
 		var got []string
@@ -128,6 +130,15 @@ func TestOpenSchema1(t *testing.T) {
 	// The upgraded file takes writes of the new schema.
 	if err := s.Apply(ctx, store.Batch{Entries: []store.SessionEntry{{SessionID: "live-ann", Entry: store.Entry{Seq: 4, Kind: store.KindPrompt, Text: "after upgrade"}}}}); err != nil {
 		t.Fatalf("Apply after upgrade: %v", err)
+	}
+	// The full-text table made again (00003, with its prefix index) is
+	// kept in step by the triggers of before.
+	if hits, err := s.Search(ctx, "ann", "upgr", 10); err != nil || len(hits) != 1 || hits[0].Seq != 4 {
+		t.Errorf("Search(upgr) after an upgrade = %+v, %v; want live-ann/4", hits, err)
+	}
+	var ddl string
+	if err := s.r.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'entries_fts'`).Scan(&ddl); err != nil || !strings.Contains(ddl, "prefix = '1 2 3'") {
+		t.Errorf("entries_fts after an upgrade: %q, %v; want its prefix index (prefix = '1 2 3')", ddl, err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
