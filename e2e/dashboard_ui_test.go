@@ -185,6 +185,29 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 		t.Fatalf("after the drag back the chat log is %.0f px wide, was %.0f", w, narrow)
 	}
 	expectJS(t, tb, 5*time.Second, "widened by the divider, the log keeps its end in view", logAtEnd+` && `+lastEntryInView, logState)
+	// Stacked (chat above terminal): the divider drag makes the log
+	// shorter; nothing scrolls, the end must still show.
+	if _, err := chromedp.Call(tb.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 900, Height: 700, DeviceScaleFactor: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tb.mustWaitJS(5*time.Second, "stacked", `innerWidth === 900`, "")
+	div = rect(tb, byTestID("divider"))
+	x, y = div.X+div.W/2, div.Y+div.H/2
+	high := rect(tb, chatLog).H
+	tb.Do("drag the stacked divider 120 px up",
+		chromedp.MouseEvent(chromedp.MousePressed, x, y, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+		chromedp.MouseEvent(chromedp.MouseMoved, x, y-60, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseMoved, x, y-120, chromedp.ButtonLeft),
+		chromedp.MouseEvent(chromedp.MouseReleased, x, y-120, chromedp.ButtonLeft, chromedp.ClickCount(1)),
+	)
+	if h := rect(tb, chatLog).H; h > high-80 {
+		t.Fatalf("after the drag up the chat log is %.0f px tall, was %.0f", h, high)
+	}
+	expectJS(t, tb, 5*time.Second, "shortened by the divider, the log keeps its end in view", logAtEnd+` && `+lastEntryInView, logState)
+	if _, err := chromedp.Call(tb.ctx, emulation.ClearDeviceMetricsOverride, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	tb.mustWaitJS(5*time.Second, "back to the window's size", `innerWidth === 1280`, "")
 	exit(3)
 	expectJS(t, tb, 5*time.Second, "after the drag the log still follows: the worker's exit in view", logAtEnd+` && `+lastEntryInView, logState)
 
