@@ -147,6 +147,13 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 	tb.mustWaitJS(5*time.Second, "the log overflows and is at its end",
 		`(l => l.scrollHeight > 2 * l.clientHeight)(document.querySelector('[data-testid="chat-log"]')) && `+logAtEnd+` && `+lastEntryInView, logState)
 
+	// The pending line never covers the last entry.
+	sendChat(t, tb, "/sleep 60")
+	expectJS(t, tb, 5*time.Second, "the pending line shows, the command's entry above it",
+		visible(byTestID("pending"))+` && `+lastEntryInView, logState)
+	tb.Do("click Stop", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
+	tb.mustWaitJS(10*time.Second, "stopped, the last entry in view", `!`+visible(byTestID("pending"))+` && `+lastEntryInView, logState)
+
 	// Another viewer's /exit makes an entry (the worker's exit) that
 	// nobody here typed.
 	other := openChat(t, "other", d.WSURL("ws/chat"), bearer())
@@ -228,12 +235,6 @@ func TestChatFollowsAndNewMessagesButton(t *testing.T) {
 	expectJS(t, tb, 5*time.Second, "at the end, the newest entry in view, the button gone",
 		logAtEnd+` && `+lastEntryInView+` && !`+visible(jump), logState)
 
-	// The pending line never covers the last entry.
-	sendChat(t, tb, "/sleep 60")
-	expectJS(t, tb, 5*time.Second, "the pending line shows, the command's entry above it",
-		visible(byTestID("pending"))+` && `+lastEntryInView, logState)
-	tb.Do("click Stop", chromedp.Click(chromedp.CSS(byTestID("chat-stop"))))
-	tb.mustWaitJS(10*time.Second, "stopped, the last entry in view", `!`+visible(byTestID("pending"))+` && `+lastEntryInView, logState)
 }
 
 // entryShown holds when the entry with seq is in the log, wholly in the
