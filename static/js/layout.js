@@ -155,9 +155,8 @@ export function followLog(log, jump) {
 	// not been dispatched yet): they left the end.
 	const left = () => log.scrollTop < pinned - 1 && !atEnd();
 	// A scroll to the end follows; one up from the end stops following.
-	// Anything else is the layout's doing, not the reader's (the
-	// browser's scroll anchoring after a rewrap): a follower is kept at
-	// the end.
+	// Anything else is the layout's doing, not the reader's: a follower
+	// is kept at the end.
 	log.addEventListener(
 		'scroll',
 		() => {
@@ -173,6 +172,8 @@ export function followLog(log, jump) {
 		},
 		{ passive: true },
 	);
+	// The log has no scroll anchoring (app.css): a resize (the divider,
+	// the pending line, the window) moves nothing, this keeps the end.
 	new ResizeObserver(() => {
 		if (follow && left()) follow = false;
 		if (follow) toEnd();
