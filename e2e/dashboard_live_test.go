@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -285,4 +286,37 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 	tb.Do("reload", chromedp.Reload())
 	waitDashboard(t, tb)
 	tb.mustWaitJS(15*time.Second, "after a reload the list shows the new title", current+`.includes(`+js(want)+`)`, current)
+}
+
+// TestShutdownMidReplySaysDashgateStopped: dashgate stopping (SIGTERM)
+// while a reply streams keeps the text so far, marked interrupted, and
+// says "dashgate stopped" after the restart: no error card, nothing that
+// says the worker crashed.
+func TestShutdownMidReplySaysDashgateStopped(t *testing.T) {
+	m := newModelServer(t)
+	m.then(halted([]string{"Cut ", "short "}, nil, ""))
+	state := t.TempDir()
+	d := startAgent(t, m, t.TempDir(), "--state-dir", state)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	sid := openDashboard(t, d, tb)
+	sendChat(t, tb, "start")
+	tb.mustWaitJS(15*time.Second, "the words stream", streamingReply+`.startsWith('Cut short')`, entriesState)
+
+	_, port, err := net.SplitHostPort(d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopForRestart(t, d)
+	d2 := startAgent(t, m, t.TempDir(), "--state-dir", state, "--addr", net.JoinHostPort("127.0.0.1", port))
+	waitDashboard(t, tb)
+	if got := currentSession(t, tb); got != sid {
+		t.Fatalf("after the restart the page shows %s, want %s", got, sid)
+	}
+	want := []entry{{"prompt", "start"}, {"reply", "Cut short [interrupted]"}, {"notice", "dashgate stopped before the reply was finished"}}
+	waitEntries(t, tb, "after the restart", want)
+	tb.Do("load the page again", chromedp.Navigate(d2.URL("/")))
+	waitDashboard(t, tb)
+	waitEntries(t, tb, "after a reload", want)
+	b.close() // before d2 stops: its stop counts what runs as orphans
 }
