@@ -226,8 +226,19 @@ async function reopen(id) {
 	await refresh();
 }
 
+// On a node of a cluster (the header names the node), a request after each
+// resume lets the node that now holds the session (it may have adopted it
+// from a dead node) set the dashgate_node cookie nginx routes on: the
+// socket that resumed was opened before. The answer is not read.
+const clustered = !!document.querySelector('.meta[title="node"]');
+
+function repin() {
+	if (clustered) fetch(base + 'healthz', { cache: 'no-store', credentials: 'same-origin' }).catch(() => {});
+}
+
 /** Shows a session.resume / session.reopen result as the current session. */
 function show(id, r, explicit) {
+	repin();
 	chat.clear();
 	setCurrent(id, explicit);
 	const history = Array.isArray(r.history) ? r.history : [];
@@ -473,6 +484,9 @@ function onEvent(ev) {
 				terminal.stop('session closed');
 			}
 			refreshSoon();
+			break;
+		case 'history.entry':
+			chat.live(p);
 			break;
 		case 'session.changed':
 			refreshSoon();

@@ -68,7 +68,7 @@ const LIVE = {
 	empty: 'No sessions',
 	dimmed: isGone,
 	ariaCurrent: true,
-	tooltip: (s) => [`created ${s.created_at ?? '?'}`, `last active ${s.last_active ?? '?'}`, `viewers ${s.viewers ?? '?'}`],
+	tooltip: (s) => [`created ${s.created_at ?? '?'}`, `last active ${s.last_active ?? '?'}`, `tabs ${s.pages ?? '?'}`, `sockets ${s.viewers ?? '?'}`],
 	info(s) {
 		const state = span('session-state', s.state ?? '');
 		state.dataset.state = s.state ?? '';
