@@ -372,3 +372,20 @@ func TestApprovalIDsUniqueAcrossWorkers(t *testing.T) {
 	}
 	close(h.sp.events)
 }
+
+// A slash command carries the session's model (as a prompt does), so
+// that the agent worker's /model names the one its prompts go to.
+func TestSlashCarriesTheModel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	v := &recViewer{}
+	in, _ := h.r.Create(v, "", false)
+	for _, model := range []string{"", "qwen3:8b"} {
+		if err := h.r.Configure(v, in.ID, model); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := h.r.Exec(t.Context(), v, in.ID, "/model"); err != nil || out != "model "+model {
+			t.Errorf("/model with the session's model %q: %q, %v", model, out, err)
+		}
+	}
+}

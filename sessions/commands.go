@@ -80,7 +80,10 @@ func (r *Registry) exec(ctx context.Context, s *Session, command string) (string
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.WorkerTimeout)
 	defer cancel()
-	raw, err := w.Call(ctx, "slash", map[string]string{"command": command}, nil)
+	r.mu.Lock()
+	model := s.model // "" for the default: the agent worker's /model says which
+	r.mu.Unlock()
+	raw, err := w.Call(ctx, "slash", map[string]string{"command": command, "model": model}, nil)
 	r.touch(s)
 	if err != nil {
 		return "", err

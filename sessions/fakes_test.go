@@ -71,7 +71,11 @@ func (w *fakeWorker) Call(ctx context.Context, method string, params any, onEven
 		if p["command"] == "/fail" {
 			return nil, &workers.Error{Failure: workers.FailReply, Message: "unknown command /fail"}
 		}
-		b, _ := json.Marshal(map[string]string{"output": p["command"]})
+		out := p["command"]
+		if out == "/model" { // the session's model, as the agent worker's /model says it
+			out = "model " + p["model"]
+		}
+		b, _ := json.Marshal(map[string]string{"output": out})
 		return b, nil
 	case "approval":
 		w.mu.Lock()
