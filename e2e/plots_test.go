@@ -49,6 +49,26 @@ func TestAdminPlots(t *testing.T) {
 		`document.querySelector('[data-testid="plot-closes"]').dataset.max`)
 }
 
+// TestAdminPlotsAllZeroAxis: a plot whose series is all zeros (no closes
+// yet, no sessions) has a small fixed axis, 0 to 5, not uPlot's 0–100.
+func TestAdminPlotsAllZeroAxis(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	admin := b.newTab(t, "admin")
+	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+	admin.mustWaitJS(20*time.Second, "a sample plotted",
+		`Number(document.querySelector('[data-testid="plots"]').dataset.samples) >= 1`, "")
+	for _, name := range []string{"closes", "sessions"} {
+		sel := fmt.Sprintf(`document.querySelector('[data-testid="plot-%s"]')`, name)
+		admin.mustWaitJS(10*time.Second, "plot "+name+" drawn, all zero",
+			fmt.Sprintf(`(e => e.dataset.max === '0' && !!e.dataset.yMax && !!e.querySelector('canvas'))(%s)`, sel),
+			fmt.Sprintf(`JSON.stringify(%s.dataset)`, sel))
+		if got := mustEval[string](admin, sel+`.dataset.yMax`); got != "5" {
+			t.Errorf("the all-zero %s plot's axis goes up to %s, want 5", name, got)
+		}
+	}
+}
+
 // screenshotDir is where TestScreenshots writes when DASHGATE_SCREENSHOTS=1
 // (README shows them); otherwise it only checks that they can be made.
 const screenshotDir = "docs/screenshots"

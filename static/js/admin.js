@@ -14,7 +14,9 @@
 // Plots: the last 15 minutes of GET /admin/api/samples (sampled by the
 // server every few seconds into a bounded ring), drawn with the vendored
 // uPlot: live sessions, workers, their total RSS, and session closes per
-// minute by end_reason. The plots section carries data-samples (how many
+// minute by end_reason; an all-zero series on a 0–5 axis. Each plot
+// carries data-max (its highest value) and data-y-max (its axis's top).
+// The plots section carries data-samples (how many
 // samples are drawn) and data-last (the newest sample, JSON) for tests.
 import uPlot from '../vendor/uplot/uPlot.esm.js';
 import { morphInto } from './morph.js';
@@ -139,6 +141,10 @@ document.addEventListener('submit', async (ev) => {
 const plotsEl = document.querySelector('[data-testid="plots"]');
 const plots = {}; // name -> {u: uPlot, key: the series' labels}
 const COLORS = ['#5fa8d3', '#e5a54b', '#9fe0b4', '#f07178', '#c792ea', '#82aaff', '#ffcb6b', '#89ddff'];
+// An all-zero (or empty) series gets a small fixed axis, 0 to ZERO_MAX,
+// not uPlot's 0–100 for a flat line at 0; any other gets uPlot's own range.
+const ZERO_MAX = 5;
+const Y_RANGE = (u, min, max) => (min == null || (max <= 0 && min >= 0) ? [0, ZERO_MAX] : uPlot.rangeNum(min, max, 0.1, true));
 const AXIS = { stroke: '#7b8594', grid: { stroke: '#2a3140', width: 1 }, ticks: { stroke: '#2a3140', width: 1 } };
 
 function plot(name, labels, data) {
@@ -158,7 +164,9 @@ function plot(name, labels, data) {
 				width,
 				height: 130,
 				cursor: { drag: { x: false, y: false } },
-				scales: { x: { time: true } },
+				scales: { x: { time: true }, y: { range: Y_RANGE } },
+				// The y axis's top, for tests.
+				hooks: { setScale: [(u, key) => key === 'y' && (el.dataset.yMax = String(u.scales.y.max))] },
 				axes: [AXIS, { ...AXIS, size: 44 }],
 				series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: false } }))],
 			},

@@ -62,7 +62,7 @@ const els = {
 // tab's chat and terminal sockets as one viewer (docs/PROTOCOL.md §7).
 const pageId = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now());
 
-const chat = new ChatLog(els.log);
+const chat = new ChatLog(els.log, { onRegenerate: regenerate });
 const terminal = new TerminalPane(els.terminal, base, {
 	page: pageId,
 	status: byTestId('terminal-status'),
@@ -633,6 +633,23 @@ function updateBusy() {
 	els.stop.hidden = !b;
 	els.send.disabled = b;
 	els.form.dataset.busy = String(b);
+	chat.setIdle(!b && Boolean(current) && !currentGone);
+}
+
+/**
+ * The regenerate button of the last reply: its prompt again, as a new turn
+ * (prompt.submit with the same text), as if it were sent from the input.
+ */
+function regenerate(prompt) {
+	if (busy() || !prompt.trim()) return;
+	if (!rpc.ready) {
+		remember(prompt);
+		setInput(prompt);
+		chat.add('system', NOT_SENT);
+		updateBusy();
+		return;
+	}
+	submit(prompt);
 }
 
 /** Stops the running turn or command (session.interrupt). */

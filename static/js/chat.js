@@ -49,6 +49,18 @@
 // approval_resolved and tool_result entries update their card (found by
 // request_id / tool_id) instead of adding one; without their card they show
 // as a card of their own.
+//
+// Every entry ends with a meta line, <div class="entry-meta">: its time,
+// <time data-testid="entry-time" datetime="<ISO>" title="<the exact time>"
+// data-short="14:05">, from the entry's at (a live entry without one: when
+// it arrived here; a streamed reply: its first delta). A finished reply's
+// meta line also holds a copy button (data-testid="copy-reply": copies its
+// Markdown source; dataset.state copied|failed, as the code blocks' copy
+// buttons) and a regenerate button (data-testid="regenerate"), shown on
+// the last reply of the log only, while nothing runs (setIdle), and only
+// when the prompt it answered is shown: a click calls opts.onRegenerate
+// with that prompt's text. The time's and the buttons' words are drawn by
+// CSS (app.css), so that an entry's textContent stays its text.
 
 import { renderMarkdown } from './markdown.js';
 
@@ -146,16 +158,69 @@ export class ChatLog {
 	#el;
 	#streams = new Map(); // turn_id -> entry element
 	#mine = new Map(); // request_id -> the choice this tab sent (approval.respond)
+	#idle = false; // nothing runs in the session shown: the last reply may be regenerated
+	#onRegenerate;
 
-	/** @param {HTMLElement} el the chat-log container */
-	constructor(el) {
+	/**
+	 * @param {HTMLElement} el the chat-log container
+	 * @param {{onRegenerate?: (prompt: string) => void}} [opts]
+	 */
+	constructor(el, opts = {}) {
 		this.#el = el;
+		this.#onRegenerate = opts.onRegenerate;
+		el.addEventListener('click', (ev) => this.#clicked(ev));
 	}
 
 	clear() {
 		this.#el.replaceChildren();
 		for (const el of this.#streams.values()) clearTimeout(el._renderTimer);
 		this.#streams.clear();
+	}
+
+	/** Says whether nothing runs in the session shown (no turn, no command): regenerate shows only then. */
+	setIdle(idle) {
+		this.#idle = Boolean(idle);
+		this.#updateRegenerate();
+	}
+
+	#clicked(ev) {
+		const b = ev.target instanceof Element ? ev.target.closest('[data-testid="copy-reply"], [data-testid="regenerate"]') : null;
+		const wrap = b?.closest('.entry');
+		if (!wrap || b.hidden) return;
+		if (b.dataset.testid === 'copy-reply') {
+			copyText(wrap._text ?? '').then(
+				(ok) => flash(b, ok ? 'copied' : 'failed'),
+				() => flash(b, 'failed'),
+			);
+			return;
+		}
+		const prompt = promptBefore(wrap);
+		if (!this.#idle || !prompt) return;
+		this.#idle = false; // one click, one turn
+		this.#updateRegenerate();
+		this.#onRegenerate?.(prompt._text);
+	}
+
+	/**
+	 * Shows the regenerate button of the last reply when it is finished,
+	 * nothing runs and its prompt is shown; hides every other one.
+	 */
+	#updateRegenerate() {
+		const replies = this.#el.querySelectorAll(':scope > .entry[data-kind="reply"]');
+		const last = replies[replies.length - 1];
+		for (const b of this.#el.querySelectorAll('[data-testid="regenerate"]:not([hidden])')) {
+			if (b.closest('.entry') !== last) b.hidden = true;
+		}
+		const b = last?.querySelector('[data-testid="regenerate"]');
+		if (!b) return;
+		const prompt = promptBefore(last);
+		const show = this.#idle && !!prompt && last.querySelector('.msg')?.dataset.streaming !== 'true';
+		b.hidden = !show;
+		if (show) {
+			const label = `Regenerate: send the prompt "${clip(prompt._text)}" again as a new turn`;
+			b.title = label;
+			b.setAttribute('aria-label', label);
+		}
 	}
 
 	/**
@@ -203,6 +268,7 @@ export class ChatLog {
 		}
 		this.#el.append(el);
 		if (stick) this.#scrollToEnd();
+		this.#updateRegenerate();
 		return el;
 	}
 
@@ -228,6 +294,7 @@ export class ChatLog {
 		}
 		el.prepend(...frag.children);
 		el.scrollTop = el.scrollHeight - before;
+		this.#updateRegenerate();
 	}
 
 	/**
@@ -266,6 +333,7 @@ export class ChatLog {
 		if (shown.every((n, i) => key(n) === key(rendered[i]))) return true;
 		shown[0].before(...rendered);
 		for (const n of shown) n.remove();
+		this.#updateRegenerate();
 		return true;
 	}
 
@@ -276,7 +344,9 @@ export class ChatLog {
 		if (!el) {
 			el = this.#startReply(turnId);
 			el.querySelector('.msg').dataset.streaming = 'true';
+			setFinished(el, false);
 			this.#streams.set(turnId, el);
+			this.#updateRegenerate();
 		}
 		el._text = (el._text ?? '') + (text ?? '');
 		// Re-rendered at most every RENDER_EVERY_MS: at once after a
@@ -325,9 +395,11 @@ export class ChatLog {
 		el._text = final;
 		renderMarkdown(msg, final);
 		delete msg.dataset.streaming;
+		setFinished(el, true);
 		if (interrupted) markInterrupted(el);
 		if (status === 'incomplete') markIncomplete(el);
 		if (stick) this.#scrollToEnd();
+		this.#updateRegenerate();
 	}
 
 	/** Notes the choice this tab sends for an approval (before it is sent). */
@@ -401,6 +473,76 @@ function failedEmpty(e) {
 }
 
 function renderEntry(e) {
+	const wrap = renderBody(e);
+	const meta = el('div', 'entry-meta');
+	meta.append(entryTime(e.at));
+	if (wrap.dataset.kind === 'reply') {
+		const copy = actionButton('copy-reply', 'entry-copy', 'Copy the reply (its Markdown)');
+		const again = actionButton('regenerate', 'entry-regenerate', 'Regenerate: send its prompt again as a new turn');
+		again.hidden = true;
+		meta.append(copy, again);
+	}
+	wrap.append(meta);
+	if (wrap.dataset.kind === 'reply') setFinished(wrap, e.status !== 'streaming');
+	const prompt = wrap.dataset.kind === 'prompt';
+	if (prompt) wrap._text = e.text ?? '';
+	return wrap;
+}
+
+function actionButton(testid, className, label) {
+	const b = el('button', 'entry-action ' + className);
+	b.type = 'button';
+	b.dataset.testid = testid;
+	b.title = label;
+	b.setAttribute('aria-label', label);
+	return b;
+}
+
+/** Shows a reply's copy button once its text is final. */
+function setFinished(wrap, done) {
+	const copy = wrap.querySelector('[data-testid="copy-reply"]');
+	if (copy) copy.hidden = !done;
+}
+
+/** The prompt entry a reply answers: the nearest prompt before it, if shown. */
+function promptBefore(wrap) {
+	for (let n = wrap.previousElementSibling; n; n = n.previousElementSibling) {
+		if (n.classList.contains('entry') && n.dataset.kind === 'prompt') return n;
+	}
+	return null;
+}
+
+function clip(text, n = 60) {
+	const s = String(text ?? '').replace(/\s+/g, ' ').trim();
+	return s.length > n ? s.slice(0, n - 1) + '…' : s;
+}
+
+const pad = (n) => String(n).padStart(2, '0');
+
+/**
+ * The time of an entry: at (RFC 3339) when it has one, else now (it just
+ * arrived). Short (14:05; with the day when not today) in its words, the
+ * exact time in its title and datetime.
+ */
+function entryTime(at) {
+	let d = at ? new Date(at) : new Date();
+	if (Number.isNaN(d.getTime())) d = new Date();
+	const t = document.createElement('time');
+	t.className = 'entry-time';
+	t.dataset.testid = 'entry-time';
+	t.dateTime = d.toISOString();
+	let short = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+	const now = new Date();
+	if (d.toDateString() !== now.toDateString()) {
+		const day = d.toLocaleDateString(undefined, { day: 'numeric', month: 'short', year: d.getFullYear() === now.getFullYear() ? undefined : 'numeric' });
+		short = `${day} ${short}`;
+	}
+	t.dataset.short = short;
+	t.title = d.toLocaleString(undefined, { dateStyle: 'full', timeStyle: 'long', hourCycle: 'h23' });
+	return t;
+}
+
+function renderBody(e) {
 	const kind = typeof e.kind === 'string' && e.kind ? e.kind : kindOfRole(e.role);
 	const role = KIND_ROLE[kind] ?? 'system';
 	const wrap = document.createElement('div');
@@ -601,7 +743,9 @@ function mark(wrap, flag, testid, text, present) {
 	marker.className = 'entry-marker';
 	marker.dataset.testid = testid;
 	marker.textContent = text;
-	wrap.append(marker);
+	const meta = wrap.querySelector(':scope > .entry-meta');
+	if (meta) meta.before(marker);
+	else wrap.append(marker);
 }
 
 function markInterrupted(wrap) {
@@ -610,6 +754,39 @@ function markInterrupted(wrap) {
 
 function markIncomplete(wrap) {
 	mark(wrap, 'incomplete', 'incomplete', '(incomplete)', '[data-testid="incomplete"]');
+}
+
+// The clipboard, as markdown.js's code blocks use it (a textarea and
+// execCommand where the Clipboard API is refused).
+async function copyText(text) {
+	if (navigator.clipboard && window.isSecureContext) {
+		try {
+			await navigator.clipboard.writeText(text);
+			return true;
+		} catch {
+			// fall back below (no permission, page not focused)
+		}
+	}
+	const ta = document.createElement('textarea');
+	ta.value = text;
+	ta.setAttribute('readonly', '');
+	ta.className = 'copy-scratch';
+	document.body.append(ta);
+	ta.select();
+	let ok = false;
+	try {
+		ok = document.execCommand('copy');
+	} catch {
+		ok = false;
+	}
+	ta.remove();
+	return ok;
+}
+
+function flash(b, state) {
+	b.dataset.state = state;
+	clearTimeout(b._flash);
+	b._flash = setTimeout(() => delete b.dataset.state, 1500);
 }
 
 function stderrTail(err) {
