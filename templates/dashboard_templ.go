@@ -37,27 +37,27 @@ func Dashboard(v DashboardView) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>dashgate</title><link rel=\"icon\" type=\"image/svg+xml\" href=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>dashgate</title><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var2 string
-		templ_7745c5c3_Var2, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/css/icon.svg").ResolveURL(ctx)
+		templ_7745c5c3_Var2, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/js/theme.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 21, Col: 82}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 21, Col: 50}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var2)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\"><link rel=\"stylesheet\" href=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\"></script><link rel=\"icon\" type=\"image/svg+xml\" href=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var3 string
-		templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/xterm.css").ResolveURL(ctx)
+		templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/css/icon.svg").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 22, Col: 77}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 22, Col: 82}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var3)
 		if templ_7745c5c3_Err != nil {
@@ -68,135 +68,148 @@ func Dashboard(v DashboardView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var4 string
-		templ_7745c5c3_Var4, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/css/app.css").ResolveURL(ctx)
+		templ_7745c5c3_Var4, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/xterm.css").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 23, Col: 66}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 23, Col: 77}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var4)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\"><script src=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\"><link rel=\"stylesheet\" href=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var5 string
-		templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/xterm.js").ResolveURL(ctx)
+		templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/css/app.css").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 24, Col: 60}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 24, Col: 66}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\"></script><script src=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "\"><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var6 string
-		templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/addon-fit.js").ResolveURL(ctx)
+		templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/xterm.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 25, Col: 64}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 25, Col: 60}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "\"></script><script type=\"module\" src=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "\"></script><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var7 string
-		templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/js/app.js").ResolveURL(ctx)
+		templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/vendor/xterm/addon-fit.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 26, Col: 62}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 26, Col: 64}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var7)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "\"></script></head><body data-base-path=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "\"></script><script type=\"module\" src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var8 string
-		templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath).Resolve(ctx)
+		templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "static/js/app.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 28, Col: 35}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 27, Col: 62}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "\" data-version=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "\"></script></head><body data-base-path=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var9 string
-		templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Version).Resolve(ctx)
+		templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 28, Col: 62}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 29, Col: 35}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\"><header class=\"topbar\"><button type=\"button\" class=\"btn sidebar-toggle\" data-testid=\"sidebar-toggle\" aria-controls=\"sessions-pane\" aria-expanded=\"true\" title=\"Show or hide the sessions\">Sessions</button> <span class=\"brand\">dashgate</span> ")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\" data-version=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var10 string
+		templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Version).Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 29, Col: 62}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var10)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "\"><header class=\"topbar\"><button type=\"button\" class=\"btn sidebar-toggle\" data-testid=\"sidebar-toggle\" aria-controls=\"sessions-pane\" aria-expanded=\"true\" title=\"Show or hide the sessions\">Sessions</button> <span class=\"brand\">dashgate</span> ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		if v.Version != "" {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "<span class=\"meta\" title=\"version\">")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			var templ_7745c5c3_Var10 string
-			templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
-			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 33, Col: 51}
-			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var10))
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "</span> ")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-		}
-		if v.NodeID != "" {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "<span class=\"meta\" title=\"node\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "<span class=\"meta\" title=\"version\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var11 string
-			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
+			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 36, Col: 47}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 34, Col: 51}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "</span> ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "</span> ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, "<span class=\"spacer\"></span> <span class=\"conn-status\" data-testid=\"conn-status\" data-state=\"connecting\" role=\"status\">connecting</span> <a class=\"admin-link\" href=\"")
+		if v.NodeID != "" {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "<span class=\"meta\" title=\"node\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var12 string
+			templ_7745c5c3_Var12, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 37, Col: 47}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var12))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, "</span> ")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "<span class=\"spacer\"></span> <span class=\"conn-status\" data-testid=\"conn-status\" data-state=\"connecting\" role=\"status\">connecting</span> <select class=\"theme-select\" data-testid=\"theme-select\" aria-label=\"Theme\" title=\"Colour theme\"><option value=\"system\">System theme</option> <option value=\"light\">Light</option> <option value=\"dark\">Dark</option></select> <a class=\"admin-link\" href=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var12 string
-		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
+		var templ_7745c5c3_Var13 string
+		templ_7745c5c3_Var13, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 40, Col: 53}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 46, Col: 53}
 		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var13)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\">admin</a></header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal\" data-testid=\"terminal\"></div></section></main></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "\">admin</a></header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal\" data-testid=\"terminal\"></div></section></main></body></html>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

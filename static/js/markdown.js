@@ -11,10 +11,41 @@
 // (data-testid="copy-code") whose label is drawn by CSS, so that the
 // message's textContent stays the reply's text.
 //
-// The vendored files come from scripts/vendor-markdown.sh.
+// A fenced code block that names one of the languages below is highlighted
+// by highlight.js (no auto-detection: a block without a known language stays
+// plain). Its output is HTML too and goes through DOMPurify with the rest;
+// a class attribute survives only on a <span> and only with the classes
+// highlight.js emits, and on a <code> only hljs and language-*.
+//
+// The vendored files come from scripts/vendor-markdown.sh and
+// scripts/vendor-highlight.sh.
 
 import { Marked } from '../vendor/markdown/marked.esm.js';
 import DOMPurify from '../vendor/markdown/purify.es.mjs';
+import hljs from '../vendor/highlight/core.js';
+import bash from '../vendor/highlight/languages/bash.min.js';
+import c from '../vendor/highlight/languages/c.min.js';
+import cpp from '../vendor/highlight/languages/cpp.min.js';
+import css from '../vendor/highlight/languages/css.min.js';
+import diff from '../vendor/highlight/languages/diff.min.js';
+import dockerfile from '../vendor/highlight/languages/dockerfile.min.js';
+import go from '../vendor/highlight/languages/go.min.js';
+import java from '../vendor/highlight/languages/java.min.js';
+import javascript from '../vendor/highlight/languages/javascript.min.js';
+import json from '../vendor/highlight/languages/json.min.js';
+import markdown from '../vendor/highlight/languages/markdown.min.js';
+import python from '../vendor/highlight/languages/python.min.js';
+import rust from '../vendor/highlight/languages/rust.min.js';
+import shell from '../vendor/highlight/languages/shell.min.js';
+import sql from '../vendor/highlight/languages/sql.min.js';
+import typescript from '../vendor/highlight/languages/typescript.min.js';
+import xml from '../vendor/highlight/languages/xml.min.js';
+import yaml from '../vendor/highlight/languages/yaml.min.js';
+
+// The languages' own aliases come with them (js, ts, py, sh, yml, html, ...).
+for (const [name, lang] of Object.entries({ bash, c, cpp, css, diff, dockerfile, go, java, javascript, json, markdown, python, rust, shell, sql, typescript, xml, yaml })) {
+	hljs.registerLanguage(name, lang);
+}
 
 const escapeHTML = (s) =>
 	String(s ?? '')
@@ -33,8 +64,28 @@ const marked = new Marked({
 		html(token) {
 			return escapeHTML(token.text);
 		},
+		// A fenced block in a known language: highlighted. Anything else
+		// (no language, an unknown one): false, marked's own renderer.
+		code(token) {
+			const lang = String(token.lang ?? '').trim().split(/\s+/)[0].toLowerCase();
+			if (!lang || !hljs.getLanguage(lang)) return false;
+			let html;
+			try {
+				html = hljs.highlight(String(token.text ?? '').replace(/\n$/, ''), { language: lang, ignoreIllegals: true }).value;
+			} catch (err) {
+				console.warn('dashgate: highlight', err);
+				return false;
+			}
+			return `<pre><code class="hljs language-${escapeHTML(lang)}">${html}\n</code></pre>\n`;
+		},
 	},
 });
+
+// The classes highlight.js puts on its spans: hljs-<scope>, the tiers of a
+// dotted scope (function_, inherited__) and language-<name> of a nested
+// language; on <code>, hljs and language-<name>.
+const SPAN_CLASS = /^(hljs-[a-z0-9_-]+|[a-z0-9]+_+|language-[a-z0-9_+#-]+)$/;
+const CODE_CLASS = /^(hljs|language-[a-z0-9_+#-]+)$/;
 
 const PURIFY = {
 	USE_PROFILES: { html: true },
@@ -47,6 +98,12 @@ const PURIFY = {
 // Links: a new tab, no opener, no referrer. The hook runs after DOMPurify
 // dropped what it does not allow (a javascript: href is gone by then).
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+	if (node.hasAttribute?.('class')) {
+		const allowed = node.nodeName === 'SPAN' ? SPAN_CLASS : node.nodeName === 'CODE' ? CODE_CLASS : null;
+		const keep = allowed ? node.getAttribute('class').split(/\s+/).filter((c) => allowed.test(c)) : [];
+		if (keep.length) node.setAttribute('class', keep.join(' '));
+		else node.removeAttribute('class');
+	}
 	if (node.nodeName === 'A') {
 		if (node.hasAttribute('href')) {
 			node.setAttribute('target', '_blank');
@@ -58,6 +115,15 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
 });
 
 /**
+ * Sanitizes HTML the way a reply's is (the last step of renderMarkdown).
+ * @param {string} html
+ * @returns {DocumentFragment}
+ */
+export function sanitize(html) {
+	return DOMPurify.sanitize(html, PURIFY);
+}
+
+/**
  * Renders Markdown text into el (replacing its children), sanitized.
  * @param {HTMLElement} el
  * @param {string} text
@@ -65,7 +131,7 @@ DOMPurify.addHook('afterSanitizeAttributes', (node) => {
 export function renderMarkdown(el, text) {
 	let frag;
 	try {
-		frag = DOMPurify.sanitize(marked.parse(String(text ?? '')), PURIFY);
+		frag = sanitize(marked.parse(String(text ?? '')));
 	} catch (err) {
 		console.warn('dashgate: markdown', err);
 		el.textContent = text ?? '';
@@ -88,6 +154,8 @@ function addCopyButton(pre) {
 	b.dataset.testid = 'copy-code';
 	b.title = 'Copy code';
 	b.setAttribute('aria-label', 'Copy code');
+	// A long line scrolls the block sideways: keyboard users reach it too.
+	pre.tabIndex = 0;
 	pre.replaceWith(wrap);
 	wrap.append(b, pre);
 }
