@@ -12,10 +12,12 @@
 
 import { ChatLog, errorSentence, stderrTail } from './chat.js';
 import { followLog, initLayout } from './layout.js';
+import { Notifier } from './notify.js';
 import { wsURL } from './net.js';
 import { connectionText, endNotice, NOT_SENT, workerNotice } from './notices.js';
 import { ChatClient, RpcError } from './rpc.js';
 import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
+import { initShortcuts } from './shortcuts.js';
 import { PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
 
 const SESSION_KEY = 'dashgate.session';
@@ -68,8 +70,10 @@ const terminal = new TerminalPane(els.terminal, base, {
 	status: byTestId('terminal-status'),
 	text: byTestId('terminal-status-text'),
 	restart: byTestId('terminal-restart'),
+	keys: byTestId('term-keys'),
 });
-initLayout(() => terminal.refit());
+const layout = initLayout(() => terminal.refit());
+const notifier = new Notifier(byTestId('notify-toggle'));
 // The log follows new entries while the reader is at its end (layout.js).
 const follow = followLog(els.log, els.jumpNew);
 const rpc = new ChatClient(wsURL(base, 'ws/chat?page=' + encodeURIComponent(pageId)), { onReady, onEvent, onStatus });
@@ -422,6 +426,8 @@ function onReady() {
 function onEvent(ev) {
 	const sid = ev.session_id;
 	const p = ev.payload ?? {};
+	if (sid && sid === current && ev.type === 'approval.request') notifier.approval(p.command);
+	if (sid && sid === current && ev.type === 'message.complete') notifier.replied(p.text, Boolean(p.interrupted));
 	if (sid && sid !== current) {
 		if (ev.type !== 'message.delta') refreshSoon();
 		return;
@@ -989,6 +995,34 @@ els.list.addEventListener('click', (ev) => {
 	}
 });
 
+// Keyboard shortcuts (shortcuts.js): the session list's order is the
+// order of previous / next.
+initShortcuts(
+	{
+		newSession: () => serial(create),
+		previousSession: () => moveSession(-1),
+		nextSession: () => moveSession(1),
+		focusChat: () => {
+			layout.show('chat');
+			els.input.focus();
+		},
+		focusTerminal: () => {
+			layout.show('terminal');
+			terminal.term.focus();
+		},
+	},
+	byTestId('shortcuts-dialog'),
+	byTestId('shortcuts-open'),
+);
+
+function moveSession(step) {
+	const ids = [...els.list.querySelectorAll('[data-testid="session-item"]:not(.closed)')].map((li) => li.dataset.sessionId);
+	if (ids.length < 2) return;
+	const at = ids.indexOf(current);
+	const id = ids[(at + step + ids.length) % ids.length];
+	if (id && id !== current) serial(() => resumeClicked(id));
+}
+
 window.dashgate = {
 	term: terminal.term,
 	currentSession: () => current,
@@ -999,6 +1033,7 @@ window.dashgate = {
 	chatSocketState: () => rpc.state(),
 	currentModel: () => currentModel,
 	ptySocketState: () => terminal.state(),
+	notifications: () => notifier.shown(),
 };
 
 rpc.start();

@@ -25,7 +25,9 @@ const byTestId = (id) => document.querySelector(`[data-testid="${id}"]`);
 
 /**
  * Wires the layout controls. onView is called after the visible pane
- * changed (the terminal refits).
+ * changed (the terminal refits). Returns {show(view)}: shows the chat or
+ * the terminal ("chat" | "terminal"), as its tab does on a phone (the
+ * keyboard shortcuts, shortcuts.js).
  */
 export function initLayout(onView) {
 	const body = document.body;
@@ -119,6 +121,11 @@ export function initLayout(onView) {
 	if (!divider.hasAttribute('aria-valuenow')) divider.setAttribute('aria-valuenow', String(Math.round(shareNow() * 100)));
 	STACKED.addEventListener('change', () => divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical'));
 	divider.setAttribute('aria-orientation', STACKED.matches ? 'horizontal' : 'vertical');
+	return {
+		show(view) {
+			if (body.dataset.view !== view) setView(view, true);
+		},
+	};
 }
 
 // How near the end of the chat log (in pixels) still counts as at the end.

@@ -32,6 +32,14 @@
 // whatever reads the terminal now (the shell's prompt). So the answers
 // xterm.js gives while it parses replayed bytes are dropped; what the user
 // types meanwhile, and the answers to live output, are sent.
+//
+// On a phone (or any touch screen) a row of keys above the terminal
+// (data-testid="term-keys", app.css) gives what its keyboard lacks: Esc,
+// Tab, the arrows and a sticky Ctrl (aria-pressed) that makes the next key,
+// from the row or the keyboard, its control character (c: \x03). Arrows
+// send what xterm.js sends for them: \x1b[A.. or, in application cursor
+// mode (DECCKM, set by full-screen programs), \x1bOA..; with Ctrl,
+// \x1b[1;5A... The bytes go through term.input, the path of a typed key.
 
 import { Backoff, socketState, wsURL } from './net.js';
 import { DISCONNECTED } from './notices.js';
@@ -50,6 +58,10 @@ const TOKEN_MAX_FAILURES = 8;
 // bytes and sent after its hello (more is dropped: a paste into a terminal
 // that is not there yet).
 const EARLY_MAX = 4096;
+
+// The key row's keys: their bytes, or for an arrow its final letter.
+const ROW_KEYS = { esc: '\x1b', tab: '\t' };
+const ARROWS = { up: 'A', down: 'B', right: 'C', left: 'D' };
 
 const DIM = '\x1b[2m';
 const PLAIN = '\x1b[0m';
@@ -77,11 +89,12 @@ export class TerminalPane {
 	#keep = false; // the next program starts below the old scrollback
 	#early = []; // keys typed while the socket connects (or that take the terminal back): sent after its hello
 	#earlyBytes = 0;
+	#ctrl = null; // the key row's Ctrl button while it is pressed (the next key is a control character)
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement}} ui the page's id (?page=) and the status line
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement}} ui the page's id (?page=), the status line and the key row
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
@@ -102,8 +115,11 @@ export class TerminalPane {
 		this.#fitNow();
 
 		this.term.onData((s) => {
-			if (!this.#answeringReplay()) this.#input(this.#encoder.encode(s));
+			if (this.#answeringReplay()) return;
+			if (this.#ctrl) s = this.#control1(s);
+			this.#input(this.#encoder.encode(s));
 		});
+		if (ui.keys) this.#keyRow(ui.keys);
 		this.term.onBinary((s) => {
 			if (!this.#answeringReplay()) this.#input(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff));
 		});
@@ -126,6 +142,49 @@ export class TerminalPane {
 		document.addEventListener('visibilitychange', () => {
 			if (document.visibilityState === 'hidden') this.#save();
 		});
+	}
+
+	/**
+	 * Wires the key row: each button (data-key) is a key typed into the
+	 * terminal. A press does not take the focus from the terminal (a
+	 * phone's keyboard stays up).
+	 */
+	#keyRow(row) {
+		row.addEventListener('pointerdown', (ev) => {
+			if (ev.target instanceof Element && ev.target.closest('button')) ev.preventDefault();
+		});
+		row.addEventListener('click', (ev) => {
+			const b = ev.target instanceof Element ? ev.target.closest('button[data-key]') : null;
+			if (!b) return;
+			const key = b.dataset.key;
+			if (key === 'ctrl') {
+				this.#setCtrl(this.#ctrl ? null : b);
+			} else {
+				const ctrl = Boolean(this.#ctrl);
+				this.#setCtrl(null);
+				const arrow = ARROWS[key];
+				let bytes = ROW_KEYS[key];
+				if (arrow) bytes = ctrl ? `\x1b[1;5${arrow}` : (this.term.modes.applicationCursorKeysMode ? '\x1bO' : '\x1b[') + arrow;
+				if (bytes) this.term.input(bytes, true);
+			}
+			this.term.focus();
+		});
+	}
+
+	#setCtrl(button) {
+		if (this.#ctrl) this.#ctrl.setAttribute('aria-pressed', 'false');
+		this.#ctrl = button;
+		if (button) button.setAttribute('aria-pressed', 'true');
+	}
+
+	/** The key typed after the row's Ctrl: a letter (and @[\\]^_ ? space) as its control character. */
+	#control1(s) {
+		this.#setCtrl(null);
+		if (s.length !== 1) return s;
+		if (s === ' ' || s === '@') return '\x00';
+		if (s === '?') return '\x7f';
+		const c = s.toUpperCase().charCodeAt(0);
+		return c >= 0x40 && c <= 0x5f ? String.fromCharCode(c & 0x1f) : s;
 	}
 
 	get sessionId() {
