@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/dashgate/dashgate/internal/testkit"
 )
 
 // Issue 27, "What people expect from a tool like this": keyboard shortcuts
@@ -229,13 +231,29 @@ func TestTerminalKeyRowOnAPhone(t *testing.T) {
 	tb.Do("↑, Enter", key("up"), typeKeys("\r"))
 	tb.mustWaitJS(10*time.Second, "↑ recalled echo aXb", `window.dashgate.terminalText().split('\n').filter(l => l === 'aXb').length === 2`, dashboardState)
 
-	// Ctrl then c interrupts sleep 100: the next command runs.
+	// Ctrl then c interrupts sleep 100 (once it runs: a ^C before it is
+	// the foreground job would not reach it): the next command runs.
+	sleeping := func() bool {
+		ps, _ := d.Procs()
+		for _, p := range ps {
+			if p.Comm == "sleep" && !p.Exiting() {
+				return true
+			}
+		}
+		return false
+	}
 	typeInTerminal(t, tb, "sleep 100")
+	if !testkit.Until(10*time.Second, sleeping) {
+		t.Fatal("sleep 100 does not run")
+	}
 	tb.Do("Ctrl", key("ctrl"))
 	if got := mustEval[string](tb, `document.querySelector('[data-testid="term-key-ctrl"]').getAttribute('aria-pressed')`); got != "true" {
 		t.Errorf("Ctrl reads aria-pressed=%s once tapped", got)
 	}
 	tb.Do("c", typeKeys("c"))
+	if !testkit.Until(10*time.Second, func() bool { return !sleeping() }) {
+		t.Fatal("Ctrl then c did not interrupt sleep 100")
+	}
 	typeInTerminal(t, tb, "echo after-$((2+3))")
 	if _, err := waitTerminalOutput(t, tb, "echo after-$((2+3))", exactly("after-5"), 10*time.Second); err != nil {
 		t.Fatal(err)
