@@ -18,7 +18,7 @@ export class Notifier {
 	#title;
 	#count = 0;
 	#button;
-	#shown = []; // notifications shown, oldest first (window.dashgate.notifications, for tests)
+	#shown = []; // notifications the browser showed, oldest first (window.dashgate.notifications, for tests)
 
 	/** @param {HTMLButtonElement} button the top bar's toggle */
 	constructor(button) {
@@ -67,7 +67,8 @@ export class Notifier {
 				window.focus();
 				n.close();
 			});
-			this.#shown.push({ title, body });
+			// Recorded once the browser showed it (not when it refused).
+			n.addEventListener('show', () => this.#shown.push({ title, body }));
 		} catch (err) {
 			console.warn('dashgate: notification', err);
 		}
