@@ -251,12 +251,14 @@ export class ChatLog {
 	 * turn_id?, seq?}: a history entry, or one made from a live event) and
 	 * returns its element.
 	 */
-	entry(e) {
+	entry(e, other = false) {
 		if (failedEmpty(e)) return null;
 		const merged = mergeEntry(this.#el, e, this.#mine);
 		if (merged) return merged;
 		const el = renderEntry(e);
-		const stick = el.dataset.role === 'user' || this.#atBottom();
+		// The reader's own prompt brings the end into view; another tab's
+		// (other: a history.entry) does not move a reader who scrolled up.
+		const stick = (el.dataset.role === 'user' && !other) || this.#atBottom();
 		if (e.kind === 'reply' && e.status === 'streaming' && e.turn_id) {
 			// Being written (session.resume mid-turn): its deltas go on here.
 			const old = this.#streams.get(e.turn_id);
@@ -281,7 +283,7 @@ export class ChatLog {
 		const e = p?.entry;
 		if (!e) return null;
 		if (e.seq != null && this.#el.querySelector(`[data-testid="entry"][data-seq="${CSS.escape(String(e.seq))}"]`)) return null;
-		return this.entry(e);
+		return this.entry(e, true);
 	}
 
 	/** Puts entries (older history, oldest first) before everything shown. */
