@@ -368,7 +368,9 @@ func TestAgentErrorsAreWords(t *testing.T) {
 	for _, e := range r.History {
 		kinds = append(kinds, e.Kind)
 	}
-	if strings.Join(kinds, ",") != "prompt,reply,error,prompt,reply" {
+	// A turn that failed before any text is its error alone: no empty
+	// reply beside it (issue 27, defect 8).
+	if strings.Join(kinds, ",") != "prompt,error,prompt,reply" {
 		t.Fatalf("history kinds: %v", kinds)
 	}
 	var rpc *testkit.RPCError

@@ -238,7 +238,10 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 	// machine (with 256 it was itself cut once in CI, its reader starved
 	// by the box's load); the replies (40 x 60 KB, some 2,400 frames) are
 	// still far more than the queue plus the socket buffers of the slow one.
-	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.SendQueue = 1024 }})
+	// A write timeout far beyond the test's: the slow socket must be cut
+	// by its queue's overflow, never by a blocked write's timeout (on a
+	// loaded machine 5 s of blocked write came first).
+	e := newEnv(t, envOpts{chat: func(c *handlers.Chat) { c.SendQueue = 1024 }, sock: handlers.SocketConfig{WriteTimeout: 2 * time.Minute}})
 	fast := e.chat()
 	var sids []string
 	for range 40 {

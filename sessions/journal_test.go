@@ -96,7 +96,7 @@ func TestJournalSavesWhatFits(t *testing.T) {
 			j.putEntry(sid, 0, store.Entry{Seq: seq, Role: store.RoleUser, Kind: store.KindPrompt, Text: fmt.Sprint(seq, " ", text)})
 		}
 	}
-	testkit.WaitFor(t, 20*time.Second, "the store write failure", func() bool { return len(logs.Records("store write failed")) > 0 })
+	testkit.WaitFor(t, 60*time.Second, "the store write failure", func() bool { return len(logs.Records("store write failed")) > 0 })
 	fi, err := os.Stat(filler)
 	if err != nil {
 		t.Fatal(err)

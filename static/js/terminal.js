@@ -107,11 +107,15 @@ export class TerminalPane {
 			scrollback: 5000,
 			fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace',
 			fontSize: 13,
-			theme: { background: '#0f1115', foreground: '#d7dae0', cursor: '#5aa9ff', selectionBackground: '#2d5a8a' },
+			// The page's theme (static/js/theme.js), dark without it.
+			theme: window.dashgateTheme?.xterm() ?? { background: '#0f1115', foreground: '#d7dae0', cursor: '#5aa9ff', selectionBackground: '#2d5a8a' },
 		});
 		this.#fit = new FitAddon.FitAddon();
 		this.term.loadAddon(this.#fit);
 		this.term.open(el);
+		document.addEventListener('dashgate:theme', () => {
+			if (window.dashgateTheme) this.term.options.theme = window.dashgateTheme.xterm();
+		});
 		this.#fitNow();
 
 		this.term.onData((s) => {
