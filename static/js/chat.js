@@ -62,7 +62,7 @@
 // with that prompt's text. The time's and the buttons' words are drawn by
 // CSS (app.css), so that an entry's textContent stays its text.
 
-import { renderMarkdown } from './markdown.js';
+import { copyText, flash, renderMarkdown } from './markdown.js';
 
 const RENDER_EVERY_MS = 50;
 
@@ -758,38 +758,6 @@ function markIncomplete(wrap) {
 	mark(wrap, 'incomplete', 'incomplete', '(incomplete)', '[data-testid="incomplete"]');
 }
 
-// The clipboard, as markdown.js's code blocks use it (a textarea and
-// execCommand where the Clipboard API is refused).
-async function copyText(text) {
-	if (navigator.clipboard && window.isSecureContext) {
-		try {
-			await navigator.clipboard.writeText(text);
-			return true;
-		} catch {
-			// fall back below (no permission, page not focused)
-		}
-	}
-	const ta = document.createElement('textarea');
-	ta.value = text;
-	ta.setAttribute('readonly', '');
-	ta.className = 'copy-scratch';
-	document.body.append(ta);
-	ta.select();
-	let ok = false;
-	try {
-		ok = document.execCommand('copy');
-	} catch {
-		ok = false;
-	}
-	ta.remove();
-	return ok;
-}
-
-function flash(b, state) {
-	b.dataset.state = state;
-	clearTimeout(b._flash);
-	b._flash = setTimeout(() => delete b.dataset.state, 1500);
-}
 
 function stderrTail(err) {
 	const tail = err?.data?.stderr_tail;

@@ -171,7 +171,8 @@ document.addEventListener('click', (ev) => {
 	);
 });
 
-async function copyText(text) {
+/** Copies text to the clipboard (or a scratch textarea); resolves to whether it worked. */
+export async function copyText(text) {
 	if (navigator.clipboard && window.isSecureContext) {
 		try {
 			await navigator.clipboard.writeText(text);
@@ -196,7 +197,8 @@ async function copyText(text) {
 	return ok;
 }
 
-function flash(b, state) {
+/** Marks button b with data-state (copied, failed) for a moment. */
+export function flash(b, state) {
 	b.dataset.state = state;
 	clearTimeout(b._flash);
 	b._flash = setTimeout(() => delete b.dataset.state, 1500);
