@@ -137,6 +137,10 @@ func (b *browser) newTab(t *testing.T, name string, listeners ...func(ev any)) *
 	if err := chromedp.Do(tb.ctx); err != nil {
 		t.Fatalf("open tab %s: %v", name, err)
 	}
+	// The suite's colours are the dark theme's, as a dark system shows it
+	// (headless Chromium reports light); TestThemeFollowsSystemAndIsRemembered
+	// emulates each scheme itself.
+	emulateScheme(t, tb, "dark")
 	t.Cleanup(func() {
 		if tb.closed {
 			return

@@ -75,6 +75,8 @@ func get(t *testing.T, c *http.Client, u string, header http.Header) (*http.Resp
 var (
 	attrURL      = regexp.MustCompile(`\s(src|href|action)="([^"]*)"`)
 	dataBasePath = regexp.MustCompile(`\sdata-base-path="([^"]*)"`)
+	// A block comment, dropped before imports are looked for.
+	blockComment = regexp.MustCompile(`(?s)/\*.*?\*/`)
 	// A module specifier holds no white space: a comment's quoted "from"
 	// (uPlot has `// is a "from" band edge`) is no import.
 	jsImport = regexp.MustCompile(`(?m)(?:^\s*import\s*|\bfrom\s*|\bimport\s*\(\s*)['"]([^'"\s]+)['"]`)
@@ -169,7 +171,16 @@ func TestSubPathURLsBehindNginx(t *testing.T) {
 		for _, m := range rootRoute.FindAllStringSubmatch(body, -1) {
 			t.Errorf("%s (loaded by %s) holds the root-absolute route %q: not built from the base path", u, from, m[1])
 		}
-		for _, m := range jsImport.FindAllStringSubmatch(body, -1) {
+		// Imports in comments are not loaded (highlight.js's JSDoc has
+		// `import("./html_renderer")`).
+		code := blockComment.ReplaceAllString(body, "")
+		for _, m := range jsImport.FindAllStringSubmatch(code, -1) {
+			if !strings.HasPrefix(m[1], ".") && !strings.HasPrefix(m[1], "/") {
+				// A bare specifier is no URL a browser loads (there is no
+				// import map): in a vendored, minified file the pattern
+				// also matches words in its strings.
+				continue
+			}
 			if abs, b := checkURL("import in "+u, u, m[1], false); b != "" {
 				checkScript(u, abs, b)
 			}
