@@ -589,9 +589,11 @@ func TestListsKeepTheirNodes(t *testing.T) {
 	}
 }
 
-// A terminal taken over by another tab is taken back by typing in it, and
-// what was typed goes into it: the key that takes it back is not lost.
-func TestTerminalTakenBackKeepsTheKey(t *testing.T) {
+// Two tabs of one session share its terminal: each sees what the other
+// typed, live, and says it is shared. "Take over" in one closes it in the
+// other, which says so; typing there takes it back, and what was typed goes
+// into it: the key that takes it back is not lost.
+func TestTerminalSharedAndTakenBack(t *testing.T) {
 	d := startDashgate(t)
 	b := newBrowser(t)
 	one := b.newTab(t, "one")
@@ -606,10 +608,28 @@ func TestTerminalTakenBackKeepsTheKey(t *testing.T) {
 	if got := currentSession(t, two); got != sid {
 		t.Fatalf("the second tab shows session %s, want %s", got, sid)
 	}
+	shared := `(e => e && !e.hidden && e.textContent.includes('Shared with 1 other tab'))(document.querySelector('[data-testid="terminal-shared"]'))`
+	for _, tb := range []*tab{one, two} {
+		tb.mustWaitJS(10*time.Second, "the tab says the terminal is shared", shared+` && window.dashgate.ptySocketState() === 'open'`, dashboardState)
+	}
+	typeInTerminal(t, two, "echo from-two-$((6*7))")
+	if out, err := waitTerminalOutput(t, one, "echo from-two-$((6*7))", exactly("from-two-42"), 10*time.Second); err != nil {
+		t.Fatalf("tab one does not see what tab two typed: %v\n%s", err, out)
+	}
+	typeInTerminal(t, one, "echo from-one-$((6*7))")
+	if out, err := waitTerminalOutput(t, two, "echo from-one-$((6*7))", exactly("from-one-42"), 10*time.Second); err != nil {
+		t.Fatalf("tab two does not see what tab one typed: %v\n%s", err, out)
+	}
+
+	two.Do("take the terminal over", chromedp.Click(chromedp.CSS(`[data-testid="terminal-takeover"]`)))
 	one.mustWaitJS(10*time.Second, "tab one says its terminal was taken over",
-		`document.querySelector('[data-testid="terminal-status-text"]')?.textContent.includes('another tab') && window.dashgate.ptySocketState() !== 'open'`, dashboardState)
+		`document.querySelector('[data-testid="terminal-status-text"]')?.textContent.includes('Another tab took this terminal over') && window.dashgate.ptySocketState() !== 'open'`, dashboardState)
+	two.mustWaitJS(10*time.Second, "tab two no longer says it is shared",
+		`document.querySelector('[data-testid="terminal-shared"]').hidden && window.dashgate.ptySocketState() === 'open'`, dashboardState)
 	typeInTerminal(t, one, "echo takenback-$((6*7))")
 	if out, err := waitTerminalOutput(t, one, "echo takenback-$((6*7))", exactly("takenback-42"), 10*time.Second); err != nil {
 		t.Fatalf("typing in the taken-over terminal: %v\n%s", err, out)
 	}
+	two.mustWaitJS(10*time.Second, "tab two was taken over in turn",
+		`document.querySelector('[data-testid="terminal-status-text"]')?.textContent.includes('Another tab took this terminal over')`, dashboardState)
 }

@@ -100,6 +100,7 @@ func terminalOptions(q url.Values) (sessions.TerminalOptions, error) {
 	return sessions.TerminalOptions{
 		Cols: cols, Rows: rows, Keepalive: q.Get("keepalive") == "1",
 		ResumeToken: q.Get("resume_token"), Offset: offset, Page: q.Get("page"),
+		Share: q.Get("share") == "1",
 	}, nil
 }
 
@@ -151,7 +152,9 @@ func (h *Terminal) logger() *slog.Logger {
 // pump sends hello (with replay_end: where the replay of the buffer ends
 // and live output begins), an optional reset, then the program's output as binary
 // frames, and the exit frame when it ends; then it closes the socket with
-// the code that says why (1000 exit, 4409 takeover).
+// the code that says why (1000 exit, 4409 takeover). A socket that shares
+// the terminal also gets {"type":"attached","count":N} whenever the number
+// of sockets attached to it changes.
 func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "offset": att.Offset, "replay_end": att.ReplayEnd}
 	if att.ResumeToken != "" {
@@ -172,6 +175,12 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 		n, err := att.Next(sock.ctx, buf)
 		var exit *sessions.ExitError
 		switch {
+		case err == nil && n == 0: // a shared terminal's attachments changed
+			if err := h.writeJSON(sock, map[string]any{"type": "attached", "count": att.Attached()}); err != nil {
+				sock.abort(err)
+				return
+			}
+			continue
 		case err == nil:
 		case errors.As(err, &exit):
 			if werr := h.writeJSON(sock, map[string]any{"type": "exit", "exit_code": exit.Code}); werr != nil {

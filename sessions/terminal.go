@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/trace"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,10 +39,15 @@ type TerminalOptions struct {
 	ResumeToken string // reattach to a parked terminal
 	Offset      int64  // output bytes the client already has
 	Page        string // the page (tab) of the socket, for Info.Pages
+	// Share attaches beside the terminal's other attachments instead of
+	// taking it over: every one sees the output and may type; the size
+	// follows the one typed into last.
+	Share bool
 }
 
-// Terminal is a session's pty program, its output ring buffer and at most
-// one attachment. It outlives sockets: a parked terminal waits for a
+// Terminal is a session's pty program, its output ring buffer and its
+// attachments: one that took it over, or several that share it. It
+// outlives sockets: a parked terminal (no attachment) waits for a
 // reattach. Lock order: the registry's mutex, then t.mu.
 type Terminal struct {
 	r   *Registry
@@ -55,9 +61,11 @@ type Terminal struct {
 	mu        sync.Mutex
 	ring      *Ring
 	notify    chan struct{} // closed and replaced on every change
-	att       *Attachment
+	atts      []*Attachment // in attach order
+	sizeBy    *Attachment   // whose size the pty has: the one typed into last
+	cols      uint16        // the pty's size as last set
+	rows      uint16
 	first     bool // started, its first attachment not yet set: output waits for it
-	keepalive bool
 	token     string
 	parkTimer *time.Timer
 	eof       bool // the reader saw the end of the pty
@@ -87,7 +95,7 @@ func (t *Terminal) signalLocked() {
 func (t *Terminal) parked() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.att == nil && !t.ended
+	return len(t.atts) == 0 && !t.ended
 }
 
 // read copies the pty into the ring. While a client is attached it stops
@@ -125,16 +133,19 @@ func (t *Terminal) read() {
 	}
 }
 
-// unsentLocked is how many output bytes wait for the attachment, or for
-// the first one while it is being set up; a parked terminal has none.
+// unsentLocked is how many output bytes wait for the slowest attachment,
+// or for the first one while it is being set up; a parked terminal has
+// none. The slowest sets the pace: a stuck tab blocks the program until
+// its socket's write timeout detaches it.
 func (t *Terminal) unsentLocked() int64 {
-	switch {
-	case t.att != nil:
-		return t.ring.End() - t.att.pos
-	case t.first:
+	if t.first {
 		return t.ring.End() - t.ring.Start()
 	}
-	return 0
+	var most int64
+	for _, a := range t.atts {
+		most = max(most, t.ring.End()-a.pos)
+	}
+	return most
 }
 
 // end closes the terminal once: its program's whole tree with escalation,
@@ -216,6 +227,12 @@ func (t *Terminal) endBy(reason workers.Reason, by string) {
 type Attachment struct {
 	t   *Terminal
 	pos int64 // next output offset to hand out; guarded by t.mu
+	// Guarded by t.mu: the size this socket asked for, whether it asked
+	// for keepalive, and the attachment count its socket was last told
+	// (Next; -1 for a socket that takes over and is never told).
+	cols, rows uint16
+	keepalive  bool
+	toldPeers  int
 	// onFirst, guarded by t.mu, runs once when Next first hands out
 	// output, or at Detach if it never did (the spare's refill).
 	onFirst func()
@@ -245,12 +262,19 @@ func (a *Attachment) Principal() Principal { return a.principal }
 // Kicked is closed when another attach took the terminal over.
 func (a *Attachment) Kicked() <-chan struct{} { return a.kicked }
 
+// Attached is how many sockets are attached to a's terminal, a included.
+func (a *Attachment) Attached() int {
+	a.t.mu.Lock()
+	defer a.t.mu.Unlock()
+	return len(a.t.atts)
+}
+
 // AttachTerminal attaches a socket to the terminal of sid, starting the
 // program when the session has none. sid "" makes a terminal-only session
 // of p's that closes with its terminal. A terminal already attached
 // elsewhere is taken over (the other attachment's Kicked closes). The
 // returned attachment, a Viewer carrying p, must be Detached when the
-// socket ends. Errors: ErrNotFound (also for another user's session),
+// socket ends. With o.Share it joins the other attachments instead. Errors: ErrNotFound (also for another user's session),
 // ErrCapacity (a *UserCapacityError when a new terminal-only session or a
 // new program would pass the owner's MaxSessionsPerUser or
 // MaxTerminalsPerUser), workers.ErrCapacity, an *accounts.RefusedError
@@ -349,20 +373,27 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 		return nil, ErrNotFound
 	}
 	s.term = t
-	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page, principal: p}
+	cols, rows := o.size()
+	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page, principal: p,
+		cols: cols, rows: rows, keepalive: o.Keepalive, toldPeers: -1}
+	if o.Share {
+		a.toldPeers = 0 // told at its first Next
+	}
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()
 		return nil, ErrNotFound
 	}
-	if old := t.att; old != nil {
-		close(old.kicked)
+	if !o.Share {
+		for _, old := range t.atts {
+			close(old.kicked)
+		}
+		t.atts = nil
 	}
 	if t.parkTimer != nil {
 		t.parkTimer.Stop()
 		t.parkTimer = nil
 	}
-	t.keepalive = o.Keepalive
 	want := int64(0)
 	tokenOK := o.ResumeToken != "" && o.ResumeToken == t.token
 	if tokenOK {
@@ -377,7 +408,10 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	if o.Keepalive {
 		a.ResumeToken = t.token
 	}
-	t.att, t.first = a, false
+	t.atts, t.first = append(t.atts, a), false
+	if len(t.atts) == 1 {
+		t.sizeBy = a // alone, its resizes apply at once
+	}
 	t.signalLocked()
 	t.mu.Unlock()
 	r.viewLocked(s, a) // cannot fail: a is new and not gone
@@ -421,6 +455,7 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 		endDone:    make(chan struct{}),
 		onOutput:   r.cfg.OnPTYOutput,
 	}
+	t.cols, t.rows = o.size()
 	req := SpawnRequest{SessionID: s.id, Cols: o.Cols, Rows: o.Rows, Owner: s.owner,
 		OnClose: func(res workers.CloseResult) {
 			release()
@@ -453,10 +488,12 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 }
 
 // Next waits for output after the attachment's position, copies at most
-// len(buf) bytes of it into buf and advances. It returns *ExitError once the
-// program exited and its output was all handed out, ErrTakenOver after a
-// takeover, ErrTerminalClosed when the terminal was ended otherwise, or
-// ctx's error.
+// len(buf) bytes of it into buf and advances. For an attachment made with
+// TerminalOptions.Share it returns 0 and a nil error, before any output,
+// whenever the number of attachments changed since it last did (Attached
+// tells the new one). It returns *ExitError once the program exited and its
+// output was all handed out, ErrTakenOver after a takeover,
+// ErrTerminalClosed when the terminal was ended otherwise, or ctx's error.
 func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 	t := a.t
 	t.mu.Lock()
@@ -466,6 +503,11 @@ func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 			t.mu.Unlock()
 			return 0, ErrTakenOver
 		default:
+		}
+		if a.toldPeers >= 0 && a.toldPeers != len(t.atts) && !t.ended {
+			a.toldPeers = len(t.atts)
+			t.mu.Unlock()
+			return 0, nil
 		}
 		if n := t.ring.ReadAt(buf, a.pos); n > 0 {
 			a.pos += int64(n)
@@ -525,11 +567,49 @@ func (a *Attachment) setOnFirst(f func()) {
 	a.t.mu.Unlock()
 }
 
-// Write sends input to the program, waiting at most until ctx ends.
-func (a *Attachment) Write(ctx context.Context, p []byte) error { return a.t.pty.Write(ctx, p) }
+// Write sends input to the program, waiting at most until ctx ends. When
+// another attachment typed last, the terminal first takes a's size (the
+// size follows the socket typed into last).
+func (a *Attachment) Write(ctx context.Context, p []byte) error {
+	t := a.t
+	t.mu.Lock()
+	var err error
+	if t.sizeBy != a {
+		err = t.resizeLocked(a)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return t.pty.Write(ctx, p)
+}
 
-// Resize sets the terminal's size.
-func (a *Attachment) Resize(cols, rows uint16) error { return a.t.pty.Resize(cols, rows) }
+// Resize records the size a's socket asked for (cols x rows cells) and
+// applies it when a is the attachment typed into last (or the only one).
+func (a *Attachment) Resize(cols, rows uint16) error {
+	t := a.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a.cols, a.rows = cols, rows
+	if t.sizeBy != a {
+		return nil
+	}
+	return t.resizeLocked(a)
+}
+
+// resizeLocked gives the pty a's size, unless it has it already, and makes
+// a the attachment whose size it follows.
+func (t *Terminal) resizeLocked(a *Attachment) error {
+	t.sizeBy = a
+	if t.cols == a.cols && t.rows == a.rows {
+		return nil
+	}
+	if err := t.pty.Resize(a.cols, a.rows); err != nil {
+		return err
+	}
+	t.cols, t.rows = a.cols, a.rows
+	return nil
+}
 
 // PID is the program's pid.
 func (a *Attachment) PID() int { return a.t.PID() }
@@ -545,11 +625,21 @@ func (a *Attachment) Detach(reason workers.Reason) {
 		t.mu.Lock()
 		first := a.onFirst
 		a.onFirst = nil
-		current := t.att == a
+		current := slices.Contains(t.atts, a)
 		park := false
 		if current {
-			t.att = nil
-			park = t.keepalive && !t.ended && r.cfg.PTYKeepalive > 0 && reason != workers.ReasonShutdown
+			t.atts = slices.DeleteFunc(t.atts, func(b *Attachment) bool { return b == a })
+			if t.sizeBy == a {
+				t.sizeBy = nil
+				if n := len(t.atts); n > 0 {
+					_ = t.resizeLocked(t.atts[n-1]) // the latest to attach; a failure shows at its next resize
+				}
+			}
+			t.signalLocked() // the others are told the new count
+		}
+		last := current && len(t.atts) == 0
+		if last {
+			park = a.keepalive && !t.ended && r.cfg.PTYKeepalive > 0 && reason != workers.ReasonShutdown
 			if park {
 				t.parkTimer = time.AfterFunc(r.cfg.PTYKeepalive, func() {
 					r.goTracked(func() { t.end(workers.ReasonKeepaliveExpired, false) })
@@ -564,7 +654,7 @@ func (a *Attachment) Detach(reason workers.Reason) {
 			r.log.Info("terminal parked", "sid", t.s.id, "user", a.principal.User, "pty_pid", t.PID(),
 				"keepalive_ms", r.cfg.PTYKeepalive.Milliseconds(), "reason", string(reason))
 		}
-		if current && !park {
+		if last && !park {
 			r.goTracked(func() { t.end(reason, false) })
 		}
 		r.DetachViewer(a, reason)

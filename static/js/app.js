@@ -71,6 +71,9 @@ const terminal = new TerminalPane(els.terminal, base, {
 	text: byTestId('terminal-status-text'),
 	restart: byTestId('terminal-restart'),
 	keys: byTestId('term-keys'),
+	shared: byTestId('terminal-shared'),
+	sharedText: byTestId('terminal-shared-text'),
+	takeover: byTestId('terminal-takeover'),
 });
 const layout = initLayout(() => terminal.refit());
 const notifier = new Notifier(byTestId('notify-toggle'));

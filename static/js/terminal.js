@@ -90,16 +90,18 @@ export class TerminalPane {
 	#early = []; // keys typed while the socket connects (or that take the terminal back): sent after its hello
 	#earlyBytes = 0;
 	#ctrl = null; // the key row's Ctrl button while it is pressed (the next key is a control character)
+	#exclusive = false; // the next socket takes the terminal over instead of sharing it (share=1)
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement}} ui the page's id (?page=), the status line and the key row
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement}} ui the page's id (?page=), the status line, the key row and the line that says the terminal is shared
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
 		this.#ui = ui;
 		ui.restart.addEventListener('click', () => this.restart());
+		ui.takeover?.addEventListener('click', () => this.takeOver());
 		installCspShims();
 		this.term = new Terminal({
 			cursorBlink: true,
@@ -212,6 +214,7 @@ export class TerminalPane {
 	/** Starts a new terminal (or takes this one back) after it ended, below the old scrollback. */
 	restart() {
 		if (!this.#sessionId || this.#ws || this.#halted === 'stopped') return;
+		if (this.#halted === 'takeover') this.#exclusive = true;
 		this.#halted = null;
 		this.#backoff.reset();
 		this.#connect();
@@ -230,6 +233,30 @@ export class TerminalPane {
 		t.textContent = text;
 		restart.hidden = !button;
 		if (button) restart.textContent = button;
+	}
+
+	/**
+	 * Takes the shared terminal over: the other tabs' sockets are closed
+	 * (4409) and they offer to take it back; its size is this tab's.
+	 */
+	takeOver() {
+		if (!this.#sessionId || !this.#ws || this.#halted) return;
+		this.#save();
+		this.#disconnect();
+		this.#exclusive = true;
+		this.#connect();
+		this.term.focus();
+	}
+
+	/** Says how many sockets share the terminal (1: this one alone; 0: none open). */
+	#shared(count) {
+		const { shared, sharedText } = this.#ui;
+		if (!shared) return;
+		const others = count - 1;
+		shared.hidden = others < 1;
+		if (sharedText && others >= 1) {
+			sharedText.textContent = others === 1 ? 'Shared with 1 other tab' : `Shared with ${others} other tabs`;
+		}
 	}
 
 	/** State of the terminal socket: "connecting" | "open" | "closing" | "closed". */
@@ -300,6 +327,11 @@ export class TerminalPane {
 		const { cols, rows } = this.term;
 		const q = new URLSearchParams({ session_id: sid, cols: String(cols), rows: String(rows), keepalive: '1' });
 		if (this.#ui.page) q.set('page', this.#ui.page);
+		// Every tab of the session shares its terminal unless it asked to
+		// take it over (docs/PROTOCOL.md: share=1).
+		if (!this.#exclusive) q.set('share', '1');
+		this.#exclusive = false;
+		this.#shared(0);
 		const stored = loadStored(sid);
 		const resuming = Boolean(stored?.resume_token);
 		if (resuming) {
@@ -342,10 +374,11 @@ export class TerminalPane {
 			if (this.#ws !== ws) return;
 			this.#ws = null;
 			this.#save();
+			this.#shared(0);
 			if (ev.code === CLOSE_TAKEN_OVER) {
 				this.#halted = 'takeover';
 				this.term.write(`\r\n${DIM}[terminal taken over elsewhere]${PLAIN}\r\n`);
-				this.#status('ended', 'This terminal is open in another tab.', 'Take it back');
+				this.#status('ended', 'Another tab took this terminal over.', 'Take it back');
 				return;
 			}
 			if (this.#halted === 'exit') {
@@ -428,6 +461,9 @@ export class TerminalPane {
 				this.#status('ended', this.#endNote || `The terminal ended (exit code ${code}).`, 'Start a new terminal');
 				break;
 			}
+			case 'attached':
+				if (Number.isSafeInteger(msg.count)) this.#shared(msg.count);
+				break;
 			case 'error':
 				console.warn('dashgate: terminal:', msg.message);
 				break;
@@ -549,6 +585,7 @@ export class TerminalPane {
 		const ws = this.#ws;
 		this.#ws = null;
 		if (ws && ws.readyState <= WebSocket.OPEN) ws.close(CLOSE_NORMAL);
+		this.#shared(0);
 	}
 }
 
