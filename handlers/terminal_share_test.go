@@ -106,9 +106,9 @@ func TestTerminalSharedSizeFollowsTyping(t *testing.T) {
 	if cols, rows := ptySize(t, in.PTYPID); cols != 72 || rows != 19 {
 		t.Fatalf("the terminal is %dx%d after a resize from a socket that did not type last; want b's 72x19", cols, rows)
 	}
-	a.send("x") // a types: its size
+	a.send("x")                            // a types: its size
 	b.expect(`W40 100\r\n`, 5*time.Second) // after the echo of x
-	a.drop() // b, alone, gets its size at once, before it types
+	a.drop()                               // b, alone, gets its size at once, before it types
 	b.waitAttached(1)
 	b.expect(`W40 100\r\n(?s:.*)W19 72\r\n`, 5*time.Second)
 }
