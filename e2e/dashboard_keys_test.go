@@ -275,3 +275,20 @@ func TestTerminalKeyRowOnAPhone(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// At a phone's width the dashboard is no wider than the screen: every
+// control of the top bar (the theme, the admin link) is on it.
+func TestDashboardFitsAPhone(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	tb.Do("a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile, chromedp.EmulateTouch))
+	openDashboard(t, d, tb)
+	const fits = `(() => { const w = window.innerWidth;
+		const out = [...document.querySelectorAll('.topbar > *')].filter(e => e.offsetWidth > 0 && e.getBoundingClientRect().right > w + 1).map(e => e.className);
+		return JSON.stringify({w, scroll: document.documentElement.scrollWidth, out}); })()`
+	got := mustEval[string](tb, fits)
+	if !strings.Contains(got, `"w":390,`) || !strings.Contains(got, `"scroll":390,`) || !strings.Contains(got, `"out":[]`) {
+		t.Fatalf("at 390 px the dashboard overflows: %s", got)
+	}
+}

@@ -73,8 +73,10 @@ func TestAdminPlotsAllZeroAxis(t *testing.T) {
 // (README shows them); otherwise it only checks that they can be made.
 const screenshotDir = "docs/screenshots"
 
-// The README's screenshots, made by the suite: the dashboard, the admin
-// page with its plots, the phone layout and an approval card.
+// The README's screenshots, made by the suite: the dashboard (dark, its
+// terminal shared with a phone tab, and light), the admin page with its
+// plots, the phone layout (chat, and the terminal with its key row) and an
+// approval card.
 func TestScreenshots(t *testing.T) {
 	m := newModelServer(t)
 	d := startAgent(t, m, t.TempDir())
@@ -89,6 +91,20 @@ func TestScreenshots(t *testing.T) {
 	m.then(toolCall("uname -a"), reply("Done."))
 	sendChat(t, tb, "what system is this?")
 	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
+
+	phone := b.newTab(t, "phone")
+	if _, err := chromedp.Call(phone.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: 390, Height: 800, DeviceScaleFactor: 1, Mobile: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	phone.Do("open the dashboard", chromedp.Navigate(d.URL("/")))
+	waitDashboard(t, phone)
+	if got := currentSession(t, phone); got != sid {
+		t.Errorf("the phone shows session %s, want %s", got, sid)
+	}
+	tb.mustWaitJS(10*time.Second, "the terminal says it is shared with the phone",
+		`!document.querySelector('[data-testid="terminal-shared"]').hidden`, dashboardState)
 
 	shots := map[string][]byte{}
 	shot := func(name string, tb *tab) {
@@ -105,6 +121,9 @@ func TestScreenshots(t *testing.T) {
 		t.Fatalf("screenshot of the approval card: %v", err)
 	}
 	shots["approval-card.png"] = card
+	emulateScheme(t, tb, "light")
+	tb.mustWaitJS(10*time.Second, "the light theme", `window.dashgateTheme?.theme === 'light'`, themeState)
+	shot("dashboard-light.png", tb)
 
 	admin := b.newTab(t, "admin")
 	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
@@ -112,18 +131,11 @@ func TestScreenshots(t *testing.T) {
 		`Number(document.querySelector('[data-testid="plots"]').dataset.samples) >= 2`, "")
 	shot("admin.png", admin)
 
-	phone := b.newTab(t, "phone")
-	if _, err := chromedp.Call(phone.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
-		Width: 420, Height: 800, DeviceScaleFactor: 1, Mobile: true,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	phone.Do("open the dashboard", chromedp.Navigate(d.URL("/")))
-	waitDashboard(t, phone)
-	if got := currentSession(t, phone); got != sid {
-		t.Errorf("the phone shows session %s, want %s", got, sid)
-	}
 	shot("phone.png", phone)
+	phone.Do("show the terminal", chromedp.Click(chromedp.CSS(`[data-testid="tab-terminal"]`)))
+	phone.mustWaitJS(10*time.Second, "the terminal and its key row shown",
+		`(k => k && k.offsetWidth > 0)(document.querySelector('[data-testid="term-keys"]')) && window.dashgate.terminalText().includes('head -5')`, dashboardState)
+	shot("phone-terminal.png", phone)
 
 	for name, b := range shots {
 		img, err := png.Decode(bytes.NewReader(b))
