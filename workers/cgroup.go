@@ -63,6 +63,12 @@ type CgroupOptions struct {
 	UserMemoryMax int64
 	UserPidsMax   int64
 	UserCPUMax    string
+	// CPUWeight is the cpu.weight of Dir, the parent of every child's
+	// cgroup (--child-cpu-weight, 1 to 10000; the kernel's default is 100):
+	// against the gateway's 100, 20 leaves the children a sixth of a CPU
+	// the gateway wants. It needs the cpu controller in Base; without it
+	// nothing is written and Cgroups.CPUWeight stays 0. 0: not set.
+	CPUWeight int
 }
 
 // ParseCPUMax turns --user-cpu-max's PERCENT ("200%", "50%"; 100% is one
@@ -104,6 +110,9 @@ type Cgroups struct {
 	// not offer (say, "pids" for --child-pids-max on a hybrid host whose pids
 	// controller is bound to cgroup v1); those limits are not applied.
 	Missing []string
+	// CPUWeight is the cpu.weight written to Dir (CgroupOptions.CPUWeight);
+	// 0 when none was asked for or Base offers no cpu controller.
+	CPUWeight int
 	// Unapplied names each limit Missing left out, with its flag
 	// ("--child-memory-max", "--user-cpu-max", ...): one entry per flag,
 	// so a caller can log one WARN for each.
@@ -208,11 +217,18 @@ func (c *Cgroups) enableControllers(o CgroupOptions) {
 	if o.UserCPUMax != "" {
 		want = append(want, "cpu")
 	}
-	for _, dir := range []string{c.Base, c.Dir} {
+	for i, dir := range []string{c.Base, c.Dir} {
 		avail := strings.Fields(readString(filepath.Join(dir, "cgroup.controllers")))
 		for _, ctl := range want {
 			if slices.Contains(avail, ctl) {
 				writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctl)
+			}
+		}
+		if i == 0 && o.CPUWeight > 0 && slices.Contains(avail, "cpu") {
+			// Dir's own weight: the cpu controller of Base, not of Dir.
+			if writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+cpu") == nil &&
+				writeFile(filepath.Join(c.Dir, "cpu.weight"), strconv.Itoa(o.CPUWeight)) == nil {
+				c.CPUWeight = o.CPUWeight
 			}
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +98,9 @@ type Config struct {
 	// OnClose, when set, is called once per closed child after it logged;
 	// it must not block (metrics).
 	OnClose func(CloseResult)
+	// Priority is the CPU priority every child starts with (--child-nice,
+	// --child-sched); the zero value: dashgate's own.
+	Priority Priority
 	// Cgroups, when set, contains each child in a cgroup of its own
 	// (SetupCgroups); nil means the fallback. The caller closes it after
 	// the Manager's children.
@@ -320,9 +322,10 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		p.cg = g
 	}
 
+	sp := spawnerFor(m.cfg.Priority)
 	spawnMu.Lock()
 	var err error
-	onSpawnThread(func() { err = p.start(cgfd) })
+	sp.run(func() { err = p.start(cgfd, sp) })
 	if err == nil {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
@@ -355,9 +358,12 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 // start forks the child on the spawning thread; with cgfd >= 0 the child
 // starts inside that cgroup (clone3 with CLONE_INTO_CGROUP), so it never
 // runs outside it.
-func (p *Proc) start(cgfd int) error {
-	if p.spec.Account != nil && spawnCapsErr != nil {
-		return fmt.Errorf("start as %s: %w", p.spec.Account.Name, spawnCapsErr)
+func (p *Proc) start(cgfd int, sp *spawner) error {
+	if sp.err != nil {
+		return sp.err
+	}
+	if p.spec.Account != nil && sp.capsErr != nil {
+		return fmt.Errorf("start as %s: %w", p.spec.Account.Name, sp.capsErr)
 	}
 	cmd := p.cmd
 	attr := func(a *syscall.SysProcAttr) *syscall.SysProcAttr {
@@ -436,27 +442,9 @@ func (p *Proc) start(cgfd int) error {
 // forked them, not the process (prctl(2), PR_SET_PDEATHSIG: "the parent
 // thread"). The Go runtime ends a thread when a goroutine exits while locked
 // to it, and any goroutine may lock the thread it runs on; so every fork runs
-// on one goroutine locked to its thread for the life of the process: that
-// thread is never reused by anyone, and never exits before dashgate does.
-var (
-	spawnOnce sync.Once
-	spawnReqs = make(chan func())
-)
-
-// spawnLoop is the spawning goroutine; it never returns.
-func spawnLoop() {
-	runtime.LockOSThread() // never unlocked: see above
-	spawnCapsErr = dropInheritedCaps()
-	for f := range spawnReqs {
-		f()
-	}
-}
-
-// spawnCapsErr is why the spawning thread could not drop the capabilities
-// children would inherit (dropInheritedCaps); a child to run as another
-// account is then refused. Set once, on the spawning thread, before its
-// first fork.
-var spawnCapsErr error
+// on a goroutine locked to its thread for the life of the process (one per
+// child priority, priority.go): that thread is never reused by anyone, and
+// never exits before dashgate does.
 
 // dropInheritedCaps clears the spawning thread's ambient and inheritable
 // capabilities (capabilities are per thread; only children forked from it
@@ -484,14 +472,6 @@ func dropInheritedCaps() error {
 		return fmt.Errorf("clear the inheritable capabilities: %w", err)
 	}
 	return nil
-}
-
-// onSpawnThread runs f on the spawning thread and waits for it.
-func onSpawnThread(f func()) {
-	spawnOnce.Do(func() { go spawnLoop() })
-	done := make(chan struct{})
-	spawnReqs <- func() { defer close(done); f() }
-	<-done
 }
 
 // SpawnThreadFunction is the spawning goroutine's function, for leak

@@ -92,6 +92,10 @@ type config struct {
 	ChildMemoryMax   string // as given; ChildMemoryBytes parsed
 	ChildMemoryBytes uint64
 	ChildPidsMax     int
+	ChildNice        int
+	ChildCPUWeight   int
+	ChildSched       string
+	PprofAddr        string
 
 	// The agent's bounds on the model server (its environment).
 	LLMConnectTimeout time.Duration
@@ -178,6 +182,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.Cgroup, "cgroup", "auto", "contain each child in a cgroup v2 of its own: auto (when a writable hierarchy is found), on (refuse to start without), off")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", "", "cgroup v2 directory to create dashgate-<instance> in (default: dashgate's own cgroup when delegated, else the cgroup2 mount's root as root)")
 	fs.StringVar(&c.ChildMemoryMax, "child-memory-max", "", "memory.max of each child's cgroup, e.g. 512MiB (empty: no limit; needs the memory controller)")
+	fs.IntVar(&c.ChildNice, "child-nice", workers.DefaultChildNice, "nice value of every worker and terminal program, and of what they start, so that the gateway keeps its share of the CPU when they saturate it (0 to 19; 0: dashgate's own)")
+	fs.StringVar(&c.ChildSched, "child-sched", string(workers.DefaultChildSched), "Linux scheduling policy of every worker and terminal program: other, batch (no wake-up preemption of the gateway) or idle (runs only on CPU time nothing else wants)")
+	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
 	fs.IntVar(&c.ChildPidsMax, "child-pids-max", 0, "pids.max of each child's cgroup: processes one worker or terminal may have (0: no limit; needs the pids controller)")
 
 	var envErr error
@@ -282,6 +290,18 @@ func (c config) validate() error {
 	if c.ChildPidsMax < 0 {
 		errs = append(errs, errors.New("--child-pids-max must not be negative"))
 	}
+	if c.ChildNice < 0 || c.ChildNice > 19 {
+		errs = append(errs, fmt.Errorf("--child-nice %d: want 0 to 19", c.ChildNice))
+	}
+	if c.ChildCPUWeight < 0 || c.ChildCPUWeight > 10000 {
+		errs = append(errs, fmt.Errorf("--child-cpu-weight %d: want 1 to 10000, or 0", c.ChildCPUWeight))
+	}
+	if _, err := workers.ParseChildSched(c.ChildSched); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {
+		errs = append(errs, fmt.Errorf("--pprof-addr %q: want a loopback host:port (127.0.0.1, ::1 or localhost)", c.PprofAddr))
+	}
 	if c.MaxSessionsUser < 0 || c.MaxWorkersUser < 0 || c.MaxTerminalsUser < 0 {
 		errs = append(errs, errors.New("--max-sessions-per-user, --max-workers-per-user and --max-terminals-per-user must not be negative"))
 	}
@@ -348,4 +368,17 @@ func splitList(s string) []string {
 func unixPath(addr string) (string, bool) {
 	p, ok := strings.CutPrefix(addr, "unix:")
 	return p, ok && p != ""
+}
+
+// loopbackAddr reports whether addr is host:port with a loopback host.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

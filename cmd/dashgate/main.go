@@ -16,10 +16,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -178,6 +182,7 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 		Mode: mode, Root: cfg.CgroupRoot, Instance: instance,
 		MemoryMax: int64(cfg.ChildMemoryBytes), PidsMax: int64(cfg.ChildPidsMax),
 		UserMemoryMax: int64(cfg.UserMemoryBytes), UserPidsMax: int64(cfg.UserPidsMax), UserCPUMax: cfg.UserCPUMaxLine,
+		CPUWeight: cfg.ChildCPUWeight,
 	})
 	switch {
 	case err != nil && mode == workers.CgroupOn:
@@ -190,7 +195,7 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 		return nil, nil
 	}
 	log.Info("containment", "mode", "cgroup", "cgroup", cg.Dir, "delegated", cg.Delegated,
-		"controllers", strings.Join(cg.Controllers, ","))
+		"controllers", strings.Join(cg.Controllers, ","), "cpu_weight", cg.CPUWeight)
 	for _, u := range cg.Unapplied {
 		log.Warn("cgroup controller missing: limit not applied", "controller", u.Controller, "flag", u.Flag, "cgroup", cg.Base)
 	}
@@ -286,6 +291,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	mgr := workers.NewManager(workers.Config{
 		Instance: inst.ID, Grace: cfg.WorkerGrace, MaxWorkers: cfg.MaxWorkers, Log: log,
 		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) }, Cgroups: cg,
+		Priority: workers.Priority{Nice: cfg.ChildNice, Sched: workers.ChildSched(cfg.ChildSched)},
 	})
 	// The nodes of a cluster on one PostgreSQL tell each other of their
 	// sessions' changes (session.changed for a user's sockets everywhere).
@@ -401,6 +407,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	g.Go(func() error { reg.Run(gctx); return nil })
 	g.Go(func() error { mgr.RunReaper(gctx, time.Second); return nil })
 	g.Go(func() error { admin.Sample(gctx, handlers.DefaultSampleEvery); return nil })
+	if cfg.PprofAddr != "" {
+		pln, err := net.Listen("tcp", cfg.PprofAddr)
+		if err != nil {
+			stopServe()
+			g.Wait()
+			return fmt.Errorf("--pprof-addr: %w", err)
+		}
+		g.Go(func() error { servePprof(gctx, pln, log); return nil })
+	}
 	if userFile != nil {
 		g.Go(func() error { reloadOnHUP(gctx, userFile, srv, log); return nil })
 	}
@@ -469,4 +484,28 @@ func printURLs(stdout io.Writer, cfg config, addr, base, token string, usersFile
 	} else if cfg.AdminToken != "" && cfg.AdminToken != token {
 		fmt.Fprintf(stdout, "dashgate: admin at %sadmin?token=<the admin token>\n", pub)
 	}
+}
+
+// servePprof serves net/http/pprof on ln (--pprof-addr, loopback only, no
+// auth: a debugging aid) until ctx ends, and records one in 10 mutex
+// contentions for /debug/pprof/mutex meanwhile.
+func servePprof(ctx context.Context, ln net.Listener, log *slog.Logger) {
+	runtime.SetMutexProfileFraction(10)
+	defer runtime.SetMutexProfileFraction(0)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("pprof listening", "addr", ln.Addr().String())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		srv.Close()
+	}()
+	srv.Serve(ln) // ends with http.ErrServerClosed once ctx ends
+	<-done
 }

@@ -1,0 +1,159 @@
+package workers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+)
+
+// threadPriority is the nice value and the scheduling policy of thread
+// tid of pid: fields 19 and 41 of /proc/<pid>/task/<tid>/stat.
+func threadPriority(pid, tid int) (nice, policy int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The fields after the command name, which may hold spaces, in ().
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	nice, err1 := strconv.Atoi(f[19-3])
+	policy, err2 := strconv.Atoi(f[41-3])
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("stat of %d/%d: %q", pid, tid, b)
+	}
+	return nice, policy, nil
+}
+
+// threads are the thread ids of pid.
+func threads(t *testing.T, pid int) []int {
+	t.Helper()
+	es, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range es {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// TestChildPriority: a child starts at the Manager's Priority, every
+// thread of it (the built-in worker is a Go program, several threads by
+// the time it answers) and what it starts in turn, a pty program too;
+// dashgate's own threads keep theirs.
+func TestChildPriority(t *testing.T) {
+	t.Parallel()
+	selfNice, selfPolicy, err := threadPriority(os.Getpid(), unix.Gettid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		prio   Priority
+		nice   int
+		policy int
+	}{
+		{"batch nice 7", Priority{Nice: 7, Sched: SchedBatch}, 7, unix.SCHED_BATCH},
+		{"idle", Priority{Sched: SchedIdle}, 0, unix.SCHED_IDLE},
+		{"other nice 3", Priority{Nice: 3, Sched: SchedOther}, 3, unix.SCHED_NORMAL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.nice < selfNice {
+				t.Skipf("the test runs at nice %d: a child cannot be given less", selfNice)
+			}
+			m, _ := newTestManager(t, Config{Priority: tc.prio})
+			check := func(what string, pid int) {
+				t.Helper()
+				for _, tid := range threads(t, pid) {
+					nice, policy, err := threadPriority(pid, tid)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if nice != tc.nice || policy != tc.policy {
+						t.Errorf("%s %d thread %d: nice %d policy %d, want nice %d policy %d", what, pid, tid, nice, policy, tc.nice, tc.policy)
+					}
+				}
+			}
+			w := startWorker(t, m, helperSpec(t, "builtin"))
+			if _, err := callW(t, w, "slash", map[string]string{"command": "/echo up"}); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(threads(t, w.PID())); n < 2 {
+				t.Logf("the worker has %d thread(s) only", n)
+			}
+			check("worker", w.PID())
+
+			dir := t.TempDir()
+			sh, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-prio", Path: "/bin/sh",
+				Args: []string{"-c", `sleep 300 & echo $! >"$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; wait`, dir}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sh.Close(ReasonSessionClosed)
+			go func() { // drain the pty: its output must not fill
+				buf := make([]byte, 4096)
+				for {
+					if _, err := sh.PTY().Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+			check("pty program", sh.PID())
+			var grandchild int
+			testkit.WaitFor(t, 10*time.Second, "the pty program's child", func() bool {
+				b, err := os.ReadFile(filepath.Join(dir, "pid"))
+				grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil && grandchild > 0
+			})
+			check("the pty program's child", grandchild)
+
+			nice, policy, err := threadPriority(os.Getpid(), unix.Gettid())
+			if err != nil || nice != selfNice || policy != selfPolicy {
+				t.Errorf("the test's own thread: nice %d policy %d (%v), want nice %d policy %d", nice, policy, err, selfNice, selfPolicy)
+			}
+		})
+	}
+}
+
+// TestChildCPUWeight: with the cpu controller, the cgroup of every child
+// (Dir) gets CgroupOptions.CPUWeight, and a child starts in a leaf of it.
+func TestChildCPUWeight(t *testing.T) {
+	t.Parallel()
+	root := testCgroupRoot(t)
+	if avail := strings.Fields(readString(filepath.Join(filepath.Dir(root), "cgroup.controllers"))); !slices.Contains(avail, "cpu") {
+		t.Skipf("the cpu controller is not available in cgroup v2 here (cgroup.controllers of %s: %q; on a hybrid host it is bound to cgroup v1)",
+			filepath.Dir(root), avail)
+	}
+	cg, err := SetupCgroups(CgroupOptions{Mode: CgroupOn, Root: root, Instance: newMarker(), CPUWeight: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cg.Close(); err != nil {
+			t.Errorf("Cgroups.Close: %v", err)
+		}
+	})
+	if got := strings.TrimSpace(readString(filepath.Join(cg.Dir, "cpu.weight"))); got != "20" || cg.CPUWeight != 20 {
+		t.Errorf("cpu.weight of %s: %q (CPUWeight %d), want 20", cg.Dir, got, cg.CPUWeight)
+	}
+	m, _ := newTestManager(t, Config{Cgroups: cg})
+	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-weight", Path: "sleep", Args: []string{"300"}, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ReasonSessionClosed)
+	if !slices.Contains(p.cg.procs(), p.PID()) || filepath.Dir(p.cg.dir) != cg.Dir {
+		t.Errorf("child %d is not in a leaf of %s (its cgroup %s)", p.PID(), cg.Dir, p.cg.dir)
+	}
+}
