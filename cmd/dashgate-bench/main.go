@@ -74,10 +74,13 @@ var counts = []struct {
 	{"cluster-clients", 4, 2, "chat clients at once (cluster: on the SQLite node, or split over the two PostgreSQL nodes)"},
 	{"cluster-cycles", 100, 8, "create, /echo, prompt, close cycles per run over the clients (cluster)"},
 	{"cluster-sessions", 10000, 500, "sessions in PostgreSQL and SQLite at start-up (cluster; 5 entries each, half closed)"},
+	{"stall-streams", 300, 30, "sockets streaming 200-word echo replies back to back (stall)"},
+	{"stall-churn", 20, 5, "sessions a second created, /echo run and closed beside them (stall)"},
+	{"stall-secs", 20, 5, "seconds of each quiet phase, idle and loaded (stall)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "cluster"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "cluster", "stall"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -138,6 +141,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "relay" { // a reference relay of the keys group (relay.go)
 		if err := serveRelay(args[1], stdout); err != nil {
 			fmt.Fprintln(stderr, "dashgate-bench relay:", err)
+			return 1
+		}
+		return 0
+	}
+	if helper, ok, err := stallHelper(args, stdout); ok { // the stall group's processes (stall.go)
+		if err != nil {
+			fmt.Fprintf(stderr, "dashgate-bench %s: %v\n", helper, err)
 			return 1
 		}
 		return 0
@@ -259,6 +269,7 @@ func (b *bench) groups() []group {
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
 		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]), agent(n["agent-prompts"]),
 		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
+		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)

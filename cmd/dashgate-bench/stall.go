@@ -1,0 +1,622 @@
+package main
+
+// Issue 28: the gateway under children that saturate the CPU. One run, on a
+// fresh dashgate (the built-in echo worker, SQLite in its state dir):
+//
+//  1. idle: the quiet client (this binary re-executed, `dashgate-bench
+//     stall-quiet`, a process of its own) times, for stallSecs, every
+//     10 ms: session.history of one entry of a session of its own (the
+//     gateway alone: no worker on the path), /echo in another session
+//     (slash.exec, a worker round trip), and every 250 ms GET /admin on a
+//     keep-alive connection;
+//  2. the load (`dashgate-bench stall-load`, one process) opens streams
+//     sockets, a session each (close_on_disconnect), and streams 200-word
+//     prompts back to back from the echo agent (its own pace, one delta a
+//     word, builtin.WordDelay), plus churn sessions a second created, run
+//     /echo (a worker spawned) and closed;
+//  3. loaded: once every stream has begun and 3 s more have passed, the
+//     quiet client measures again, for as long as idle, in a new process;
+//     dashgate's CPU time and the machine's idle share are taken over it;
+//  4. the load ends (its sockets closed): its counts are checked (no
+//     socket lost, every turn in order).
+//
+// With DASHGATE_BENCH_PROFILES=<dir> and --pprof-addr in the build's
+// --args-new/--args-old, a CPU profile (the loaded phase's middle 10 s at
+// most) and a mutex profile of dashgate are written there per run, as
+// <build>-<run>.cpu.pprof and .mutex.pprof.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+)
+
+// stallWords is the length of a stream's prompt: the echo agent streams
+// it back, one delta a word.
+const stallWords = 200
+
+// stallTokenEnv carries the token to the helper processes (not their
+// command line, which ps shows).
+const stallTokenEnv = "DASHGATE_BENCH_STALL_TOKEN"
+
+// stall is the group; streams sockets stream, churn sessions a second come
+// and go, each quiet phase lasts secs seconds.
+func (b *bench) stall(streams, churn, secs int) group {
+	figs := []*Figure{
+		fig(fmt.Sprintf("stall: session.history (1 entry), loaded (%d streams, %d sessions/s) p99", streams, churn), "ms", "<= 20"),
+		fig("  session.history, loaded p50", "ms", ""),
+		fig("  session.history, loaded max", "ms", ""),
+		fig("  session.history, idle p50", "ms", ""),
+		fig("  session.history, idle p99", "ms", ""),
+		fig("stall: GET /admin, loaded max", "ms", "<= 200"),
+		fig("  GET /admin, loaded p50", "ms", ""),
+		fig("  GET /admin, idle max", "ms", ""),
+		fig("stall: /echo (worker round trip), loaded p99", "ms", ""),
+		fig("  /echo, loaded p50", "ms", ""),
+		fig("  /echo, loaded max", "ms", ""),
+		fig("  /echo, idle p50", "ms", ""),
+		fig("  /echo, idle p99", "ms", ""),
+		fig("  deltas/s the load received, loaded", "1/s", ""),
+		fig("  churn cycles/s done, loaded", "1/s", ""),
+		fig("  dashgate CPU, loaded", "% of a core", ""),
+		fig("  machine idle, loaded", "%", ""),
+		fig("  1-minute load average after the loaded phase", "", ""),
+	}
+	args := []string{"--max-workers", strconv.Itoa(streams + 100), "--max-sessions", strconv.Itoa(streams + 1000)}
+	return group{name: "stall", figs: figs, args: args, fresh: true,
+		run: func(ctx context.Context, t *target, r int) ([]float64, error) {
+			d := time.Duration(secs) * time.Second
+			idle, err := runQuiet(ctx, t, d)
+			if err != nil {
+				return nil, fmt.Errorf("idle: %w", err)
+			}
+			load, err := startLoad(ctx, t, streams, churn)
+			if err != nil {
+				return nil, fmt.Errorf("load: %w", err)
+			}
+			defer load.kill()
+			if err := load.waitReady(ctx, 3*time.Minute); err != nil {
+				return nil, fmt.Errorf("load: %w", err)
+			}
+			if err := sleepCtx(ctx, 3*time.Second); err != nil {
+				return nil, err
+			}
+			prof := b.profile(ctx, t, r, min(d-2*time.Second, 10*time.Second))
+			cpu0, idle0, t0 := procCPU(t.PID()), machineIdle(), time.Now()
+			d0 := load.deltas()
+			c0 := load.churned()
+			loaded, err := runQuiet(ctx, t, d)
+			el := time.Since(t0)
+			cpu1, idle1, d1, c1 := procCPU(t.PID()), machineIdle(), load.deltas(), load.churned()
+			lavg, _ := strconv.ParseFloat(strings.Fields(loadavg())[0], 64)
+			perr := prof()
+			stats, lerr := load.stop()
+			if err = errors.Join(err, lerr, perr); err != nil {
+				return nil, fmt.Errorf("loaded: %w", err)
+			}
+			fmt.Fprintf(b.stderr, "dashgate-bench: stall (%s) run %d: %s\n", t.build, r, stats)
+			p := func(xs []float64, q float64) float64 { return percentile(xs, q) }
+			return []float64{
+				p(loaded.History, 99), p(loaded.History, 50), p(loaded.History, 100), p(idle.History, 50), p(idle.History, 99),
+				p(loaded.Admin, 100), p(loaded.Admin, 50), p(idle.Admin, 100),
+				p(loaded.Echo, 99), p(loaded.Echo, 50), p(loaded.Echo, 100), p(idle.Echo, 50), p(idle.Echo, 99),
+				float64(d1-d0) / el.Seconds(), float64(c1-c0) / el.Seconds(),
+				100 * (cpu1 - cpu0).Seconds() / el.Seconds(), 100 * idle1.share(idle0), lavg,
+			}, nil
+		}}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// profile starts taking a CPU profile of d from dashgate's --pprof-addr
+// when DASHGATE_BENCH_PROFILES is set; the function it returns waits for
+// it, takes the mutex profile and writes both.
+func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration) func() error {
+	dir, addr := os.Getenv("DASHGATE_BENCH_PROFILES"), ""
+	args := b.cfg.args[t.build]
+	if i := slices.Index(args, "--pprof-addr"); i >= 0 && i+1 < len(args) {
+		addr = args[i+1]
+	}
+	if dir == "" || addr == "" {
+		return func() error { return nil }
+	}
+	get := func(path, file string) error {
+		resp, err := noKeepAlive.Get("http://" + addr + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.%s.pprof", t.build, r, file)))
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, resp.Body)
+		return errors.Join(err, f.Close())
+	}
+	get("/debug/pprof/mutex?debug=0", "mutex-before") // the counts so far, for a -diff_base
+	done := make(chan error, 1)
+	go func() { done <- get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), "cpu") }()
+	return func() error {
+		err := <-done
+		return errors.Join(err, get("/debug/pprof/mutex?debug=0", "mutex"))
+	}
+}
+
+// procCPU is the user and system CPU time of pid so far.
+func procCPU(pid int) time.Duration {
+	u, _ := testkit.ReadUsage(pid)
+	return u.CPU
+}
+
+// cpuTimes are the idle and total jiffies of /proc/stat's cpu line.
+type cpuTimes struct{ idle, total float64 }
+
+func machineIdle() cpuTimes {
+	b, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	var c cpuTimes
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		c.total += v
+		if i == 3 || i == 4 { // idle, iowait
+			c.idle += v
+		}
+	}
+	return c
+}
+
+// share is the idle share of the time since c0.
+func (c cpuTimes) share(c0 cpuTimes) float64 {
+	return (c.idle - c0.idle) / max(1, c.total-c0.total)
+}
+
+// quietResult is what the quiet client measured, in ms.
+type quietResult struct {
+	History, Echo, Admin []float64
+}
+
+// runQuiet runs `dashgate-bench stall-quiet` for d against t and returns
+// its samples.
+func runQuiet(ctx context.Context, t *target, d time.Duration) (quietResult, error) {
+	var res quietResult
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "stall-quiet", t.Base, d.String())
+	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return res, fmt.Errorf("stall-quiet: %w", err)
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("stall-quiet: %q: %w", out, err)
+	}
+	if len(res.History) == 0 || len(res.Echo) == 0 || len(res.Admin) == 0 {
+		return res, fmt.Errorf("stall-quiet: no samples: %s", out)
+	}
+	return res, nil
+}
+
+// stallHelper runs `stall-quiet BASE DURATION` or `stall-load BASE
+// STREAMS CHURN`; ok is false for any other arguments.
+func stallHelper(args []string, stdout io.Writer) (name string, ok bool, err error) {
+	switch {
+	case len(args) == 3 && args[0] == "stall-quiet":
+		return args[0], true, serveQuiet(args[1], args[2], stdout)
+	case len(args) == 4 && args[0] == "stall-load":
+		return args[0], true, serveLoad(args[1], args[2], args[3], stdout)
+	}
+	return "", false, nil
+}
+
+// serveQuiet is `dashgate-bench stall-quiet BASE DURATION`: the quiet
+// client. It writes its samples (quietResult) as JSON on stdout.
+func serveQuiet(base, dur string, stdout io.Writer) error {
+	d, err := time.ParseDuration(dur)
+	if err != nil {
+		return err
+	}
+	token := os.Getenv(stallTokenEnv)
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	ws := "ws" + strings.TrimPrefix(base, "http") + "ws/chat"
+	ch, _, err := testkit.DialChat(ctx, ws, testkit.DialOptions{Token: token})
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	var hist, ech string
+	if hist, err = ch.CreateSession(ctx, "quiet history"); err == nil {
+		if _, err = ch.Slash(ctx, hist, "/echo one entry"); err == nil {
+			ech, err = ch.CreateSession(ctx, "quiet echo")
+		}
+	}
+	for i := 0; err == nil && i < 5; i++ { // its worker spawned and warm
+		_, err = echo(ctx, ch, ech)
+	}
+	if err != nil {
+		return err
+	}
+	var res quietResult
+	var wg sync.WaitGroup
+	var adminErr error
+	until := time.Now().Add(d)
+	wg.Go(func() {
+		c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
+		defer c.CloseIdleConnections()
+		adminErr = every(ctx, 250*time.Millisecond, d+time.Minute, func() (bool, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"admin", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			t0 := time.Now()
+			resp, err := c.Do(req)
+			if err != nil {
+				return false, err
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("GET /admin: %s", resp.Status)
+			}
+			res.Admin = append(res.Admin, ms1(time.Since(t0)))
+			return !time.Now().Before(until), err
+		})
+	})
+	err = every(ctx, 10*time.Millisecond, d+time.Minute, func() (bool, error) {
+		var page struct {
+			Entries []json.RawMessage `json:"entries"`
+		}
+		t0 := time.Now()
+		err := ch.Call(ctx, "session.history", map[string]any{"session_id": hist, "limit": 1}, &page)
+		if err == nil && len(page.Entries) != 1 {
+			err = fmt.Errorf("session.history: %d entries, want 1", len(page.Entries))
+		}
+		res.History = append(res.History, ms1(time.Since(t0)))
+		if err != nil {
+			return false, err
+		}
+		de, err := echo(ctx, ch, ech)
+		res.Echo = append(res.Echo, ms1(de))
+		return !time.Now().Before(until), err
+	})
+	wg.Wait()
+	for _, sid := range []string{hist, ech} {
+		ch.Call(ctx, "session.close", map[string]string{"session_id": sid}, nil)
+	}
+	if err = errors.Join(err, adminErr); err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+// loadProc is a running `dashgate-bench stall-load`.
+type loadProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string // its stdout, line by line; closed at its EOF
+	mu    sync.Mutex
+	last  map[string]int64 // the latest "count" line's fields
+}
+
+// startLoad starts the load: streams sockets streaming, churn sessions a
+// second.
+func startLoad(ctx context.Context, t *target, streams, churn int) (*loadProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "stall-load", t.Base, strconv.Itoa(streams), strconv.Itoa(churn))
+	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	l := &loadProc{cmd: cmd, in: in, lines: make(chan string, 16), last: map[string]int64{}}
+	go func() {
+		defer close(l.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if rest, ok := strings.CutPrefix(line, "count "); ok {
+				l.mu.Lock()
+				for _, kv := range strings.Fields(rest) {
+					k, v, _ := strings.Cut(kv, "=")
+					l.last[k], _ = strconv.ParseInt(v, 10, 64)
+				}
+				l.mu.Unlock()
+				continue
+			}
+			l.lines <- line
+		}
+	}()
+	return l, nil
+}
+
+func (l *loadProc) count(k string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last[k]
+}
+
+func (l *loadProc) deltas() int64  { return l.count("deltas") }
+func (l *loadProc) churned() int64 { return l.count("churn") }
+
+// waitReady waits for its "ready" line.
+func (l *loadProc) waitReady(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	select {
+	case line, ok := <-l.lines:
+		if ok && line == "ready" {
+			return nil
+		}
+		return fmt.Errorf("not ready: %q", line)
+	case <-ctx.Done():
+		return fmt.Errorf("not ready: %w", ctx.Err())
+	}
+}
+
+// stop closes its stdin (it then closes its sockets and prints its last
+// line, "done ..." or "error ...") and waits for it.
+func (l *loadProc) stop() (string, error) {
+	l.in.Close()
+	var last string
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-l.lines:
+			if ok {
+				last = line
+				continue
+			}
+			err := l.cmd.Wait()
+			if err == nil && !strings.HasPrefix(last, "done ") {
+				err = fmt.Errorf("stall-load: %s", last)
+			}
+			return last, err
+		case <-timeout:
+			l.kill()
+			return last, errors.New("stall-load did not end within a minute of its stdin's close")
+		}
+	}
+}
+
+// kill ends it at once (after an error; a no-op once it was waited for).
+func (l *loadProc) kill() {
+	if l.cmd.ProcessState == nil {
+		syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// loadCounts are the load's counters.
+type loadCounts struct {
+	deltas, turns, churn, skipped atomic.Int64
+}
+
+// serveLoad is `dashgate-bench stall-load BASE STREAMS CHURN`: it prints
+// "ready" once every stream's first prompt was accepted, "count deltas=N
+// churn=N" every 500 ms, and when its stdin closes, ends its sockets and
+// prints "done ..." (or "error ...") and exits.
+func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
+	streams, err1 := strconv.Atoi(streamsArg)
+	churn, err2 := strconv.Atoi(churnArg)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	token := os.Getenv(stallTokenEnv)
+	ws := "ws" + strings.TrimPrefix(base, "http") + "ws/chat"
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out sync.Mutex
+	say := func(format string, args ...any) {
+		out.Lock()
+		fmt.Fprintf(stdout, format+"\n", args...)
+		out.Unlock()
+	}
+	var n loadCounts
+	var errMu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		stop()
+	}
+	prompt := strings.TrimSpace(strings.Repeat("word ", stallWords))
+	var wg sync.WaitGroup
+	var started sync.WaitGroup
+	started.Add(streams)
+	sem := make(chan struct{}, 8) // sockets opened at once
+	for i := range streams {
+		wg.Go(func() {
+			sem <- struct{}{}
+			err := loadStream(ctx, ws, token, prompt, &n, func() { <-sem; started.Done() })
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("stream %d: %w", i, err))
+			}
+		})
+	}
+	readyCh := make(chan struct{})
+	go func() { started.Wait(); close(readyCh) }()
+	select {
+	case <-readyCh:
+		say("ready")
+	case <-ctx.Done():
+	}
+	wg.Go(func() { churnLoop(ctx, ws, token, churn, &n, fail) })
+	wg.Go(func() {
+		every(ctx, 500*time.Millisecond, 24*time.Hour, func() (bool, error) {
+			say("count deltas=%d churn=%d", n.deltas.Load(), n.churn.Load())
+			return false, nil
+		})
+	})
+	go func() { io.Copy(io.Discard, os.Stdin); stop() }()
+	<-ctx.Done()
+	wg.Wait()
+	if firstErr != nil {
+		say("error %v", firstErr)
+		return nil
+	}
+	say("done deltas=%d turns=%d churn=%d churn_skipped=%d", n.deltas.Load(), n.turns.Load(), n.churn.Load(), n.skipped.Load())
+	return nil
+}
+
+// loadStream is one socket of the load: session.create (close_on_disconnect),
+// then prompt after prompt, the next sent at the previous one's
+// message.complete, until ctx ends; began runs once the first prompt was
+// accepted (or the start failed). Every delta of a turn is counted, and
+// the reply's text checked against them: in order, nothing lost.
+func loadStream(ctx context.Context, url, token, prompt string, n *loadCounts, began func()) error {
+	once := sync.OnceFunc(began)
+	defer once()
+	c, _, err := testkit.Dial(ctx, url, testkit.DialOptions{Token: token})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id := 0
+	send := func(method string, params any) error {
+		id++
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		return c.Write(ctx, websocket.MessageText, b)
+	}
+	if err := send("session.create", map[string]any{"title": "stall", "close_on_disconnect": true}); err != nil {
+		return err
+	}
+	var sid string
+	var text strings.Builder
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			return err
+		}
+		var msg struct {
+			ID     int             `json:"id"`
+			Result json.RawMessage `json:"result"`
+			Error  json.RawMessage `json:"error"`
+			Params struct {
+				Type    string `json:"type"`
+				Payload struct {
+					Text string `json:"text"`
+				} `json:"payload"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(f.Data, &msg); err != nil {
+			return fmt.Errorf("frame %q: %w", f.Data, err)
+		}
+		switch {
+		case msg.Error != nil:
+			return fmt.Errorf("error reply: %s", f.Data)
+		case msg.ID == 1:
+			var r struct {
+				SessionID string `json:"session_id"`
+			}
+			json.Unmarshal(msg.Result, &r)
+			if sid = r.SessionID; sid == "" {
+				return fmt.Errorf("session.create: %s", f.Data)
+			}
+			if err := send("prompt.submit", map[string]any{"session_id": sid, "text": prompt}); err != nil {
+				return err
+			}
+		case msg.ID == 2:
+			once()
+		case msg.Params.Type == "message.delta":
+			n.deltas.Add(1)
+			text.WriteString(msg.Params.Payload.Text)
+		case msg.Params.Type == "message.complete":
+			if got, want := text.String(), msg.Params.Payload.Text; got != want {
+				return fmt.Errorf("turn %d: the deltas say %q, message.complete %q", id, got, want)
+			}
+			text.Reset()
+			n.turns.Add(1)
+			if err := send("prompt.submit", map[string]any{"session_id": sid, "text": prompt}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// churnLoop starts rate cycles a second (session.create, /echo, session.close
+// on one socket, 8 at most at once; a cycle due while 8 run is skipped and
+// counted) until ctx ends.
+func churnLoop(ctx context.Context, url, token string, rate int, n *loadCounts, fail func(error)) {
+	if rate <= 0 {
+		return
+	}
+	ch, _, err := testkit.DialChat(ctx, url, testkit.DialOptions{Token: token})
+	if err != nil {
+		fail(fmt.Errorf("churn: %w", err))
+		return
+	}
+	defer ch.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, 8)
+	every(ctx, time.Second/time.Duration(rate), 24*time.Hour, func() (bool, error) {
+		select {
+		case sem <- struct{}{}:
+		default:
+			n.skipped.Add(1)
+			return false, nil
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sid, err := ch.CreateSession(ctx, "churn")
+			if err == nil {
+				_, err = echo(ctx, ch, sid)
+				err = errors.Join(err, ch.Call(ctx, "session.close", map[string]string{"session_id": sid}, nil))
+			}
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("churn: %w", err))
+			} else if err == nil {
+				n.churn.Add(1)
+			}
+		})
+		return false, nil
+	})
+}
