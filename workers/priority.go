@@ -1,8 +1,13 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -11,15 +16,25 @@ import (
 // CPU priority of the children (issue 28). When the children saturate the
 // CPU, the gateway must keep its share: an admin must still see and reap
 // them, a quiet socket must still be answered. Linux keeps the nice value
-// and the scheduling policy per thread, and a forked child inherits them
-// from the thread that forked it (sched(7)); so each priority gets a
-// spawning thread of its own, set once to that priority, and every child it
-// forks (and whatever that child starts, each of its threads) starts with
-// it, before its first instruction: no window at the parent's priority, no
-// thread left out, as a renice of the pid after the start would (it changes
-// one thread, and the Go runtime of a worker has several by then).
-// Pdeathsig and the cgroup (CLONE_INTO_CGROUP) are set by that same fork,
-// as before.
+// and the scheduling policy per thread, and a new thread or process
+// inherits them from the thread that made it (sched(7)). So:
+//
+//   - the nice value, and SCHED_BATCH for batch and idle, are the
+//     spawning thread's: there is one per priority, set once, and every
+//     child it forks has them from its first instruction, each thread and
+//     each descendant of it too; Pdeathsig and the cgroup
+//     (CLONE_INTO_CGROUP) are set by that same fork, as before;
+//   - SCHED_IDLE is set after the fork returns (the child has exec'd),
+//     before Start returns, on every thread of the child and of what it
+//     started, pass after pass until none is left without it. Not on the
+//     spawning thread: the fork's own work and the child's until its exec
+//     would then run at SCHED_IDLE, with spawnMu held, and on a saturated
+//     CPU every spawn queued behind one that waits seconds for its turn
+//     (BENCHMARKS.md, issue 28). What the child forks in the moment
+//     between its exec and that pass keeps the inherited batch and nice.
+//
+// A renice of the pid after the start, instead, misses the threads: the
+// Go runtime of a worker has several by then.
 
 // ChildSched is a Linux scheduling policy of the children (--child-sched).
 type ChildSched string
@@ -71,6 +86,15 @@ type Priority struct {
 
 func (p Priority) zero() bool { return p.Nice == 0 && (p.Sched == "" || p.Sched == SchedOther) }
 
+// inherited is what a child takes from its spawning thread: p, with batch
+// in place of idle.
+func (p Priority) inherited() Priority {
+	if p.Sched == SchedIdle {
+		p.Sched = SchedBatch
+	}
+	return p
+}
+
 // apply sets the calling thread's policy and nice value (sched_setattr on
 // its tid). The calling goroutine must be locked to its thread.
 func (p Priority) apply() error {
@@ -79,6 +103,71 @@ func (p Priority) apply() error {
 		return fmt.Errorf("set the spawning thread's priority (nice %d, %s): %w", p.Nice, p.Sched, err)
 	}
 	return nil
+}
+
+// applyTree sets p on every thread of pid and of its descendants, pass
+// after pass until a pass finds none to change: a thread a child creates
+// meanwhile inherits its creator's priority, so once every thread has p,
+// every later one has it too. A process that is gone meanwhile is skipped.
+func (p Priority) applyTree(pid int) error {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: p.Sched.policy(), Nice: int32(p.Nice)}
+	for pass := 0; pass < 100; pass++ {
+		changed := false
+		var firstErr error
+		for _, proc := range treeOf(pid) {
+			for _, tid := range tasksOf(proc) {
+				cur, err := unix.SchedGetAttr(tid, 0)
+				if err != nil {
+					continue // gone
+				}
+				if cur.Policy == attr.Policy && cur.Nice == attr.Nice {
+					continue
+				}
+				if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
+					if !errors.Is(err, unix.ESRCH) && firstErr == nil {
+						firstErr = fmt.Errorf("nice %d, %s for thread %d of %d: %w", p.Nice, p.Sched, tid, proc, err)
+					}
+					continue
+				}
+				changed = true
+			}
+		}
+		if firstErr != nil {
+			return firstErr
+		}
+		if !changed {
+			return nil
+		}
+	}
+	return fmt.Errorf("nice %d, %s for %d: its threads kept changing", p.Nice, p.Sched, pid)
+}
+
+// tasksOf lists the thread ids of pid (none when it is gone).
+func tasksOf(pid int) []int {
+	es, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	out := make([]int, 0, len(es))
+	for _, e := range es {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// treeOf is pid and its descendants, from /proc/<pid>/task/<tid>/children.
+func treeOf(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		for _, tid := range tasksOf(out[i]) {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(out[i]) + "/task/" + strconv.Itoa(tid) + "/children")
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // spawner is one spawning thread (spawnLoop) and the priority it has.

@@ -48,10 +48,10 @@ func threads(t *testing.T, pid int) []int {
 	return out
 }
 
-// TestChildPriority: a child starts at the Manager's Priority, every
-// thread of it (the built-in worker is a Go program, several threads by
-// the time it answers) and what it starts in turn, a pty program too;
-// dashgate's own threads keep theirs.
+// TestChildPriority: a child runs at the Manager's Priority once Start
+// returned, every thread of it (the built-in worker is a Go program,
+// several threads by the time it answers) and what it starts in turn, a
+// pty program too; dashgate's own threads keep theirs.
 func TestChildPriority(t *testing.T) {
 	t.Parallel()
 	selfNice, selfPolicy, err := threadPriority(os.Getpid(), unix.Gettid())
@@ -94,10 +94,18 @@ func TestChildPriority(t *testing.T) {
 			}
 			check("worker", w.PID())
 
+			// The pty program starts its child once told (the fifo): after
+			// Start returned, as a shell's commands come.
 			dir := t.TempDir()
+			if err := unix.Mkfifo(filepath.Join(dir, "go"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			sh, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-prio", Path: "/bin/sh",
-				Args: []string{"-c", `sleep 300 & echo $! >"$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; wait`, dir}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+				Args: []string{"-c", `read x <"$0/go"; sleep 300 & echo $! >"$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; wait`, dir}, Env: []string{"PATH=" + os.Getenv("PATH")}})
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "go"), []byte("go\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			defer sh.Close(ReasonSessionClosed)

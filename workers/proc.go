@@ -98,8 +98,8 @@ type Config struct {
 	// OnClose, when set, is called once per closed child after it logged;
 	// it must not block (metrics).
 	OnClose func(CloseResult)
-	// Priority is the CPU priority every child starts with (--child-nice,
-	// --child-sched); the zero value: dashgate's own.
+	// Priority is the CPU priority of every child (--child-nice,
+	// --child-sched; priority.go); the zero value: dashgate's own.
 	Priority Priority
 	// Cgroups, when set, contains each child in a cgroup of its own
 	// (SetupCgroups); nil means the fallback. The caller closes it after
@@ -189,6 +189,8 @@ type Manager struct {
 	reserve int // slots taken by starts in progress
 
 	wg sync.WaitGroup // supervisor and waiter goroutines
+
+	priorityWarn sync.Once // the first child whose priority could not be set is logged
 }
 
 // NewManager returns a Manager. Call Wait after closing every child to join
@@ -322,7 +324,7 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		p.cg = g
 	}
 
-	sp := spawnerFor(m.cfg.Priority)
+	sp := spawnerFor(m.cfg.Priority.inherited())
 	spawnMu.Lock()
 	var err error
 	sp.run(func() { err = p.start(cgfd, sp) })
@@ -346,6 +348,13 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
 
+	if m.cfg.Priority.Sched == SchedIdle {
+		if err := m.cfg.Priority.applyTree(p.pid); err != nil {
+			m.priorityWarn.Do(func() {
+				m.log.Warn("child priority not set", "worker_pid", p.pid, "kind", string(spec.Kind), "err", err)
+			})
+		}
+	}
 	if beforeSupervise != nil {
 		beforeSupervise(p)
 	}

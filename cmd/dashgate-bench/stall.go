@@ -437,7 +437,7 @@ type loadCounts struct {
 }
 
 // serveLoad is `dashgate-bench stall-load BASE STREAMS CHURN`: it prints
-// "ready" once every stream's first prompt was accepted, "count deltas=N
+// "ready" once every stream's first delta came, "count deltas=N
 // churn=N" every 500 ms, and when its stdin closes, ends its sockets and
 // prints "done ..." (or "error ...") and exits.
 func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
@@ -508,8 +508,8 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 
 // loadStream is one socket of the load: session.create (close_on_disconnect),
 // then prompt after prompt, the next sent at the previous one's
-// message.complete, until ctx ends; began runs once the first prompt was
-// accepted (or the start failed). Every delta of a turn is counted, and
+// message.complete, until ctx ends; began runs at the first delta (its
+// worker spawned and streaming), or when the start failed. Every delta of a turn is counted, and
 // the reply's text checked against them: in order, nothing lost.
 func loadStream(ctx context.Context, url, token, prompt string, n *loadCounts, began func()) error {
 	once := sync.OnceFunc(began)
@@ -563,9 +563,8 @@ func loadStream(ctx context.Context, url, token, prompt string, n *loadCounts, b
 			if err := send("prompt.submit", map[string]any{"session_id": sid, "text": prompt}); err != nil {
 				return err
 			}
-		case msg.ID == 2:
-			once()
 		case msg.Params.Type == "message.delta":
+			once()
 			n.deltas.Add(1)
 			text.WriteString(msg.Params.Payload.Text)
 		case msg.Params.Type == "message.complete":
