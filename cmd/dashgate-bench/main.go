@@ -77,6 +77,7 @@ var counts = []struct {
 	{"stall-streams", 300, 30, "sockets streaming 200-word echo replies back to back (stall)"},
 	{"stall-churn", 20, 5, "sessions a second created, /echo run and closed beside them (stall)"},
 	{"stall-secs", 20, 5, "seconds of each quiet phase, idle and loaded (stall)"},
+	{"stall-load-nice", 0, 0, "nice value of the load process (stall; 0: the tool's)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
@@ -269,7 +270,7 @@ func (b *bench) groups() []group {
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
 		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]), agent(n["agent-prompts"]),
 		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
-		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"]),
+		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"], n["stall-load-nice"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)

@@ -58,8 +58,9 @@ const stallWords = 200
 const stallTokenEnv = "DASHGATE_BENCH_STALL_TOKEN"
 
 // stall is the group; streams sockets stream, churn sessions a second come
-// and go, each quiet phase lasts secs seconds.
-func (b *bench) stall(streams, churn, secs int) group {
+// and go, each quiet phase lasts secs seconds; the load runs at nice
+// loadNice (0: as the tool; the browsers of a real load are elsewhere).
+func (b *bench) stall(streams, churn, secs, loadNice int) group {
 	figs := []*Figure{
 		fig(fmt.Sprintf("stall: session.history (1 entry), loaded (%d streams, %d sessions/s) p99", streams, churn), "ms", "<= 20"),
 		fig("  session.history, loaded p50", "ms", ""),
@@ -88,7 +89,7 @@ func (b *bench) stall(streams, churn, secs int) group {
 			if err != nil {
 				return nil, fmt.Errorf("idle: %w", err)
 			}
-			load, err := startLoad(ctx, t, streams, churn)
+			load, err := startLoad(ctx, t, streams, churn, loadNice)
 			if err != nil {
 				return nil, fmt.Errorf("load: %w", err)
 			}
@@ -333,13 +334,16 @@ type loadProc struct {
 }
 
 // startLoad starts the load: streams sockets streaming, churn sessions a
-// second.
-func startLoad(ctx context.Context, t *target, streams, churn int) (*loadProc, error) {
+// second, at nice value nice (0: the tool's).
+func startLoad(ctx context.Context, t *target, streams, churn, nice int) (*loadProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "stall-load", t.Base, strconv.Itoa(streams), strconv.Itoa(churn))
+	if nice != 0 { // nice(1): every thread of it, from its start
+		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(nice)}, cmd.Args...)...)
+	}
 	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
