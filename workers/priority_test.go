@@ -165,31 +165,3 @@ func TestChildCPUWeight(t *testing.T) {
 		t.Errorf("child %d is not in a leaf of %s (its cgroup %s)", p.PID(), cg.Dir, p.cg.dir)
 	}
 }
-
-// TestChildPriorityRaisedToEnd: a child at SCHED_IDLE is moved to
-// SCHED_BATCH when its close begins (ending takes CPU time too), where
-// dashgate may leave SCHED_IDLE (CAP_SYS_NICE).
-func TestChildPriorityRaisedToEnd(t *testing.T) {
-	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("leaving SCHED_IDLE needs CAP_SYS_NICE: run as root")
-	}
-	m, _ := newTestManager(t, Config{Priority: Priority{Nice: 5, Sched: SchedIdle}, Grace: 2 * time.Second})
-	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-end", Path: "/bin/sh",
-		Args: []string{"-c", `trap "" TERM HUP; while :; do read x || sleep 1; done`}, Env: []string{"PATH=" + os.Getenv("PATH")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, policy, err := threadPriority(p.PID(), p.PID()); err != nil || policy != unix.SCHED_IDLE {
-		t.Fatalf("before its close: policy %d (%v), want SCHED_IDLE", policy, err)
-	}
-	closed := make(chan CloseResult, 1)
-	go func() { closed <- p.Close(ReasonSessionClosed) }()
-	testkit.WaitFor(t, 10*time.Second, "the closing child at SCHED_BATCH", func() bool {
-		nice, policy, err := threadPriority(p.PID(), p.PID())
-		return err == nil && policy == unix.SCHED_BATCH && nice == 5
-	})
-	if res := <-closed; res.Escalation != EscalationKill {
-		t.Errorf("close: %+v, want it killed (it ignores SIGTERM)", res)
-	}
-}

@@ -628,14 +628,6 @@ func (p *Proc) Close(reason Reason) CloseResult {
 func (p *Proc) teardown(reason Reason) CloseResult {
 	start := time.Now()
 	res := CloseResult{PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, Reason: reason, Escalation: EscalationNone}
-	if p.m.cfg.Priority.Sched == SchedIdle {
-		// Ending takes CPU time too (an exit on EOF, a SIGTERM handler,
-		// even SIGKILL's exit path runs in the child), and at SCHED_IDLE on
-		// a saturated CPU a child took longer than killWait to get it:
-		// back to batch first. Leaving SCHED_IDLE needs CAP_SYS_NICE (or
-		// RLIMIT_NICE): without it, the child ends at SCHED_IDLE.
-		p.m.cfg.Priority.inherited().applyTree(p.pid)
-	}
 	if p.stdin != nil {
 		// A worker exits on stdin EOF (PROTOCOL.md §4): give it a moment to
 		// do so cleanly before any signal.
