@@ -47,6 +47,11 @@ func TestConfigRefusals(t *testing.T) {
 		{"user limit without unix users", []string{"--user-pids-max", "100"}, "need --unix-users"},
 		{"cpu share not a share", []string{"--unix-users", "--users-file", "/u", "--user-cpu-max", "lots"}, "--user-cpu-max"},
 		{"user memory not a size", []string{"--unix-users", "--users-file", "/u", "--user-memory-max", "lots"}, "--user-memory-max"},
+		{"pprof beyond loopback", []string{"--pprof-addr", "0.0.0.0:6060"}, "--pprof-addr"},
+		{"pprof without a port", []string{"--pprof-addr", "127.0.0.1"}, "--pprof-addr"},
+		{"child nice out of range", []string{"--child-nice", "20"}, "--child-nice"},
+		{"unknown child policy", []string{"--child-sched", "fifo"}, "--child-sched"},
+		{"child cpu weight out of range", []string{"--child-cpu-weight", "10001"}, "--child-cpu-weight"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
