@@ -46,14 +46,20 @@ const (
 )
 
 // DefaultChildNice, DefaultChildSched and DefaultChildCPUWeight are the
-// defaults of --child-nice, --child-sched and --child-cpu-weight. Idle
-// because nice alone does not hold the gateway: 300 runnable workers at
-// nice 10 (weight 110 each) still outweigh its few threads (1024 each)
-// thirty to one, and at nice 19 its own spawns starve (BENCHMARKS.md,
-// issue 28); the nice value counts where --child-sched other is chosen.
+// defaults of --child-nice, --child-sched and --child-cpu-weight. The
+// nice value and the policy are dashgate's own by default: SCHED_IDLE
+// holds the gateway when its children saturate the CPU (nice alone does
+// not: 300 runnable workers at nice 10, weight 110 each, still outweigh
+// its few threads at 1024 thirty to one, and at nice 19 its own spawns
+// starve), but it also starves a user's shell whenever anything else on
+// the machine runs, and on a saturated CPU children killed at SCHED_IDLE
+// outlived the SIGKILL wait (BENCHMARKS.md, issue 28): it is for a
+// machine that runs nothing but dashgate. The cgroup weight, where the
+// cpu controller is delegated, favours the gateway only while it wants
+// the CPU, and is on.
 const (
-	DefaultChildNice      = 10
-	DefaultChildSched     = SchedIdle
+	DefaultChildNice      = 0
+	DefaultChildSched     = SchedOther
 	DefaultChildCPUWeight = 20
 )
 
