@@ -56,6 +56,9 @@ type AdminCluster interface {
 // and reaping a process that no session owns.
 type AdminProcs interface {
 	Table(ctx context.Context) []workers.ProcInfo
+	// Snapshot is Table and Unowned for the page, answered from the last
+	// read while reading is slow (workers.Manager.Snapshot).
+	Snapshot(ctx context.Context) (table []workers.ProcInfo, unowned []workers.Unowned, stale bool)
 	Unowned() []workers.Unowned
 	ReapUnowned(pid int) error
 	// Containment is "cgroup" with the instance's cgroup directory, or
@@ -510,8 +513,7 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 		reads.Go(func() { remote, elseErr = h.elsewhere(ctx, c) })
 	}
 	all := h.Sessions.List()
-	procs := h.Procs.Table(ctx)
-	unowned := h.Procs.Unowned()
+	procs, unowned, _ := h.Procs.Snapshot(ctx)
 	self := workers.SelfStats(ctx)
 	reads.Wait()
 

@@ -98,6 +98,10 @@ type Config struct {
 	// OnClose, when set, is called once per closed child after it logged;
 	// it must not block (metrics).
 	OnClose func(CloseResult)
+	// SlowSnapshot is how long a Snapshot read may take before the next
+	// Snapshot answers with the figures of the last one while reading anew
+	// in the background (snapshot.go); 0: DefaultSlowSnapshot.
+	SlowSnapshot time.Duration
 	// Priority is the CPU priority of every child (--child-nice,
 	// --child-sched; priority.go); the zero value: dashgate's own.
 	Priority Priority
@@ -189,6 +193,8 @@ type Manager struct {
 	reserve int // slots taken by starts in progress
 
 	wg sync.WaitGroup // supervisor and waiter goroutines
+
+	snap snapshots // the last admin snapshot (snapshot.go)
 
 	priorityWarn sync.Once // the first child whose priority could not be set is logged
 }

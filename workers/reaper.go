@@ -285,7 +285,10 @@ func (m *Manager) CloseAll(reason Reason) {
 
 // Wait joins the goroutines of every child that was closed. Call it after
 // CloseAll at shutdown and at the end of tests.
-func (m *Manager) Wait() { m.wg.Wait() }
+func (m *Manager) Wait() {
+	m.wg.Wait()
+	m.waitSnapshot()
+}
 
 // Descendants lists the pids of the live (non-zombie) members of the child's
 // tree other than the leader.

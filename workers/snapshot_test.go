@@ -1,0 +1,56 @@
+package workers
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+)
+
+func startSleeper(t *testing.T, m *Manager) *Proc {
+	t.Helper()
+	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-snap", Path: "/bin/sleep", Args: []string{"300"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(ReasonSessionClosed) })
+	return p
+}
+
+// TestSnapshotWhenSlow: once a read took longer than SlowSnapshot, the
+// next Snapshot answers from it at once (a child started since is listed,
+// without figures), and a read in the background brings its figures for
+// a later call. On a quick machine every Snapshot reads afresh.
+func TestSnapshotWhenSlow(t *testing.T) {
+	t.Parallel()
+	quick, _ := newTestManager(t, Config{SlowSnapshot: time.Hour})
+	startSleeper(t, quick)
+	for range 2 {
+		if rows, _, stale := quick.Snapshot(t.Context()); stale || len(rows) != 1 || rows[0].RSSBytes == 0 {
+			t.Fatalf("a quick machine's snapshot: stale %v, rows %+v; want a fresh row with its RSS", stale, rows)
+		}
+	}
+
+	m, _ := newTestManager(t, Config{SlowSnapshot: time.Nanosecond}) // every read is slow
+	a := startSleeper(t, m)
+	if rows, _, stale := m.Snapshot(t.Context()); stale || len(rows) != 1 || rows[0].PID != a.PID() || rows[0].RSSBytes == 0 {
+		t.Fatalf("the first snapshot: stale %v, rows %+v; want one fresh row for %d", stale, rows, a.PID())
+	}
+	b := startSleeper(t, m)
+	rows, _, stale := m.Snapshot(t.Context())
+	i := slices.IndexFunc(rows, func(r ProcInfo) bool { return r.PID == b.PID() })
+	if !stale || len(rows) != 2 || i < 0 || rows[i].RSSBytes != 0 || rows[1-i].RSSBytes == 0 {
+		t.Fatalf("the snapshot after a slow read: stale %v, rows %+v; want the last read's figures for %d and %d listed without any", stale, rows, a.PID(), b.PID())
+	}
+	testkit.WaitFor(t, 10*time.Second, "the background read's figures of the new child", func() bool {
+		rows, _, _ := m.Snapshot(t.Context())
+		i := slices.IndexFunc(rows, func(r ProcInfo) bool { return r.PID == b.PID() })
+		return i >= 0 && rows[i].RSSBytes > 0
+	})
+	b.Close(ReasonSessionClosed)
+	if rows, _, _ := m.Snapshot(t.Context()); slices.ContainsFunc(rows, func(r ProcInfo) bool { return r.PID == b.PID() }) {
+		t.Fatalf("a closed child is still listed from the last read: %+v", rows)
+	}
+}
