@@ -72,6 +72,9 @@ type benchAdminProcs struct {
 func (f benchAdminProcs) Table(context.Context) []workers.ProcInfo { return slices.Clone(f.table) }
 func (f benchAdminProcs) Unowned() []workers.Unowned               { return nil }
 func (f benchAdminProcs) Containment() (string, string)            { return "fallback", "" }
+func (f benchAdminProcs) Snapshot(context.Context) ([]workers.ProcInfo, []workers.Unowned, bool) {
+	return slices.Clone(f.table), nil, false
+}
 
 // manyUsers is 100 users × 100 sessions, every tenth with a worker in the
 // process table (1,000 workers).

@@ -35,6 +35,9 @@ type fakeAdminProcs struct {
 func (f fakeAdminProcs) Table(context.Context) []workers.ProcInfo { return f.table() }
 func (f fakeAdminProcs) Unowned() []workers.Unowned               { return nil }
 func (f fakeAdminProcs) Containment() (mode, dir string)          { return "fallback", "" }
+func (f fakeAdminProcs) Snapshot(context.Context) ([]workers.ProcInfo, []workers.Unowned, bool) {
+	return f.table(), nil, false
+}
 
 // The admin plots' samples: one at start and one per interval, with the
 // live sessions, the workers and their RSS, and the closes since the

@@ -284,17 +284,28 @@ func TestConversationReachesNewWorker(t *testing.T) {
 // TestDetachTurnGrace: with a grace, a streaming turn whose last viewer
 // left may finish (its reply saved whole), then its worker is closed with
 // the detach reason; a turn still streaming at the end of the grace is
-// interrupted then; a turn that asks for an approval has none.
+// interrupted then; an approval it asks for meanwhile waits, and is
+// denied with the turn interrupted when the grace ends.
 func TestDetachTurnGrace(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
-		after       func(h *harness)
+		after       func(t *testing.T, h *harness)
 		interrupted bool
 	}{
-		{"finishes", func(h *harness) { send(h, event("delta", map[string]any{"text": " rest"})); close(h.sp.events) }, false},
-		{"expires", func(h *harness) { h.advance(10 * time.Second) }, true},
-		{"asks approval", func(h *harness) { send(h, event("approval", map[string]any{"request_id": "r", "command": "x"})) }, true},
+		{"finishes", func(t *testing.T, h *harness) {
+			send(h, event("delta", map[string]any{"text": " rest"}))
+			close(h.sp.events)
+		}, false},
+		{"expires", func(t *testing.T, h *harness) { h.advance(10 * time.Second) }, true},
+		{"asks approval", func(t *testing.T, h *harness) {
+			send(h, event("approval", map[string]any{"request_id": "r", "command": "x"}))
+			synctest.Wait()
+			if w := h.sp.workers()[0]; w.Closing() {
+				t.Fatal("an approval asked within the grace ended it at once")
+			}
+			h.advance(10 * time.Second)
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -312,7 +323,7 @@ func TestDetachTurnGrace(t *testing.T) {
 				if w.Closing() {
 					t.Fatal("the worker was closed at the detach despite the grace")
 				}
-				tt.after(h)
+				tt.after(t, h)
 				synctest.Wait()
 				h.r.Wait()
 				if !w.Closing() || w.reason != workers.ReasonDetach {
@@ -388,4 +399,38 @@ func TestSlashCarriesTheModel(t *testing.T) {
 			t.Errorf("/model with the session's model %q: %q, %v", model, out, err)
 		}
 	}
+}
+
+// TestDetachGraceKeepsPendingApproval: an approval pending when the last
+// viewer leaves waits through the grace: a viewer back in time gets it
+// from session.resume and answers it, and the worker hears the answer.
+func TestDetachGraceKeepsPendingApproval(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.DetachTurnGrace = 10 * time.Second })
+		v := leavingViewer()
+		in, _ := h.r.Create(v, "", false)
+		agentTurn(t, h, v, in.ID)
+		rid := askApproval(h, "r")
+		v.leave()
+		h.r.DetachViewer(v, workers.ReasonDetach)
+		synctest.Wait()
+		w := h.sp.workers()[0]
+		if w.Closing() {
+			t.Fatal("the worker was closed at the detach of a turn waiting for an approval")
+		}
+		back := &recViewer{}
+		res, err := h.r.Resume(back, in.ID)
+		if err != nil || len(res.PendingApprovals) != 1 || res.PendingApprovals[0].RequestID != rid {
+			t.Fatalf("resume within the grace: %v, pending %+v; want %s", err, res.PendingApprovals, rid)
+		}
+		if ok, err := h.r.RespondApproval(t.Context(), back, in.ID, rid, ChoiceOnce); !ok || err != nil {
+			t.Fatalf("the answer after coming back: %v %v", ok, err)
+		}
+		synctest.Wait()
+		if told := w.answered(); len(told) != 1 || told[0]["choice"] != "once" {
+			t.Fatalf("the worker was told %v; want once", told)
+		}
+		close(h.sp.events)
+	})
 }

@@ -409,9 +409,13 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	s.detachedAt, s.lastActive = now, now
 	r.saveLocked(s)
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
-	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil && len(t.approvals) == 0 {
+	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil {
 		// The turn may finish (its reply saved); then, or at the end of
-		// the grace, the worker goes (see endGraceLocked).
+		// the grace, the worker goes (see endGraceLocked). Its pending
+		// approvals wait too (each within Config.ApprovalTimeout): a
+		// reload, a network blip or a phone lock comes back to them
+		// (session.resume gives them again); at the end of the grace
+		// they are denied (ByDetach).
 		s.grace = &turnGrace{start: now, reason: reason}
 		s.grace.timer = time.AfterFunc(r.cfg.DetachTurnGrace, func() {
 			r.mu.Lock()

@@ -383,12 +383,8 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 			t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
 		}
 	case "approval":
-		if s.grace != nil { // nobody is left to approve: the grace ends here
-			if work := r.endGraceLocked(s); work != nil {
-				r.goTracked(work)
-			}
-			return
-		}
+		// Within a detached session's grace the request waits as any
+		// does: a viewer back in time answers it; the grace's end denies it.
 		var p struct {
 			RequestID string `json:"request_id"`
 			Tool      string `json:"tool"`
