@@ -64,3 +64,25 @@ func TestTrialReplyInterruptedBeforeTextShowsNoEmptyBubble(t *testing.T) {
 		t.Errorf("the reply interrupted before any text: %v, want no bubble, no Copy, a Regenerate", got)
 	}
 }
+
+// TestTrialPendingLineSaysDisconnected: when dashgate dies (SIGKILL) while
+// a reply streams, the pending line no longer says "writing…" (nothing
+// was being written to this tab any more): it says the page is
+// disconnected and retrying, as the banner does.
+func TestTrialPendingLineSaysDisconnected(t *testing.T) {
+	m := newModelServer(t)
+	release := make(chan struct{})
+	defer close(release)
+	m.then(halted([]string{"Half of ", "the answer "}, release, "and the rest."))
+	d := startAgent(t, m, t.TempDir())
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	sendChat(t, tb, "tell me")
+	pending := `document.querySelector('[data-testid="pending-text"]').textContent`
+	tb.mustWaitJS(15*time.Second, "the reply streams, the pending line says writing", streamingReply+`.startsWith('Half of the answer') && `+pending+` === 'writing…'`, entriesState)
+	d.kill()
+	tb.mustWaitJS(15*time.Second, "the pending line says disconnected",
+		`document.querySelector('[data-testid="conn-status"]').dataset.state !== 'connected' && `+pending+` === 'disconnected, retrying…'`,
+		`JSON.stringify({pending: `+pending+`, status: document.querySelector('[data-testid="conn-status"]').textContent})`)
+}

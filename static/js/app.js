@@ -522,6 +522,10 @@ function onStatus(status) {
 	if (restarting && status !== 'connected') return; // keep saying why
 	els.status.textContent = connectionText(status);
 	els.status.dataset.state = status;
+	// A reply that was streaming is not "writing…" here while the socket
+	// is down (dashgate may have died with it): the resume after the
+	// reconnect says what runs.
+	if (status !== 'connected' && busy()) setPending(connectionText(status) + '…');
 }
 
 function showRestarting() {
