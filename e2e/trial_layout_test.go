@@ -54,3 +54,20 @@ func TestTrialKeyRowKeepsOffTheEdge(t *testing.T) {
 		t.Errorf("the → key ends %.1f px from the screen's right edge, the Esc key starts %.1f px from its left: want the same margin", gap, left)
 	}
 }
+
+// TestTrialLongPlaceholderStaysOnOneLine: with a long model name the chat
+// box's placeholder ("Ask <model> (or /help)") wrapped on a phone, its
+// second line cut in half by the one-line box; it stays on one line.
+func TestTrialLongPlaceholderStaysOnOneLine(t *testing.T) {
+	m := newModelServer(t)
+	d := startAgent(t, m, t.TempDir(), "--llm-model", "a-model-with-a-rather-long-name-v2")
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	tb.Do("a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulatePortrait, chromedp.EmulateMobile, chromedp.EmulateTouch))
+	openDashboard(t, d, tb)
+	input := `document.querySelector('[data-testid="chat-input"]')`
+	tb.mustWaitJS(10*time.Second, "the placeholder names the model", input+`.placeholder.includes('a-model-with-a-rather-long-name-v2')`, input+`.placeholder`)
+	if ws := mustEval[string](tb, `getComputedStyle(`+input+`, '::placeholder').whiteSpace`); ws != "nowrap" {
+		t.Errorf("the placeholder's white-space is %q: it wraps in the one-line box, want nowrap", ws)
+	}
+}
