@@ -90,6 +90,7 @@ let loadedMore = false; // "Load more" was used: closed holds more than the firs
 let oldestSeq = 0; // seq of the oldest history entry shown (0: none)
 let restarting = false; // dashgate said it is restarting (session.closed, suspended)
 const streaming = new Set(); // turn_ids of the current session still streaming
+let resumedNote = null; // the "a reply is still being written" line of a resume, until nothing runs
 let models = null; // model.list's result ({models, default}), null until known
 let modelsError = ''; // why model.list failed, if it did
 let currentModel = ''; // the current session's model ("" for the default)
@@ -262,7 +263,8 @@ function show(id, r, explicit) {
 		streaming.add(RESUMED_TURN);
 		setPending(approving ? 'waiting for your approval…' : 'a reply is still being written…');
 		updateBusy();
-		chat.add('system', 'a reply is still being written');
+		// Said while it is true: updateBusy removes it once the reply ended.
+		resumedNote = chat.add('system', 'a reply is still being written');
 	}
 }
 
@@ -520,6 +522,10 @@ function onStatus(status) {
 	if (restarting && status !== 'connected') return; // keep saying why
 	els.status.textContent = connectionText(status);
 	els.status.dataset.state = status;
+	// A reply that was streaming is not "writing…" here while the socket
+	// is down (dashgate may have died with it): the resume after the
+	// reconnect says what runs.
+	if (status !== 'connected' && busy()) setPending(connectionText(status) + '…');
 }
 
 function showRestarting() {
@@ -643,6 +649,10 @@ function updateBusy() {
 	els.send.disabled = b;
 	els.form.dataset.busy = String(b);
 	chat.setIdle(!b && Boolean(current) && !currentGone);
+	if (!b && resumedNote) {
+		resumedNote.remove();
+		resumedNote = null;
+	}
 }
 
 /**
