@@ -277,3 +277,26 @@ func TestAgentAnswersHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovalSurvivesAReload: the only tab reloads while an approval
+// waits (its session has no viewer for a moment): the card is pending
+// again after the reload, and approving it there runs the command.
+func TestApprovalSurvivesAReload(t *testing.T) {
+	m := newModelServer(t)
+	dir := t.TempDir()
+	d := startAgent(t, m, dir)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	const command = "echo ran-$((40+2))"
+	m.then(toolCall(command), reply("The command ran."))
+	sendChat(t, tb, "run it")
+	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
+
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	waitCard(t, tb, "after the reload the approval card is pending again", "pending:  buttons=2")
+	tb.Do("approve", chromedp.Click(chromedp.CSS(approvalCard+` [data-testid="approve"]`)))
+	waitCard(t, tb, "the card says approved", "approved: approved buttons=0")
+	waitAssistant(t, tb, "The command ran.", 1)
+}
