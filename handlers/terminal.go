@@ -170,7 +170,15 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 			return
 		}
 	}
-	buf := make([]byte, sessions.MaxFrame)
+	// Output that comes while the socket is caught up goes out from the
+	// terminal's reader, without waking this goroutine (an echo).
+	att.SetDirect(func(p []byte) {
+		if err := writeFrame(sock, websocket.MessageBinary, p, h.Socket.WriteTimeout); err != nil {
+			sock.abort(err) // Next returns: the socket ended
+		}
+	})
+	buf, put := sessions.FrameBuffer()
+	defer put()
 	for {
 		n, err := att.Next(sock.ctx, buf)
 		var exit *sessions.ExitError
@@ -223,10 +231,7 @@ func (h *Terminal) readInput(sock *socket, att *sessions.Attachment) error {
 			return err
 		}
 		if typ == websocket.MessageBinary {
-			wctx, wcancel := context.WithTimeout(sock.ctx, h.inputWrite())
-			err := att.Write(wctx, frame)
-			wcancel()
-			if err != nil {
+			if err := att.WriteWithin(sock.ctx, frame, h.inputWrite()); err != nil {
 				h.logger().Debug("pty input dropped", "sid", att.SessionID, "err", err)
 				continue
 			}

@@ -62,13 +62,18 @@ type procPTY struct {
 	master *os.File
 }
 
-// Read waits for output, then takes what else the pty holds already without
-// waiting, so one wakeup of the sender carries up to len(p) (a pty hands
-// out about 4 KiB a read). A keystroke's echo is never delayed: when
-// nothing more is there, it returns at once.
+// coalesceMin is the least a first read must bring for procPTY.Read to look
+// for more: a smaller one (an echo, a prompt) is what there is.
+const coalesceMin = 1 << 10
+
+// Read waits for output, then, when that was at least coalesceMin bytes,
+// takes what else the pty holds already without waiting, so one wakeup of
+// the sender carries up to len(p) (a pty hands out about 4 KiB a read). A
+// keystroke's echo is never delayed: it returns at once, without another
+// read that would find nothing.
 func (p *procPTY) Read(b []byte) (int, error) {
 	n, err := p.master.Read(b)
-	if err != nil || n == len(b) {
+	if err != nil || n == len(b) || n < coalesceMin {
 		return n, err
 	}
 	rc, rerr := p.master.SyscallConn()
@@ -101,6 +106,31 @@ func (p *procPTY) Write(ctx context.Context, b []byte) error {
 		return cerr
 	}
 	return err
+}
+
+// WriteNow writes what the pty takes without waiting and returns how many
+// bytes that was (0 when it takes none now, or the master is closed: Write
+// then waits for the rest, or says why not). It arms no timer.
+func (p *procPTY) WriteNow(b []byte) int {
+	rc, err := p.master.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	rc.Write(func(fd uintptr) bool { // fails, without calling this, past a write deadline
+		for n < len(b) {
+			k, err := unix.Write(int(fd), b[n:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || k <= 0 {
+				break
+			}
+			n += k
+		}
+		return true
+	})
+	return n
 }
 
 // Release closes the pty master.

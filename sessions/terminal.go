@@ -32,6 +32,18 @@ func (e *ExitError) Error() string { return "terminal program exited" }
 // MaxFrame is the most output one Next call hands out (one WebSocket frame).
 const MaxFrame = 32 << 10
 
+// frameBufs holds MaxFrame buffers (*[]byte): a terminal's reader takes one
+// for its life, so that a terminal per connect does not allocate 32 KiB
+// for the garbage collector each time (see also FrameBuffer).
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, MaxFrame); return &b }}
+
+// FrameBuffer lends a MaxFrame buffer for Next; give it back with its put
+// once nothing refers to it any more.
+func FrameBuffer() (buf []byte, put func()) {
+	bp := frameBufs.Get().(*[]byte)
+	return *bp, func() { frameBufs.Put(bp) }
+}
+
 // TerminalOptions are the query parameters of /ws/pty (PROTOCOL.md §3).
 type TerminalOptions struct {
 	Cols, Rows  uint16 // the program starts at this size; 0 means 80x24
@@ -103,7 +115,9 @@ func (t *Terminal) parked() bool {
 // program rather than growing the heap (docs/failure-classes.md #18).
 func (t *Terminal) read() {
 	defer close(t.readerDone)
-	buf := make([]byte, MaxFrame)
+	bp := frameBufs.Get().(*[]byte)
+	defer frameBufs.Put(bp)
+	buf := *bp
 	pending := int64(t.r.cfg.PTYPending)
 	for {
 		t.mu.Lock()
@@ -116,14 +130,23 @@ func (t *Terminal) read() {
 		t.mu.Unlock()
 		n, err := t.pty.Read(buf)
 		t.mu.Lock()
+		var direct *Attachment
 		if n > 0 {
 			t.ring.Write(buf[:n])
+			direct = t.directLocked(n)
 		}
 		if err != nil {
 			t.eof = true
 		}
-		t.signalLocked()
+		if direct == nil || err != nil {
+			t.signalLocked()
+		}
 		t.mu.Unlock()
+		if direct != nil {
+			// Sent before the next read, so after every byte before it
+			// and before any after it (which take the ring to Next).
+			direct.direct(buf[:n])
+		}
 		if n > 0 && t.onOutput != nil {
 			t.onOutput(n)
 		}
@@ -131,6 +154,30 @@ func (t *Terminal) read() {
 			return
 		}
 	}
+}
+
+// DirectMax is the most output the reader sends itself (see
+// Attachment.SetDirect): an echo, a prompt, a line. More goes through the
+// ring to Next, so that reading the pty and writing the socket overlap.
+const DirectMax = 1 << 10
+
+// directLocked decides whether the n bytes the reader just put in the ring
+// go out from the reader itself: when the terminal has one attachment,
+// and it set a direct writer, waits in Next with everything before them
+// handed out, and has had its first output (with several, each one's
+// pump writes, as before). It then hands them out (advances pos) and returns it; the
+// reader calls its direct writer without t.mu, and does not wake Next.
+// One goroutine wake-up less per keystroke's echo.
+func (t *Terminal) directLocked(n int) *Attachment {
+	if len(t.atts) != 1 {
+		return nil
+	}
+	a := t.atts[0]
+	if !a.waiting || n > DirectMax || a.onFirst != nil || a.pos != t.ring.End()-int64(n) {
+		return nil
+	}
+	a.pos += int64(n)
+	return a
 }
 
 // unsentLocked is how many output bytes wait for the slowest attachment,
@@ -236,6 +283,11 @@ type Attachment struct {
 	// onFirst, guarded by t.mu, runs once when Next first hands out
 	// output, or at Detach if it never did (the spare's refill).
 	onFirst func()
+	// direct, set once by SetDirect, writes output to the socket; waiting,
+	// guarded by t.mu, is true while Next waits with nothing to hand out
+	// (the reader then calls direct itself, see directLocked).
+	direct  func([]byte)
+	waiting bool
 	kicked  chan struct{}
 	gone    chan struct{} // closed by Detach
 
@@ -539,16 +591,36 @@ func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 			}
 		}
 		ch := t.notify
+		a.waiting = a.direct != nil
 		t.mu.Unlock()
 		select {
 		case <-ch:
 		case <-a.kicked:
 		case <-t.endDone:
 		case <-ctx.Done():
+			t.mu.Lock()
+			a.waiting = false
+			t.mu.Unlock()
 			return 0, ctx.Err()
 		}
 		t.mu.Lock()
+		a.waiting = false
 	}
+}
+
+// SetDirect lets the terminal's reader write output to the socket itself
+// while Next waits with everything before it handed out (at most DirectMax
+// bytes a call; see Terminal.directLocked). write is called from the
+// reader's goroutine, one call at a time, in output order, and never while
+// a Next of a is handing out output; the bytes it gets count as handed out
+// (pos, offsets, the reader's room), as if Next had returned them. It must
+// bound its own wait (a write timeout) and need no lock of the terminal:
+// while it blocks, the program's output is not read. Call it once, before
+// the first Next.
+func (a *Attachment) SetDirect(write func([]byte)) {
+	a.t.mu.Lock()
+	a.direct = write
+	a.t.mu.Unlock()
 }
 
 func (t *Terminal) endDoneClosed() bool {
@@ -582,6 +654,29 @@ func (a *Attachment) Write(ctx context.Context, p []byte) error {
 		return err
 	}
 	return t.pty.Write(ctx, p)
+}
+
+// WriteWithin is Write waiting at most d (and until ctx ends). What the
+// pty takes at once is written without a timer: a keystroke arms none.
+func (a *Attachment) WriteWithin(ctx context.Context, p []byte, d time.Duration) error {
+	t := a.t
+	if w, ok := t.pty.(interface{ WriteNow([]byte) int }); ok {
+		t.mu.Lock()
+		var err error
+		if t.sizeBy != a {
+			err = t.resizeLocked(a)
+		}
+		t.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if p = p[w.WriteNow(p):]; len(p) == 0 {
+			return nil
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return a.Write(wctx, p)
 }
 
 // Resize records the size a's socket asked for (cols x rows cells) and
