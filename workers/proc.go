@@ -650,7 +650,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		polite = []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM}
 	}
 	ended := map[int]bool{}
-	live := p.tree()
+	live := p.firstTree()
 	for _, sig := range polite {
 		if len(live) == 0 {
 			break
@@ -661,7 +661,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		for _, pid := range live {
 			ended[pid] = true
 		}
-		live = p.awaitGone(p.m.cfg.Grace)
+		live = p.awaitGone(p.m.cfg.Grace, sig, ended)
 	}
 	if len(live) > 0 {
 		if p.cg != nil {
@@ -674,7 +674,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		for _, pid := range live {
 			ended[pid] = true
 		}
-		if live = p.awaitGone(killWait); len(live) > 0 {
+		if live = p.awaitGone(killWait, syscall.SIGKILL, ended); len(live) > 0 {
 			p.m.log.Error("processes survived SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid, "pids", live)
 		}
 	}
@@ -778,6 +778,19 @@ func (p *Proc) tree() []int {
 	return members
 }
 
+// firstTree is the tree a close signals first. In cgroup mode that is the
+// cgroup's members while it has any: a member that left it is looked for
+// once the cgroup is empty (awaitGone), so a close reads /proc once, not
+// twice, and gets the same signals, later.
+func (p *Proc) firstTree() []int {
+	if p.cg != nil {
+		if members := p.cg.procs(); len(members) > 0 {
+			return members
+		}
+	}
+	return p.tree()
+}
+
 // claimed lists the live members of the child's tree the fallback knows:
 // the leader until it is reaped, its process group, for a pty its terminal
 // session, its descendants by parent pid, every process carrying its marker,
@@ -791,14 +804,17 @@ func (p *Proc) claimed() []int {
 		leaderReaped = true // its pid may belong to someone else by now
 	default:
 	}
-	// Under spawnMu no fork is in flight, and every child forked so far is
-	// registered: between fork and exec a new child holds a copy of every
-	// descriptor dashgate has, other children's pipes included, and would
-	// pass for an escapee that kept them. Every registered leader is
-	// another child's (or this one's), never an escapee of this one: a
-	// new terminal can hold this one's freed /dev/pts/N.
-	spawnMu.Lock()
+	// Between fork and exec a new child holds a copy of every descriptor
+	// dashgate has, other children's pipes included, and would pass for an
+	// escapee that kept them. Forks run under spawnMu and register their
+	// child before they release it: so once spawnMu is taken after the
+	// listing, every child a fork in flight during it made is registered.
+	// Every registered leader is another child's (or this one's), never an
+	// escapee of this one: a new terminal can hold this one's freed
+	// /dev/pts/N. The listing itself (a read of every process's stat) is
+	// done outside spawnMu, so that it does not hold up the next spawn.
 	procs := listProcs()
+	spawnMu.Lock()
 	leaders := make(map[int]bool, len(unreaped))
 	for pid, n := range unreaped {
 		if n > 0 && pid != p.pid {
@@ -812,15 +828,16 @@ func (p *Proc) claimed() []int {
 		}
 	}
 	spawnMu.Unlock()
+	children := newChildIndex(procs) // one index for both walks
 	var desc map[int]bool
 	if !leaderReaped {
-		desc = descendantsOf(procs, p.pid)
+		desc = children.descendants(p.pid)
 	}
 	// A member that left the group, the session and the parent chain is
 	// found by its marker, or, when it dropped its environment (env -i), by
 	// the child's terminal or pipes it still holds. It was reparented to
 	// dashgate (the subreaper) or, without one, to init: only those are read.
-	mine := descendantsOf(procs, self)
+	mine := children.descendants(self)
 	// After the leader was reaped, its pid stays out of reach of new
 	// processes only while some process (a zombie too) still has it as its
 	// group or session (the kernel keeps a pid in use while it names one).
@@ -886,8 +903,9 @@ func (p *Proc) signal(pids []int, sig syscall.Signal) {
 // members still alive. A member counts as gone when it no longer exists or
 // is a zombie; zombies that are dashgate's orphans are reaped here. In
 // cgroup mode it first waits for the cgroup to be empty, then polls for
-// the members that left it.
-func (p *Proc) awaitGone(d time.Duration) []int {
+// the members that left it, and sends sig to each found that is not in
+// signalled yet (adding it): see firstTree.
+func (p *Proc) awaitGone(d time.Duration, sig syscall.Signal, signalled map[int]bool) []int {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	if p.cg != nil && !p.cg.awaitEmpty(d) {
@@ -900,6 +918,14 @@ func (p *Proc) awaitGone(d time.Duration) []int {
 		live := p.tree()
 		if len(live) == 0 {
 			return nil
+		}
+		if p.cg != nil {
+			for _, pid := range live {
+				if !signalled[pid] {
+					signalled[pid] = true
+					p.signal([]int{pid}, sig)
+				}
+			}
 		}
 		select {
 		case <-deadline.C:

@@ -194,10 +194,22 @@ func alive(pid int) bool {
 
 // descendantsOf returns the pids in procs whose parent chain reaches root.
 func descendantsOf(procs []procStat, root int) map[int]bool {
-	children := make(map[int][]int, len(procs))
+	return newChildIndex(procs).descendants(root)
+}
+
+// childIndex maps a pid to its children's pids in procs.
+type childIndex map[int][]int
+
+func newChildIndex(procs []procStat) childIndex {
+	children := make(childIndex, len(procs))
 	for _, p := range procs {
 		children[p.ppid] = append(children[p.ppid], p.pid)
 	}
+	return children
+}
+
+// descendants returns the pids whose parent chain reaches root.
+func (children childIndex) descendants(root int) map[int]bool {
 	out := map[int]bool{}
 	stack := []int{root}
 	for len(stack) > 0 {
