@@ -38,10 +38,11 @@ func TestTrialResumedNoteGoesWithTheReply(t *testing.T) {
 		`document.querySelector('[data-testid="chat-log"]').innerText`)
 }
 
-// TestTrialReplyInterruptedBeforeTextShowsNoEmptyBubble: a tab that went
-// while an approval waited comes back to the card ("denied") and its
-// reply marked [interrupted]: with no text, that reply showed an empty
-// bubble and a Copy of nothing; now only its marker, time and Regenerate.
+// TestTrialReplyInterruptedBeforeTextShowsNoEmptyBubble: a turn stopped
+// while an approval waited; a tab that comes back finds the card
+// ("denied") and its reply marked [interrupted]: with no text, that reply
+// showed an empty bubble and a Copy of nothing; now only its marker, time
+// and Regenerate.
 func TestTrialReplyInterruptedBeforeTextShowsNoEmptyBubble(t *testing.T) {
 	m := newModelServer(t)
 	d := startAgent(t, m, t.TempDir())
@@ -51,6 +52,11 @@ func TestTrialReplyInterruptedBeforeTextShowsNoEmptyBubble(t *testing.T) {
 	m.then(toolCall("echo never"))
 	sendChat(t, tb, "run it")
 	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
+	// Stop while it waits: the approval is denied and the reply
+	// interrupted before any text. (A tab that goes while an approval
+	// waits no longer denies it: the turn's grace keeps it.)
+	tb.Do("stop the turn", chromedp.Click(chromedp.CSS(`[data-testid="chat-stop"]`)))
+	tb.mustWaitJS(15*time.Second, "the card denied", `(c => c && c.dataset.state === 'denied')(document.querySelector('`+approvalCard+`'))`, entriesState)
 	tb.Close()
 	testkit.WaitFor(t, 15*time.Second, "the session detached", func() bool { s, ok := d.Session(sid); return ok && s.State == "detached" })
 
