@@ -98,9 +98,9 @@ type Config struct {
 	// OnClose, when set, is called once per closed child after it logged;
 	// it must not block (metrics).
 	OnClose func(CloseResult)
-	// SlowSnapshot is how long a Snapshot read may take before the next
-	// Snapshot answers with the figures of the last one while reading anew
-	// in the background (snapshot.go); 0: DefaultSlowSnapshot.
+	// SlowSnapshot is how long Snapshot waits for its read before it
+	// answers with the figures of the previous one, the read going on in
+	// the background (snapshot.go); 0: DefaultSlowSnapshot.
 	SlowSnapshot time.Duration
 	// Priority is the CPU priority of every child (--child-nice,
 	// --child-sched; priority.go); the zero value: dashgate's own.

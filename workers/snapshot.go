@@ -12,23 +12,22 @@ const DefaultSlowSnapshot = 100 * time.Millisecond
 // snapshots keeps the last Snapshot read (Table and Unowned) for the
 // calls that come while the machine is saturated.
 type snapshots struct {
-	mu         sync.Mutex
-	rows       map[int]ProcInfo // by pid
-	unowned    []Unowned
-	took       time.Duration // how long the last read of both took
-	refreshing chan struct{} // non-nil while a read runs in the background; closed when it ends
+	mu      sync.Mutex
+	rows    map[int]ProcInfo // by pid; nil before the first read ended
+	unowned []Unowned
+	reading chan struct{} // non-nil while a read runs; closed when it ends
 }
 
-// Snapshot returns Table and Unowned for the admin page. When the previous
-// read of both took longer than Config.SlowSnapshot, which happens when
-// children saturate the CPU (each /proc read then waits for a CPU, and a
-// page of 300 children took 3 s: BENCHMARKS.md, issue 28), it answers at
-// once instead: the children live now, each with the figures of the
-// previous read (one started since has zero Stats and no Descendants), the
-// previous read's Unowned, and stale true; and it starts a new read in the
-// background (one at a time) for the next call. Reaps act on pids, which
-// are always current. The first call, and every call on a quick machine,
-// reads afresh.
+// Snapshot returns Table and Unowned for the admin page. It reads them
+// afresh, but waits at most Config.SlowSnapshot for the read: when
+// children saturate the CPU, each /proc read waits for a CPU, and a page
+// of 300 children took 3 to 25 s (BENCHMARKS.md, issue 28). Past that it
+// answers from the previous read instead, with stale true: the children
+// live now, each with the figures that read had (one started since has
+// zero Stats and no Descendants), and that read's Unowned. The read goes
+// on in the background and is kept for the next call; calls meanwhile
+// share it. Reaps act on pids, and the children listed are always the
+// current ones. Before any read has ended, it waits for one.
 func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Unowned, stale bool) {
 	slow := m.cfg.SlowSnapshot
 	if slow <= 0 {
@@ -36,19 +35,28 @@ func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Uno
 	}
 	s := &m.snap
 	s.mu.Lock()
-	if s.rows == nil || s.took <= slow {
-		s.mu.Unlock()
-		return m.readSnapshot(ctx)
+	done := s.reading
+	if done == nil {
+		done = make(chan struct{})
+		s.reading = done
+		go m.readSnapshot(done)
 	}
+	first := s.rows == nil
+	s.mu.Unlock()
+
+	timer := time.NewTimer(slow)
+	defer timer.Stop()
+	if first {
+		timer.Stop() // nothing to answer with: wait for the read
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-timer.C:
+		stale = true
+	}
+	s.mu.Lock()
 	rows, unowned := s.rows, s.unowned
-	if s.refreshing == nil {
-		done := make(chan struct{})
-		s.refreshing = done
-		go func() {
-			defer close(done)
-			m.readSnapshot(context.Background())
-		}()
-	}
 	s.mu.Unlock()
 
 	procs := m.Procs()
@@ -65,13 +73,12 @@ func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Uno
 		row.State = p.tableState()
 		table = append(table, row)
 	}
-	return table, unowned, true
+	return table, unowned, stale
 }
 
-// readSnapshot reads Table and Unowned afresh and keeps them.
-func (m *Manager) readSnapshot(ctx context.Context) ([]ProcInfo, []Unowned, bool) {
-	start := time.Now()
-	table := m.Table(ctx)
+// readSnapshot reads Table and Unowned afresh, keeps them, and closes done.
+func (m *Manager) readSnapshot(done chan struct{}) {
+	table := m.Table(context.Background())
 	unowned := m.Unowned()
 	rows := make(map[int]ProcInfo, len(table))
 	for _, r := range table {
@@ -79,15 +86,15 @@ func (m *Manager) readSnapshot(ctx context.Context) ([]ProcInfo, []Unowned, bool
 	}
 	s := &m.snap
 	s.mu.Lock()
-	s.rows, s.unowned, s.took, s.refreshing = rows, unowned, time.Since(start), nil
+	s.rows, s.unowned, s.reading = rows, unowned, nil
 	s.mu.Unlock()
-	return table, unowned, false
+	close(done)
 }
 
 // waitSnapshot waits for the background read, if one runs (Manager.Wait).
 func (m *Manager) waitSnapshot() {
 	m.snap.mu.Lock()
-	done := m.snap.refreshing
+	done := m.snap.reading
 	m.snap.mu.Unlock()
 	if done != nil {
 		<-done

@@ -19,10 +19,11 @@ func startSleeper(t *testing.T, m *Manager) *Proc {
 	return p
 }
 
-// TestSnapshotWhenSlow: once a read took longer than SlowSnapshot, the
-// next Snapshot answers from it at once (a child started since is listed,
-// without figures), and a read in the background brings its figures for
-// a later call. On a quick machine every Snapshot reads afresh.
+// TestSnapshotWhenSlow: a read that takes longer than SlowSnapshot is not
+// waited for: Snapshot answers from the previous read (a child started
+// since is listed, without figures), and the read, gone on in the
+// background, brings its figures for a later call. The first Snapshot
+// waits for its read; on a quick machine every one reads afresh.
 func TestSnapshotWhenSlow(t *testing.T) {
 	t.Parallel()
 	quick, _ := newTestManager(t, Config{SlowSnapshot: time.Hour})
