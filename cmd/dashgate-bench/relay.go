@@ -214,17 +214,8 @@ func startRelay(ctx context.Context, kind string) (*relay, error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, self, "relay", kind)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
@@ -247,4 +238,25 @@ func (r *relay) stop() {
 		syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
+}
+
+// startPiped starts cmd, one of the tool's own helper processes, in a
+// process group of its own that dies with the tool (Pdeathsig), its
+// stderr the tool's, and returns its stdin and stdout; the caller closes
+// stdin and waits for cmd.
+func startPiped(cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return in, out, nil
 }

@@ -345,17 +345,8 @@ func startLoad(ctx context.Context, t *target, streams, churn, nice int) (*loadP
 		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(nice)}, cmd.Args...)...)
 	}
 	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	l := &loadProc{cmd: cmd, in: in, lines: make(chan string, 16), last: map[string]int64{}}
