@@ -343,15 +343,7 @@ func isLoopback(addr string) bool {
 	if _, ok := unixPath(addr); ok {
 		return true
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopbackAddr(addr)
 }
 
 func splitList(s string) []string {
