@@ -811,9 +811,25 @@ func (p *Proc) claimed() []int {
 	// listing, every child a fork in flight during it made is registered.
 	// Every registered leader is another child's (or this one's), never an
 	// escapee of this one: a new terminal can hold this one's freed
-	// /dev/pts/N. The listing itself (a read of every process's stat) is
-	// done outside spawnMu, so that it does not hold up the next spawn.
-	procs := listProcs()
+	// /dev/pts/N. The listing is done outside spawnMu, so that it does not
+	// hold up the next spawn.
+	//
+	// With dashgate a subreaper, every member outside the leader's subtree
+	// was reparented to dashgate (an orphan never goes above the nearest
+	// subreaper, prctl(2)), and no member is below another registered
+	// leader (a process's parent chain only ever shortens to dashgate): so
+	// only the subtrees of the leader and of dashgate's children that no
+	// child registered are read (listSubtrees), not the whole of /proc.
+	// dashgate's children are listed before spawnMu, the subtrees after.
+	// Without a subreaper, every process is read (listProcs).
+	var procs []procStat
+	var kids []int
+	subreaper := isSubreaper()
+	if subreaper {
+		kids = childPIDs(nil, "self")
+	} else {
+		procs = scanProcs()
+	}
 	spawnMu.Lock()
 	leaders := make(map[int]bool, len(unreaped))
 	for pid, n := range unreaped {
@@ -828,6 +844,10 @@ func (p *Proc) claimed() []int {
 		}
 	}
 	spawnMu.Unlock()
+	if subreaper {
+		roots := slices.DeleteFunc(kids, func(pid int) bool { return leaders[pid] })
+		procs = listSubtrees(roots)
+	}
 	children := newChildIndex(procs) // one index for both walks
 	var desc map[int]bool
 	if !leaderReaped {

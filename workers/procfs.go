@@ -2,8 +2,10 @@ package workers
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
@@ -89,6 +91,11 @@ func parseStat(b []byte) (procStat, bool) {
 func readStat(pid int) (procStat, bool) {
 	return statAt(unix.AT_FDCWD, "/proc/"+strconv.Itoa(pid))
 }
+
+// scanProcs is listProcs where a close falls back to the whole process
+// table (Proc.claimed without a subreaper); a test replaces it to see
+// that a close under a subreaper never does.
+var scanProcs = listProcs
 
 // listProcs returns a snapshot of every process visible in /proc.
 func listProcs() []procStat {
@@ -220,6 +227,86 @@ func (children childIndex) descendants(root int) map[int]bool {
 				out[c] = true
 				stack = append(stack, c)
 			}
+		}
+	}
+	return out
+}
+
+// isSubreaper reports whether dashgate is a child subreaper (prctl(2),
+// PR_GET_CHILD_SUBREAPER; see EnableSubreaper): then every process that
+// descends from it stays below it when its parent exits.
+func isSubreaper() bool {
+	var v int32
+	err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0)
+	return err == nil && v != 0
+}
+
+// childPIDs appends to dst the children of pid ("self" for dashgate),
+// read from the children file of each of its threads
+// (/proc/<pid>/task/<tid>/children, proc(5): a child is listed under the
+// thread that forked it, an adopted orphan under the thread group leader).
+func childPIDs(dst []int, pid string) []int {
+	dir, err := unix.Open("/proc/"+pid+"/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dst
+	}
+	defer unix.Close(dir)
+	buf := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(buf)
+	var names []string
+	var text [4096]byte
+	for {
+		n, err := unix.Getdents(dir, *buf)
+		if err != nil || n <= 0 {
+			return dst
+		}
+		_, _, names = unix.ParseDirent((*buf)[:n], -1, names[:0])
+		for _, tid := range names {
+			fd, err := unix.Openat(dir, tid+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			var got []byte
+			for {
+				n, err := unix.Read(fd, text[:])
+				if err != nil || n <= 0 {
+					break
+				}
+				got = append(got, text[:n]...)
+			}
+			unix.Close(fd)
+			for _, f := range bytes.Fields(got) {
+				if c, err := strconv.Atoi(string(f)); err == nil {
+					dst = append(dst, c)
+				}
+			}
+		}
+	}
+}
+
+// listSubtrees returns roots and every process below them, read through
+// the children files (childPIDs) rather than all of /proc: the part of
+// the process table under a few of dashgate's children costs a few reads,
+// where listProcs reads the stat of every process on the machine. A root
+// that is gone is left out; a zombie has no children of its own.
+func listSubtrees(roots []int) []procStat {
+	out := make([]procStat, 0, 2*len(roots))
+	seen := make(map[int]bool, 2*len(roots))
+	stack := slices.Clone(roots)
+	for len(stack) > 0 {
+		pid := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		st, ok := readStat(pid)
+		if !ok {
+			continue
+		}
+		out = append(out, st)
+		if !st.zombie() {
+			stack = childPIDs(stack, strconv.Itoa(pid))
 		}
 	}
 	return out

@@ -2,13 +2,17 @@ package workers
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,5 +252,76 @@ func TestParseStat(t *testing.T) {
 				t.Errorf("parseStat(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+// listSubtrees finds a tree's processes through the children files alone,
+// the same that a scan of all of /proc finds below its root; a missing
+// root is left out.
+func TestListSubtrees(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("/bin/sh", "-c", "sleep 300 & (sleep 300 & wait) & wait")
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Kill(-cmd.Process.Pid, unix.SIGKILL); cmd.Wait() })
+	root := cmd.Process.Pid
+	var want []int
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := testkit.Poll(ctx, func() bool {
+		want = append(slices.Collect(maps.Keys(descendantsOf(listProcs(), root))), root)
+		return len(want) == 4 // sh, sleep, the subshell, its sleep
+	}); err != nil {
+		t.Fatalf("the shell's tree: %v, want 4 processes: %v", want, err)
+	}
+	var got []int
+	for _, st := range listSubtrees([]int{root, 1 << 30}) {
+		got = append(got, st.pid)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("listSubtrees: %v, want %v (from all of /proc)", got, want)
+	}
+	if kids := childPIDs(nil, strconv.Itoa(root)); len(kids) != 2 {
+		t.Errorf("childPIDs of the shell: %v, want its sleep and its subshell", kids)
+	}
+}
+
+// A close under a subreaper (as dashgate runs: EnableSubreaper in TestMain
+// too) reads the subtrees below dashgate, never the whole process table:
+// with 300 workers beside it a scan per close was 600 stat files.
+func TestCloseReadsOnlyOwnTree(t *testing.T) {
+	if !isSubreaper() {
+		t.Fatal("the test process is not a subreaper (TestMain enables it)")
+	}
+	var scans atomic.Int32
+	scanProcs = func() []procStat { scans.Add(1); return listProcs() }
+	t.Cleanup(func() { scanProcs = listProcs })
+	m, _ := newTestManager(t, Config{})
+	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-own", Path: "/bin/sh", Args: []string{"-c", "sleep 300 & exec sleep 300"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := testkit.Poll(ctx, func() bool { return len(p.tree()) == 2 }); err != nil {
+		t.Fatalf("the child and its background sleep: %v (tree %v)", err, p.tree())
+	}
+	if res := p.Close(ReasonSessionClosed); res.Descendants != 1 {
+		t.Errorf("close: %+v, want the background sleep ended with it", res)
+	}
+	if n := scans.Load(); n != 0 {
+		t.Errorf("the close scanned all of /proc %d times", n)
+	}
+}
+
+// BenchmarkListSubtrees is the listing a close does under a subreaper
+// (Proc.claimed), beside BenchmarkListProcs, the scan it replaced.
+func BenchmarkListSubtrees(b *testing.B) {
+	for b.Loop() {
+		listSubtrees(childPIDs(nil, "self"))
 	}
 }

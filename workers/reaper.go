@@ -5,10 +5,8 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -108,30 +106,23 @@ func (m *Manager) reapZombieOrphans() {
 // orphan under the thread group), or by scanning /proc when that file is
 // missing.
 func childrenOfSelf() []int {
-	tasks, _ := filepath.Glob("/proc/self/task/*/children")
-	if len(tasks) == 0 {
-		self := os.Getpid()
-		var out []int
-		for _, st := range listProcs() {
-			if st.ppid == self {
-				out = append(out, st.pid)
-			}
-		}
+	if out := childPIDs(nil, "self"); len(out) > 0 || taskChildrenFiles() {
 		return out
 	}
+	self := os.Getpid()
 	var out []int
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, field := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(field); err == nil {
-				out = append(out, pid)
-			}
+	for _, st := range listProcs() {
+		if st.ppid == self {
+			out = append(out, st.pid)
 		}
 	}
 	return out
+}
+
+// taskChildrenFiles reports whether this kernel has the children files
+// (CONFIG_PROC_CHILDREN).
+func taskChildrenFiles() bool {
+	return unix.Access("/proc/self/task/"+strconv.Itoa(unix.Gettid())+"/children", unix.R_OK) == nil
 }
 
 // Unowned is a descendant of dashgate that no live child's tree claims: an
