@@ -118,20 +118,25 @@ var ttyGroup = sync.OnceValue(func() int {
 	return gid
 })
 
-// startPTY is creack/pty's StartWithAttrs with one step more: with an
-// account, before the child starts, the slave is made the account's,
-// group tty (the account's own group where there is no tty group), mode
-// 0620, as OpenSSH and Teleport do, so that the user's programs own their
-// terminal and others cannot read it. The caller owns the returned master.
-func startPTY(cmd *exec.Cmd, ws *pty.Winsize, attrs *syscall.SysProcAttr, a *accounts.Account) (*os.File, error) {
-	ptm, tty, err := pty.Open()
+// openPTYPair opens a pty pair, the slave at ws's size. With an account
+// the slave is made the account's, group tty (the account's own group
+// where there is no tty group), mode 0620, as OpenSSH and Teleport do, so
+// that the user's programs own their terminal and others cannot read it.
+// Both ends are close-on-exec (os.OpenFile): a fork of another child
+// meanwhile does not get them. The caller closes both.
+func openPTYPair(ws *pty.Winsize, a *accounts.Account) (ptm, tty *os.File, err error) {
+	ptm, tty, err = pty.Open()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer tty.Close() // the child holds its own copies
+	defer func() {
+		if err != nil {
+			ptm.Close()
+			tty.Close()
+		}
+	}()
 	if err := pty.Setsize(ptm, ws); err != nil {
-		ptm.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if a != nil {
 		gid := ttyGroup()
@@ -142,19 +147,19 @@ func startPTY(cmd *exec.Cmd, ws *pty.Winsize, attrs *syscall.SysProcAttr, a *acc
 		// would take CAP_FOWNER, which a dashgate that is not root (the
 		// unit's dedicated-user variant) does not have.
 		if err := tty.Chmod(0o620); err != nil {
-			ptm.Close()
-			return nil, fmt.Errorf("chmod pty %s: %w", tty.Name(), err)
+			return nil, nil, fmt.Errorf("chmod pty %s: %w", tty.Name(), err)
 		}
 		if err := tty.Chown(int(a.UID), gid); err != nil {
-			ptm.Close()
-			return nil, fmt.Errorf("chown pty %s to %s: %w", tty.Name(), a.Name, err)
+			return nil, nil, fmt.Errorf("chown pty %s to %s: %w", tty.Name(), a.Name, err)
 		}
 	}
+	return ptm, tty, nil
+}
+
+// startOnPTY starts cmd with tty (the slave of a pair from openPTYPair)
+// as its standard input, output and error.
+func startOnPTY(cmd *exec.Cmd, tty *os.File, attrs *syscall.SysProcAttr) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = attrs
-	if err := cmd.Start(); err != nil {
-		ptm.Close()
-		return nil, err
-	}
-	return ptm, nil
+	return cmd.Start()
 }

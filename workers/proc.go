@@ -229,6 +229,7 @@ type Proc struct {
 	groupGone atomic.Bool
 
 	pty    *os.File // pty master (KindPTY)
+	tty    *os.File // its slave, held from openPTY until the fork is done
 	stdin  *os.File // write end of the child's stdin (KindChat)
 	stdout *os.File // read end of the child's stdout (KindChat)
 	stderr *os.File // read end of the child's stderr (KindChat)
@@ -330,6 +331,19 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		p.cg = g
 	}
 
+	// The pty pair is opened before spawnMu: only the fork needs it
+	// (BENCHMARKS.md, issue 28: a third of the spawn's time under it).
+	if spec.Kind == KindPTY {
+		if err := p.openPTY(); err != nil {
+			if cgfd >= 0 {
+				unix.Close(cgfd)
+			}
+			if p.cg != nil {
+				m.cfg.Cgroups.release(p.cg)
+			}
+			return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
+		}
+	}
 	sp := spawnerFor(m.cfg.Priority.inherited())
 	spawnMu.Lock()
 	var err error
@@ -346,6 +360,13 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	spawnMu.Unlock()
 	if cgfd >= 0 {
 		unix.Close(cgfd)
+	}
+	if p.tty != nil {
+		p.tty.Close() // the child holds its own copy
+		p.tty = nil
+		if err != nil {
+			p.pty.Close()
+		}
 	}
 	if err != nil {
 		if p.cg != nil {
@@ -391,35 +412,7 @@ func (p *Proc) start(cgfd int, sp *spawner) error {
 		return a
 	}
 	if p.spec.Kind == KindPTY {
-		cols, rows := p.spec.Cols, p.spec.Rows
-		if cols == 0 {
-			cols = 80
-		}
-		if rows == 0 {
-			rows = 24
-		}
-		f, err := startPTY(cmd, &pty.Winsize{Cols: cols, Rows: rows},
-			attr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}), p.spec.Account)
-		if err != nil {
-			return err
-		}
-		// creack/pty hands back a master in blocking mode (it calls Fd()), so
-		// Close would not interrupt a Read and deadlines would not work. A
-		// non-blocking duplicate goes through Go's poller instead.
-		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("dup pty master: %w", err)
-		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("pty master non-blocking: %w", err)
-		}
-		p.pty = os.NewFile(uintptr(fd), "/dev/ptmx")
-		if n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN); err == nil {
-			p.stdio = map[string]bool{"/dev/pts/" + strconv.FormatUint(uint64(n), 10): true}
-		}
-		return nil
+		return startOnPTY(cmd, p.tty, attr(&syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}))
 	}
 	cmd.SysProcAttr = attr(&syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL})
 	inR, inW, err := os.Pipe()
@@ -449,6 +442,41 @@ func (p *Proc) start(cgfd int, sp *spawner) error {
 		if ino, ok := inode(f); ok {
 			p.stdio["pipe:["+strconv.FormatUint(ino, 10)+"]"] = true
 		}
+	}
+	return nil
+}
+
+// openPTY opens the child's pty pair (see openPTYPair): p.pty is the
+// master, non-blocking, and p.tty the slave the child gets.
+func (p *Proc) openPTY() error {
+	cols, rows := p.spec.Cols, p.spec.Rows
+	if cols == 0 {
+		cols = 80
+	}
+	if rows == 0 {
+		rows = 24
+	}
+	f, tty, err := openPTYPair(&pty.Winsize{Cols: cols, Rows: rows}, p.spec.Account)
+	if err != nil {
+		return err
+	}
+	// creack/pty hands back a master in blocking mode (it calls Fd()), so
+	// Close would not interrupt a Read and deadlines would not work. A
+	// non-blocking duplicate goes through Go's poller instead.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	f.Close()
+	if err == nil {
+		if err = unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		tty.Close()
+		return fmt.Errorf("pty master: %w", err)
+	}
+	p.pty, p.tty = os.NewFile(uintptr(fd), "/dev/ptmx"), tty
+	if n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN); err == nil {
+		p.stdio = map[string]bool{"/dev/pts/" + strconv.FormatUint(uint64(n), 10): true}
 	}
 	return nil
 }
