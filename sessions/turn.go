@@ -126,16 +126,22 @@ func (t *turn) run(ctx context.Context, text string) {
 	t.finish(res.Output, res.Interrupted, nil)
 }
 
-// checkpoint queues the text t streamed so far as its (interrupted) reply.
+// checkpoint queues the text t streamed so far as its (interrupted)
+// reply. It holds only the session's stream lock (1,200 checkpoints a
+// second of 300 streams on r.mu held up every other call; BENCHMARKS.md,
+// issue 28): what it reads is the stream's, or set before the turn's
+// first delta (seq, at, id), or changed under the stream lock too (the
+// session's journal, see leaseLost).
 func (t *turn) checkpoint() {
-	t.r.mu.Lock()
-	defer t.r.mu.Unlock()
-	t.s.stream.Lock()
+	s := t.s
+	s.stream.Lock()
+	defer s.stream.Unlock()
 	t.ckpt = nil
-	done, text := t.done, t.text
-	t.s.stream.Unlock()
-	if !done {
-		t.s.putEntry(t.reply(text, true, nil))
+	if !t.done {
+		// A turn not done has no status of the worker's and has not
+		// failed yet: its reply is interrupted (replyStatus).
+		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text, At: t.at,
+			TurnID: t.id, Interrupted: true, Status: "interrupted"})
 	}
 }
 
