@@ -310,8 +310,9 @@ var authChecks = map[string]func(t *testing.T, f *twoUsers){
 		if err := f.reg.Rename(t.Context(), alice, f.live, "alice's"); err != nil {
 			t.Fatal(err)
 		}
-		// Both watchers are told in one pass under the registry's lock:
+		// Both watchers are told in one pass of the registry's teller:
 		// once alice's watcher has it, bob's would have too.
+		testkit.WaitFor(t, 5*time.Second, "alice's watcher told", func() bool { return aw.changed(f.live) > 0 })
 		if aw.changed(f.live) != 1 || bw.changed(f.live) != 0 {
 			t.Fatalf("session.changed of alice's rename: alice's watcher %d, bob's %d; want 1, 0", aw.changed(f.live), bw.changed(f.live))
 		}

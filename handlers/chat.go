@@ -98,6 +98,7 @@ type chatConn struct {
 	log  *slog.Logger
 	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
 	sock *socket
+	held *heldConn          // the connection under conn: the writer sends what is queued together (writeQueued)
 	done chan struct{}      // closed when the socket is gone, before DetachViewer
 	page string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
 	who  sessions.Principal // who the socket acts for, read once from its request
@@ -137,14 +138,15 @@ func (c *chatConn) enqueue(f any) {
 
 func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.defaultsApplied.Do(h.defaults)
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
+	hw := &holdingWriter{ResponseWriter: w}
+	conn, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
 	if err != nil {
 		return
 	}
 	conn.SetReadLimit(h.MaxFrame)
 	sock := newSocket(r.Context(), conn)
 	c := &chatConn{
-		h: h, conn: conn, sock: sock,
+		h: h, conn: conn, sock: sock, held: hw.conn,
 		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
@@ -298,12 +300,46 @@ func (c *chatConn) writeLoop() {
 		case <-c.sock.ctx.Done():
 			return
 		case f := <-c.out:
-			if err := writeFrame(c.sock, websocket.MessageText, frameBytes(f), c.h.Socket.WriteTimeout); err != nil {
+			if err := c.writeQueued(f); err != nil {
 				c.sock.abort(err)
 				return
 			}
 		}
 	}
+}
+
+// writeBatch bounds the bytes of queued frames sent with one write(2).
+const writeBatch = 32 << 10
+
+// writeQueued writes the frame f and the frames queued behind it, up to
+// writeBatch bytes: each its own WebSocket message, in order, all with
+// one write(2) (heldConn), within the socket's write timeout.
+func (c *chatConn) writeQueued(f any) error {
+	if c.held == nil || len(c.out) == 0 {
+		return writeFrame(c.sock, websocket.MessageText, frameBytes(f), c.h.Socket.WriteTimeout)
+	}
+	return timed(c.sock, c.h.Socket.WriteTimeout, func() error {
+		c.held.hold()
+		for n := 0; ; {
+			b := frameBytes(f)
+			// Held: coder/websocket's flush of the message lands in the
+			// heldConn's buffer.
+			if err := c.conn.Write(c.sock.connCtx, websocket.MessageText, b); err != nil {
+				c.held.release()
+				return err
+			}
+			if n += len(b); n >= writeBatch {
+				break
+			}
+			select {
+			case f = <-c.out:
+				continue
+			default:
+			}
+			break
+		}
+		return c.held.release()
+	})
 }
 
 // dispatch runs request i of a frame (b: its batch, or nil) and answers

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -259,11 +260,90 @@ type eventParams struct {
 	Payload   any    `json:"payload"`
 }
 
-// EncodeEvent renders an event notification.
+// EncodeEvent renders an event notification: the bytes json.Marshal
+// gives {"jsonrpc":"2.0","method":"event","params":eventParams{...}}
+// (keys in that order, HTML escaped), nil when the payload does not
+// marshal. It is written out by hand, a payload of string values (a
+// message.delta's) too, without reflection: json.Marshal of the maps was a
+// fifth of a loaded gateway's CPU, once per delta (BENCHMARKS.md, issue
+// 28). TestEncodeEventAsMarshal holds it to json.Marshal.
 func EncodeEvent(ev sessions.Event) []byte {
-	b, _ := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "method": "event",
-		"params": eventParams{Type: ev.Type, SessionID: ev.SessionID, Seq: ev.Seq, Payload: ev.Payload},
-	})
-	return b
+	b := make([]byte, 0, 256) // a delta's frame in one allocation
+	b = append(b, `{"jsonrpc":"2.0","method":"event","params":{"type":`...)
+	b = appendJSONString(b, ev.Type)
+	if ev.SessionID != "" {
+		b = append(b, `,"session_id":`...)
+		b = appendJSONString(b, ev.SessionID)
+	}
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, ev.Seq, 10)
+	b = append(b, `,"payload":`...)
+	b, ok := appendStringMap(b, ev.Payload)
+	if !ok {
+		p, err := json.Marshal(ev.Payload)
+		if err != nil {
+			return nil
+		}
+		b = append(b, p...)
+	}
+	return append(b, "}}"...)
+}
+
+// appendStringMap appends v as json.Marshal does when v is a
+// map[string]any of at most 8 string values (its keys sorted), and
+// reports whether it was one.
+func appendStringMap(b []byte, v any) ([]byte, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || m == nil || len(m) > 8 {
+		return b, false
+	}
+	var keys [8]string
+	n := 0
+	for k, v := range m {
+		if _, ok := v.(string); !ok {
+			return b, false
+		}
+		keys[n] = k
+		n++
+	}
+	slices.Sort(keys[:n])
+	b = append(b, '{')
+	for i, k := range keys[:n] {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, m[k].(string))
+	}
+	return append(b, '}'), true
+}
+
+// appendJSONString appends s quoted as json.Marshal quotes it: as is when
+// nothing in it is escaped (printable ASCII but for ", \, <, > and &,
+// and valid UTF-8 but for U+2028 and U+2029), else through json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return appendMarshaled(b, s)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			return appendMarshaled(b, s)
+		}
+		i += size
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func appendMarshaled(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
 }

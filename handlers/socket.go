@@ -117,11 +117,17 @@ var (
 // with errWriteTimeout. The timer records the cause before the connection
 // closes, so the read loop's error never masks it.
 func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Duration) error {
+	return timed(s, timeout, func() error { return s.conn.Write(s.connCtx, typ, b) })
+}
+
+// timed runs write within timeout (10 s when not set); past it the socket
+// is aborted with errWriteTimeout, which it returns.
+func timed(s *socket, timeout time.Duration, write func() error) error {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
 	t := time.AfterFunc(timeout, func() { s.abort(errWriteTimeout) })
-	err := s.conn.Write(s.connCtx, typ, b)
+	err := write()
 	if !t.Stop() {
 		return errWriteTimeout
 	}

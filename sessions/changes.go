@@ -31,20 +31,84 @@ type Change struct {
 }
 
 // Watch makes v receive session.changed for every session its principal
-// may list (its own; every one for an admin) until stop is called (the socket's end calls it). Delivery follows the Viewer rules:
-// Deliver runs under the registry's lock and must not block.
+// may list (its own; every one for an admin) until stop is called (the
+// socket's end calls it). Delivery follows the Viewer rules: Deliver
+// must not block. It runs on the teller's goroutine, not under the
+// registry's lock, in the order the changes happened.
 func (r *Registry) Watch(v Viewer) (stop func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.watchers == nil {
-		r.watchers = map[Viewer]struct{}{}
+	t := &r.tell
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.watchers == nil {
+		t.watchers = map[Viewer]struct{}{}
 	}
-	r.watchers[v] = struct{}{}
+	t.watchers[v] = struct{}{}
 	return func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		delete(r.watchers, v)
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		delete(t.watchers, v)
 	}
+}
+
+// teller tells the watchers the changes announced under r.mu, in their
+// order, on a goroutine of its own (started when there is something to
+// tell, gone when there is not): a change is one event for every chat
+// socket, and 300 of them woken under the registry's lock at every
+// create and close held every other call up (BENCHMARKS.md, issue 28).
+type teller struct {
+	qmu     sync.Mutex // guards queue and running; never held while telling
+	queue   []told
+	running bool
+
+	wmu      sync.Mutex // guards watchers and stopped; held while telling, so stop and Watch's stop wait for a pass
+	watchers map[Viewer]struct{}
+	stopped  bool // Shutdown: nothing more is told
+}
+
+type told struct {
+	owner string
+	ev    *Event
+}
+
+// tellLoop tells what is queued until the queue is empty. One loop runs at
+// a time (running), so the changes are told in their order.
+func (r *Registry) tellLoop() {
+	t := &r.tell
+	for {
+		t.qmu.Lock()
+		batch := t.queue
+		t.queue = nil
+		if len(batch) == 0 {
+			t.running = false
+			t.qmu.Unlock()
+			return
+		}
+		t.qmu.Unlock()
+		t.wmu.Lock()
+		for _, c := range batch {
+			if t.stopped {
+				break
+			}
+			for v := range t.watchers {
+				if authorize(v.Principal(), c.owner, accessManage) {
+					v.Deliver(c.ev)
+				}
+			}
+		}
+		t.wmu.Unlock()
+	}
+}
+
+// stopTelling drops what is queued and tells nothing more; it returns
+// once no change is being told. Shutdown calls it.
+func (r *Registry) stopTelling() {
+	t := &r.tell
+	t.wmu.Lock()
+	t.stopped = true
+	t.wmu.Unlock()
+	t.qmu.Lock()
+	t.queue = nil
+	t.qmu.Unlock()
 }
 
 // changedLocked tells the watchers how s is now. r.mu must be held.
@@ -87,17 +151,17 @@ func (r *Registry) heard(a Announcement) {
 	}
 }
 
-// tellLocked delivers c, a change of a session of owner, to every watcher
-// that may list it. r.mu must be held.
+// tellLocked queues c, a change of a session of owner, for every watcher
+// that may list it (tellLoop delivers it). r.mu must be held: the queue's
+// order is the changes'.
 func (r *Registry) tellLocked(owner string, c Change) {
-	if len(r.watchers) == 0 {
-		return
-	}
-	ev := NewEvent("session.changed", "", 0, c)
-	for v := range r.watchers {
-		if authorize(v.Principal(), owner, accessManage) {
-			v.Deliver(ev)
-		}
+	t := &r.tell
+	t.qmu.Lock()
+	defer t.qmu.Unlock()
+	t.queue = append(t.queue, told{owner: owner, ev: NewEvent("session.changed", "", 0, c)})
+	if !t.running {
+		t.running = true
+		r.goTracked(r.tellLoop)
 	}
 }
 

@@ -31,7 +31,7 @@ import (
 type conversation struct {
 	sid     string
 	owner   string   // Principal.User of who made it: authorize checks it, putRow stamps it
-	journal *journal // nil: not stored (a terminal-only session, or one whose lease was lost)
+	journal *journal // nil: not stored (a terminal-only session, or one whose lease was lost); a live session's changes under its stream lock too
 	// The node that holds it and the epoch it holds it under (Registry.Claim);
 	// every row and entry is written under that epoch, so that once another
 	// node claimed it the store refuses them (store.ErrFenced). Epoch 0:

@@ -4,10 +4,15 @@
 // Ownership. The [Registry] owns every [Session]; a session owns at most one
 // chat worker ([Worker]) and one [Terminal] over a [PTY], each started lazily
 // through a [Spawner] (the children sit behind interfaces, so tests fake
-// them). One mutex, the registry's, guards all session state; nothing slow
-// runs under it: spawning and teardown happen outside it, and fan-out to
-// viewers only queues an [Event] (a [Viewer]'s Deliver must not block; the
-// viewer's writer encodes it, once for all viewers, with Event.Encode).
+// them). One mutex, the registry's, guards all session state but a
+// session's event stream (its seq, the fan-out to its viewers, its turn's
+// streamed text and checkpoints), which its own stream lock guards, taken
+// after the registry's: a turn's deltas and checkpoints take only that one.
+// Nothing slow runs under either: spawning and teardown happen outside
+// them, and fan-out to viewers only queues an [Event] (a [Viewer]'s
+// Deliver must not block; the viewer's writer encodes it, once for all
+// viewers, with Event.Encode). session.changed is told to the watchers by
+// a goroutine of its own, in order (changes.go).
 //
 // Files, one per concern, each opening with what it owns: registry.go (the
 // config, the constructor, Run, List/Get, the tracker), viewers.go (the

@@ -550,3 +550,63 @@ func TestCommandErrorBeforeWorkerExit(t *testing.T) {
 		t.Fatalf("worker.exited events: %+v", evs)
 	}
 }
+
+// TestDeltaNotBehindRegistryLock: a turn's deltas after its first reach
+// the viewers while another call holds the registry's lock: they take
+// only the session's stream lock, so 300 streams do not queue every
+// other call behind them (BENCHMARKS.md, issue 28).
+func TestDeltaNotBehindRegistryLock(t *testing.T) {
+	t.Parallel()
+	h, v, _ := streamingTurn(t)
+	h.sp.stream <- "first" // gives the reply its seq, under r.mu
+	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
+	h.r.mu.Lock()
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			h.r.mu.Unlock()
+		}
+	}
+	defer unlock()
+	h.sp.stream <- " second"
+	testkit.WaitFor(t, 5*time.Second, "the second delta while r.mu is held", func() bool { return len(v.ofType("message.delta")) == 2 })
+	unlock()
+	close(h.sp.stream)
+	h.r.Wait()
+	evs := v.ofType("message.complete")
+	if len(evs) != 1 || evs[0].Payload.(map[string]any)["text"] != "first second" {
+		t.Fatalf("message.complete: %+v", evs)
+	}
+}
+
+// TestCheckpointNotBehindRegistryLock: a streaming reply's checkpoint
+// reaches the store while another call holds the registry's lock (it
+// takes only the session's stream lock), as the interrupted reply with
+// the text so far.
+func TestCheckpointNotBehindRegistryLock(t *testing.T) {
+	t.Parallel()
+	h, v, in := streamingTurn(t)
+	h.sp.stream <- "first"
+	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
+	h.r.mu.Lock()
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			h.r.mu.Unlock()
+		}
+	}
+	defer unlock()
+	h.sp.stream <- " second"
+	testkit.WaitFor(t, 5*time.Second, "the checkpoint of the second delta while r.mu is held", func() bool {
+		es := stored(t, h, in.ID)
+		return len(es) == 2 && es[1].Text == "first second"
+	})
+	unlock()
+	if es := stored(t, h, in.ID); !es[1].Interrupted || es[1].Status != "interrupted" || es[1].Role != store.RoleAssistant {
+		t.Fatalf("the checkpointed reply: %+v", es[1])
+	}
+	close(h.sp.stream)
+	h.r.Wait()
+}

@@ -208,21 +208,43 @@ func (j *journal) kickLocked() {
 	}
 }
 
-// takeLocked moves everything queued into a batch and returns the count
-// it covers.
-func (j *journal) takeLocked() (store.Batch, uint64) {
+// taken is what takeLocked moved out of the queue, to be made a batch
+// outside the journal's lock.
+type taken struct {
+	sessions map[string]store.Session
+	entries  map[entryKey]store.SessionEntry
+	order    []entryKey
+	deletes  []string
+}
+
+func (tk taken) empty() bool {
+	return len(tk.sessions) == 0 && len(tk.order) == 0 && len(tk.deletes) == 0
+}
+
+// batch is tk as a store batch: the rows, the entries in the order they
+// were first queued, the deletes.
+func (tk taken) batch() store.Batch {
 	var b store.Batch
-	for _, row := range j.sessions {
+	for _, row := range tk.sessions {
 		b.Sessions = append(b.Sessions, row)
 	}
-	for _, k := range j.order {
-		b.Entries = append(b.Entries, j.entries[k])
+	for _, k := range tk.order {
+		b.Entries = append(b.Entries, tk.entries[k])
 	}
-	b.Deletes = j.deletes
-	clear(j.sessions)
-	clear(j.entries)
+	b.Deletes = tk.deletes
+	return b
+}
+
+// takeLocked moves everything queued out of the queue and returns it
+// and the count it covers. It swaps the maps, whatever their size: the
+// puts of 300 streaming turns' checkpoints waited behind a drain that
+// copied them under the lock (BENCHMARKS.md, issue 28).
+func (j *journal) takeLocked() (taken, uint64) {
+	tk := taken{sessions: j.sessions, entries: j.entries, order: j.order, deletes: j.deletes}
+	j.sessions = map[string]store.Session{}
+	j.entries = map[entryKey]store.SessionEntry{}
 	j.order, j.deletes = nil, nil
-	return b, j.queued
+	return tk, j.queued
 }
 
 // requeueLocked puts a failed batch back under what was queued since:
@@ -256,10 +278,10 @@ func (j *journal) drain() {
 	for {
 		j.wait(journalDelay)
 		j.mu.Lock()
-		b, upto := j.takeLocked()
-		if b.Empty() || j.stopping && j.failing {
-			if !b.Empty() {
-				j.requeueLocked(b)
+		tk, upto := j.takeLocked()
+		if tk.empty() || j.stopping && j.failing {
+			if !tk.empty() {
+				j.requeueLocked(tk.batch())
 			}
 			j.running = false
 			j.signalLocked()
@@ -267,10 +289,11 @@ func (j *journal) drain() {
 			return
 		}
 		retry := j.failing
-		for _, row := range b.Sessions {
-			j.inflight[row.ID] = true
+		for id := range tk.sessions {
+			j.inflight[id] = true
 		}
 		j.mu.Unlock()
+		b := tk.batch()
 
 		var err error
 		rest := b

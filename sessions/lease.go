@@ -385,7 +385,9 @@ func (r *Registry) leaseLost(sids []string) {
 	lapsed := false
 	for _, id := range sids {
 		if s := r.sessions[id]; s != nil && s.journal != nil {
+			s.stream.Lock() // a checkpoint reads it under the stream lock alone
 			s.journal = nil
+			s.stream.Unlock()
 			lost = append(lost, s)
 			if r.lease.lapsed[id] {
 				delete(r.lease.lapsed, id)

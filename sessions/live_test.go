@@ -211,15 +211,14 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 	if got, _ := h.r.Get(anon, a.ID); got.Title != want {
 		t.Errorf("title %q, want %q", got.Title, want)
 	}
-	var told bool
-	for _, ev := range w.ofType("session.changed") {
-		if c := ev.Payload.(Change); c.SessionID == a.ID && c.Title == want {
-			told = true
+	testkit.WaitFor(t, 5*time.Second, "session.changed with the new title", func() bool {
+		for _, ev := range w.ofType("session.changed") {
+			if c := ev.Payload.(Change); c.SessionID == a.ID && c.Title == want {
+				return true
+			}
 		}
-	}
-	if !told {
-		t.Error("no session.changed with the new title")
-	}
+		return false
+	})
 	h.r.journal.flush(t.Context())
 	if row, err := h.r.cfg.Store.Get(t.Context(), "", a.ID); err != nil || row.Title != want {
 		t.Errorf("stored title %q, %v", row.Title, err)

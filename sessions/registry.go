@@ -265,9 +265,9 @@ type Registry struct {
 	usage    usageIndex        // what each user has live, for the per-user caps (usage.go)
 	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
 	endedQ   []string
-	closing  bool                // Shutdown started
-	watchers map[Viewer]struct{} // sockets told of every session change (changes.go)
-	spares   []*spare            // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
+	closing  bool     // Shutdown started
+	tell     teller   // the sockets told of every session change, and its queue (changes.go)
+	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
 	// spareIdle ends the spares PTYSpareIdle after the last refill.
 	spareIdle *time.Timer
 

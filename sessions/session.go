@@ -120,7 +120,8 @@ func viewerGone(v Viewer) bool {
 }
 
 // Session is one conversation with its worker and terminal. Its fields are
-// guarded by the registry's mutex.
+// guarded by the registry's mutex, but for those of its event stream (see
+// stream).
 type Session struct {
 	id                string
 	title             string
@@ -136,15 +137,25 @@ type Session struct {
 	detachedAt time.Time
 	ttlTimer   *time.Timer
 
-	conversation                      // its entries, their seqs, its owner and its journal (conversation.go)
-	seq          uint64               // the last event seq
-	grace        *turnGrace           // a detached session's turn let finish, nil when none
-	execs        int                  // slash commands running
-	execStops    map[*func()]struct{} // cancels of the running slash commands (Interrupt)
-	exited       *workers.CloseResult // its worker's exit, told once the running commands' results are
-	model        string               // "" for the worker's default
-	turn         *turn
-	turns        int
+	conversation // its entries, their seqs, its owner and its journal (conversation.go)
+
+	// stream serialises the events of s: it guards seq, every delivery to
+	// the viewers (changes of the viewers' set take it too) and the
+	// streamed state of its turn (turn.text, done, ckpt, paused). A
+	// turn's deltas take it alone, never r.mu (turn.onDelta): 300 streams
+	// queued on the registry's lock held up every other call
+	// (BENCHMARKS.md, issue 28). Lock order: r.mu, then stream; nothing
+	// takes r.mu while holding it.
+	stream sync.Mutex
+	seq    uint64 // the last event seq; guarded by stream
+
+	grace     *turnGrace           // a detached session's turn let finish, nil when none
+	execs     int                  // slash commands running
+	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
+	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
+	model     string               // "" for the worker's default
+	turn      *turn
+	turns     int
 
 	worker      Worker
 	term        *Terminal

@@ -126,13 +126,22 @@ func (t *turn) run(ctx context.Context, text string) {
 	t.finish(res.Output, res.Interrupted, nil)
 }
 
-// checkpoint queues the text t streamed so far as its (interrupted) reply.
+// checkpoint queues the text t streamed so far as its (interrupted)
+// reply. It holds only the session's stream lock (1,200 checkpoints a
+// second of 300 streams on r.mu held up every other call; BENCHMARKS.md,
+// issue 28): what it reads is the stream's, or set before the turn's
+// first delta (seq, at, id), or changed under the stream lock too (the
+// session's journal, see leaseLost).
 func (t *turn) checkpoint() {
-	t.r.mu.Lock()
-	defer t.r.mu.Unlock()
+	s := t.s
+	s.stream.Lock()
+	defer s.stream.Unlock()
 	t.ckpt = nil
 	if !t.done {
-		t.s.putEntry(t.reply(t.text, true, nil))
+		// A turn not done has no status of the worker's and has not
+		// failed yet: its reply is interrupted (replyStatus).
+		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text, At: t.at,
+			TurnID: t.id, Interrupted: true, Status: "interrupted"})
 	}
 }
 
@@ -149,10 +158,16 @@ const StatusStreaming = "streaming"
 func (s *Session) historyLocked() []Message {
 	h := slices.Clone(s.history)
 	t := s.turn
-	if t == nil || t.done || t.seq == 0 {
+	if t == nil {
 		return h
 	}
-	m := Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text, At: t.at, TurnID: t.id, Status: StatusStreaming}
+	s.stream.Lock()
+	done, text := t.done, t.text
+	s.stream.Unlock()
+	if done || t.seq == 0 {
+		return h
+	}
+	m := Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: text, At: t.at, TurnID: t.id, Status: StatusStreaming}
 	i := len(h)
 	for i > 0 && h[i-1].Seq > m.Seq {
 		i--
@@ -227,19 +242,22 @@ func (t *turn) finish(output string, interrupted bool, err error) {
 // r.mu must be held.
 func (t *turn) completeLocked(output string, interrupted bool) {
 	r, s := t.r, t.s
-	t.done = true
-	close(t.finished)
+	s.stream.Lock()
+	t.done = true // no delta is relayed after this (onDelta)
 	t.idle.Stop()
 	if t.ckpt != nil {
 		t.ckpt.Stop()
 		t.ckpt = nil
 	}
+	text := t.text
+	s.stream.Unlock()
+	close(t.finished)
 	if s.turn == t {
 		s.turn = nil
 	}
 	t.denyLocked(ByInterrupt) // none is left when the turn ended by itself
 	if output == "" {
-		output = t.text
+		output = text
 	}
 	reply := t.reply(output, interrupted, t.usage)
 	if !t.failed || t.refused || output != "" || t.seq != 0 {
@@ -358,8 +376,12 @@ const approvalAnswerTimeout = 5 * time.Second
 
 // onEvent handles an event the worker w streams for t. It runs on the
 // worker's stdout goroutine: it takes the lock briefly and never blocks on
-// I/O.
+// I/O. A delta after the reply's first takes only the session's stream
+// lock (onDelta).
 func (t *turn) onEvent(w Worker, ev workers.Event) {
+	if ev.Name == "delta" && t.onDelta(ev.Text) {
+		return
+	}
 	r, s := t.r, t.s
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -368,19 +390,21 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 	}
 	defer t.idleLocked()
 	switch ev.Name {
-	case "delta":
-		t.text += ev.Text
-		r.emitLocked(s, "message.delta", map[string]any{"turn_id": t.id, "text": ev.Text})
+	case "delta": // the reply's first (onDelta relays the others)
+		s.stream.Lock()
+		t.appendStreamLocked(ev.Text)
+		var first Message
 		if t.seq == 0 {
 			// The reply takes its place where it starts: after its prompt,
 			// or after the approvals and tool runs that came before its
 			// text. Until it completes, the store holds it as interrupted
 			// with what streamed so far, so a crash leaves exactly that.
 			t.seq = s.nextSeq()
-			s.putEntry(t.reply(t.text, true, nil)) // a terminal-only session stores nothing
+			first = t.reply(t.text, true, nil)
 		}
-		if t.ckpt == nil && !s.terminalOnly {
-			t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
+		s.stream.Unlock()
+		if first.Seq != 0 {
+			s.putEntry(first) // a terminal-only session stores nothing
 		}
 	case "approval":
 		// Within a detached session's grace the request waits as any
@@ -442,14 +466,49 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 	}
 }
 
+// onDelta relays a delta of t's reply holding only t.s.stream, and
+// reports whether it did: the reply's first delta, which takes an entry
+// seq under r.mu, is onEvent's. A delta of a turn that ended is dropped.
+func (t *turn) onDelta(text string) bool {
+	s := t.s
+	s.stream.Lock()
+	defer s.stream.Unlock()
+	if t.done {
+		return true // the turn ended (interrupted)
+	}
+	if t.seq == 0 {
+		return false
+	}
+	t.appendStreamLocked(text)
+	if !t.paused {
+		t.idle.Reset(t.r.cfg.WorkerTimeout)
+	}
+	return true
+}
+
+// appendStreamLocked adds a delta to t's reply: its text, the
+// message.delta event, and the checkpoint that stores it (armed when
+// none is pending). t.s.stream must be held.
+func (t *turn) appendStreamLocked(text string) {
+	s := t.s
+	t.text += text
+	s.emitStreamLocked("message.delta", map[string]any{"turn_id": t.id, "text": text})
+	if t.ckpt == nil && !s.terminalOnly {
+		t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
+	}
+}
+
 // idleLocked restarts t's silence timer after an event, or stops it while
-// t waits for an approval or a tool runs (the tool has its own timeout).
-// r.mu must be held.
+// t waits for an approval or a tool runs (the tool has its own timeout;
+// paused tells onDelta so). r.mu must be held, and t.s.stream not.
 func (t *turn) idleLocked() {
+	t.s.stream.Lock()
+	defer t.s.stream.Unlock()
 	if t.done {
 		return
 	}
-	if len(t.approvals) > 0 || t.tools > 0 {
+	t.paused = len(t.approvals) > 0 || t.tools > 0
+	if t.paused {
 		t.idle.Stop()
 		return
 	}
@@ -599,7 +658,9 @@ func (s *Session) pendingLocked() []Approval {
 
 // turn is a prompt being answered: its run in the worker, its streamed
 // reply and checkpoints, the approvals it waits for, its end. Its fields
-// are guarded by the registry's mutex, as its session's.
+// are guarded by the registry's mutex, as its session's; text, ckpt and
+// paused by its session's stream lock instead, and done and seq are
+// changed under both (so either lock reads them).
 type turn struct {
 	r         *Registry
 	s         *Session             // the session it answers in; s.turn is t while it runs
@@ -611,6 +672,7 @@ type turn struct {
 	text      string // streamed so far
 	cancel    func()
 	done      bool
+	paused    bool          // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
 	finished  chan struct{} // closed when done is set
 	ckpt      *time.Timer   // the pending checkpoint of the streamed text, nil when none
 	idle      *time.Timer   // ends the turn after WorkerTimeout of silence (see Prompt)

@@ -20,7 +20,9 @@ import (
 // sessions of each viewer (for the cap and a socket's end) and the viewers
 // of each session (Session.viewers, for the fan-out and the counts). Only
 // its methods change either side, so they never drift apart. It is
-// guarded by the registry's mutex, like everything of a session.
+// guarded by the registry's mutex, like everything of a session; a change
+// of Session.viewers also takes the session's stream lock, under which a
+// turn's deltas read it without r.mu.
 type viewerIndex struct {
 	max      int // Config.MaxViewed: sessions one viewer may view
 	byViewer map[Viewer]map[*Session]struct{}
@@ -53,7 +55,9 @@ func (ix *viewerIndex) register(v Viewer, s *Session) error {
 		ix.byViewer[v] = set
 	}
 	set[s] = struct{}{}
+	s.stream.Lock()
 	s.viewers[v] = struct{}{}
+	s.stream.Unlock()
 	return nil
 }
 
@@ -62,7 +66,9 @@ func (ix *viewerIndex) unregister(v Viewer, s *Session) bool {
 	if _, ok := s.viewers[v]; !ok {
 		return false
 	}
+	s.stream.Lock()
 	delete(s.viewers, v)
+	s.stream.Unlock()
 	if set := ix.byViewer[v]; set != nil {
 		delete(set, s)
 		if len(set) == 0 {
@@ -78,7 +84,9 @@ func (ix *viewerIndex) leave(v Viewer) []*Session {
 	delete(ix.byViewer, v)
 	out := make([]*Session, 0, len(set))
 	for s := range set {
+		s.stream.Lock()
 		delete(s.viewers, v)
+		s.stream.Unlock()
 		out = append(out, s)
 	}
 	return out
@@ -94,13 +102,23 @@ func (ix *viewerIndex) drop(s *Session) {
 			}
 		}
 	}
+	s.stream.Lock()
 	s.viewers = map[Viewer]struct{}{}
+	s.stream.Unlock()
 }
 
 // emitLocked queues an event for every viewer of s; the viewers' writers
 // encode it, once, outside the lock. payload must not change afterwards.
-// r.mu must be held.
+// r.mu must be held, and s.stream not (emitStreamLocked is the same under
+// s.stream alone).
 func (r *Registry) emitLocked(s *Session, typ string, payload any) {
+	s.stream.Lock()
+	defer s.stream.Unlock()
+	s.emitStreamLocked(typ, payload)
+}
+
+// emitStreamLocked is emitLocked for a caller holding s.stream.
+func (s *Session) emitStreamLocked(typ string, payload any) {
 	s.seq++
 	ev := NewEvent(typ, s.id, s.seq, payload)
 	for v := range s.viewers {
@@ -120,6 +138,8 @@ func (r *Registry) shareLocked(s *Session, from Viewer, m Message) {
 	m = s.add(m, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
 	r.saveLocked(s)
 	ev := NewEvent("history.entry", s.id, 0, map[string]any{"entry": m})
+	s.stream.Lock()
+	defer s.stream.Unlock()
 	for v := range s.viewers {
 		if v != from {
 			v.Deliver(ev)

@@ -197,6 +197,8 @@ type Manager struct {
 	snap snapshots // the last admin snapshot (snapshot.go)
 
 	priorityWarn sync.Once // the first child whose priority could not be set is logged
+
+	statOrphan func(pid int) (procStat, bool) // the reaper's readStat; a test counts its reads
 }
 
 // NewManager returns a Manager. Call Wait after closing every child to join

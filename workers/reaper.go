@@ -77,25 +77,33 @@ const ReapCoalesce = 25 * time.Millisecond
 
 // reapZombieOrphans reaps dashgate's zombie orphans and, when this process
 // holds the Manager's instance, records the live ones in the instance's
-// directory (Instance.recordAdopted) for the Sweep after a crash.
+// directory (Instance.recordAdopted) for the Sweep after a crash. It
+// reads the stat of the children os/exec does not own only: the others
+// are reaped by their own Wait (300 workers' stat files at every scan
+// were a sixth of a loaded gateway's CPU; BENCHMARKS.md, issue 28).
 func (m *Manager) reapZombieOrphans() {
-	var live []int
-	for _, pid := range childrenOfSelf() {
-		st, ok := readStat(pid)
+	kids := childrenOfSelf()
+	spawnMu.Lock() // a child listed above is registered by now: forks register under spawnMu
+	kids = slices.DeleteFunc(kids, func(pid int) bool { return unreaped[pid] > 0 })
+	spawnMu.Unlock()
+	stat := m.statOrphan
+	if stat == nil {
+		stat = readStat
+	}
+	var adopted []int
+	for _, pid := range kids {
+		st, ok := stat(pid)
 		switch {
 		case ok && st.zombie():
 			m.reapOrphan(pid)
 		case ok:
-			live = append(live, pid)
+			adopted = append(adopted, pid)
 		}
 	}
 	in := heldInstance(m.cfg.Instance)
 	if in == nil {
 		return
 	}
-	spawnMu.Lock() // a child listed above is registered by now: forks register under spawnMu
-	adopted := slices.DeleteFunc(live, func(pid int) bool { return unreaped[pid] > 0 })
-	spawnMu.Unlock()
 	if err := in.recordAdopted(adopted); err != nil {
 		m.log.Warn("adopted processes not recorded", "instance", in.ID, "err", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -93,6 +94,7 @@ type config struct {
 	ChildMemoryBytes uint64
 	ChildPidsMax     int
 	ChildNice        int
+	GoMaxProcs       int
 	ChildCPUWeight   int
 	ChildSched       string
 	PprofAddr        string
@@ -185,6 +187,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.ChildNice, "child-nice", workers.DefaultChildNice, "nice value of every worker and terminal program, and of what they start, so that the gateway keeps its share of the CPU when they saturate it (0 to 19; 0: dashgate's own)")
 	fs.StringVar(&c.ChildSched, "child-sched", string(workers.DefaultChildSched), "Linux scheduling policy of every worker and terminal program: other, batch (no wake-up preemption of the gateway) or idle (runs only on CPU time nothing else wants)")
 	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
+	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", defaultGoMaxProcs(), "threads running the gateway's Go code at once (runtime.GOMAXPROCS; its children keep Go's default): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them (default: four times the CPUs Go would use; 0: Go's default)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
 	fs.IntVar(&c.ChildPidsMax, "child-pids-max", 0, "pids.max of each child's cgroup: processes one worker or terminal may have (0: no limit; needs the pids controller)")
 
@@ -290,6 +293,9 @@ func (c config) validate() error {
 	if c.ChildPidsMax < 0 {
 		errs = append(errs, errors.New("--child-pids-max must not be negative"))
 	}
+	if c.GoMaxProcs < 0 || c.GoMaxProcs > 1024 {
+		errs = append(errs, fmt.Errorf("--gomaxprocs %d: want 1 to 1024, or 0", c.GoMaxProcs))
+	}
 	if c.ChildNice < 0 || c.ChildNice > 19 {
 		errs = append(errs, fmt.Errorf("--child-nice %d: want 0 to 19", c.ChildNice))
 	}
@@ -374,3 +380,11 @@ func loopbackAddr(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// defaultGoMaxProcs is four times the GOMAXPROCS Go chose for the
+// gateway (its CPUs, or its cgroup's CPU limit). With Go's own, 300
+// streaming children at dashgate's priority left it a fifth of a core
+// and session.history waited 1.5 s; with 8 threads on 2 CPUs, 40–60 ms
+// (BENCHMARKS.md, issue 28). A thread more than the CPUs costs nothing
+// while the gateway does not want it.
+func defaultGoMaxProcs() int { return min(4*runtime.GOMAXPROCS(0), 1024) }

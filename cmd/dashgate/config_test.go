@@ -50,6 +50,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"pprof beyond loopback", []string{"--pprof-addr", "0.0.0.0:6060"}, "--pprof-addr"},
 		{"pprof without a port", []string{"--pprof-addr", "127.0.0.1"}, "--pprof-addr"},
 		{"child nice out of range", []string{"--child-nice", "20"}, "--child-nice"},
+		{"gomaxprocs negative", []string{"--gomaxprocs", "-1"}, "--gomaxprocs"},
 		{"unknown child policy", []string{"--child-sched", "fifo"}, "--child-sched"},
 		{"child cpu weight out of range", []string{"--child-cpu-weight", "10001"}, "--child-cpu-weight"},
 	}

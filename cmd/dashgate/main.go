@@ -205,6 +205,9 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 // run serves until ctx ends, then closes every session (end_reason=shutdown)
 // and reaps every child before it returns.
 func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
+	if cfg.GoMaxProcs > 0 {
+		runtime.GOMAXPROCS(cfg.GoMaxProcs)
+	}
 	if err := workers.EnableSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "err", err)
 	}
