@@ -558,17 +558,7 @@ func TestCommandErrorBeforeWorkerExit(t *testing.T) {
 func TestDeltaNotBehindRegistryLock(t *testing.T) {
 	t.Parallel()
 	h, v, _ := streamingTurn(t)
-	h.sp.stream <- "first" // gives the reply its seq, under r.mu
-	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
-	h.r.mu.Lock()
-	unlocked := false
-	unlock := func() {
-		if !unlocked {
-			unlocked = true
-			h.r.mu.Unlock()
-		}
-	}
-	defer unlock()
+	unlock := lockAfterFirstDelta(t, h, v)
 	h.sp.stream <- " second"
 	testkit.WaitFor(t, 5*time.Second, "the second delta while r.mu is held", func() bool { return len(v.ofType("message.delta")) == 2 })
 	unlock()
@@ -580,6 +570,21 @@ func TestDeltaNotBehindRegistryLock(t *testing.T) {
 	}
 }
 
+// lockAfterFirstDelta streams the turn's first delta ("first", which
+// gives the reply its seq under r.mu), waits for v to see it, then takes
+// the registry's lock and returns its unlock; the lock is given back at
+// the test's end if it was not.
+func lockAfterFirstDelta(t *testing.T, h *harness, v *recViewer) (unlock func()) {
+	t.Helper()
+	h.sp.stream <- "first"
+	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
+	h.r.mu.Lock()
+	var once sync.Once
+	unlock = func() { once.Do(h.r.mu.Unlock) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
 // TestCheckpointNotBehindRegistryLock: a streaming reply's checkpoint
 // reaches the store while another call holds the registry's lock (it
 // takes only the session's stream lock), as the interrupted reply with
@@ -587,17 +592,7 @@ func TestDeltaNotBehindRegistryLock(t *testing.T) {
 func TestCheckpointNotBehindRegistryLock(t *testing.T) {
 	t.Parallel()
 	h, v, in := streamingTurn(t)
-	h.sp.stream <- "first"
-	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
-	h.r.mu.Lock()
-	unlocked := false
-	unlock := func() {
-		if !unlocked {
-			unlocked = true
-			h.r.mu.Unlock()
-		}
-	}
-	defer unlock()
+	unlock := lockAfterFirstDelta(t, h, v)
 	h.sp.stream <- " second"
 	testkit.WaitFor(t, 5*time.Second, "the checkpoint of the second delta while r.mu is held", func() bool {
 		es := stored(t, h, in.ID)
