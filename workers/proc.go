@@ -169,18 +169,63 @@ type CloseResult struct {
 // started whose exit status os/exec has not yet collected. Reaping is
 // process-wide (wait4), so the orphan reaper checks this, not one
 // Manager's table: with two Managers in a process (the tests run many), one
-// must never take the exit status of the other's child. spawnMu is held
-// across fork and registration (the spawn thread serialises forks anyway)
-// and by the orphan reaper, which so never sees a child that is not yet
-// registered.
+// must never take the exit status of the other's child.
+//
+// Two locks, so that a fork waiting for its CPU on a saturated machine
+// holds up nothing but the next fork (BENCHMARKS.md, issue 28: behind one
+// lock, a reaped child's Wait queued behind the churn's spawns for more
+// than killWait, and its close logged an ERROR):
+//   - spawnMu serialises forks (the spawning threads share it); only a
+//     start takes it;
+//   - regMu guards unreaped, markers and the fork count, each hold short.
+//     A fork counts itself begun under regMu before it forks and done
+//     after it registered its child (or failed). lockSettled takes regMu
+//     once every fork begun before the call is done: a reader that listed
+//     dashgate's children and then calls it finds every child it listed
+//     registered (or an orphan), and waits for one fork at most, never for
+//     the queue of spawns behind it.
 var (
 	spawnMu  sync.Mutex
-	unreaped = map[int]int{} // pid → count (a pid reused while its old Wait returns counts twice); guarded by spawnMu
+	regMu    sync.Mutex
+	regDone  = sync.NewCond(&regMu) // broadcast when a fork is done
+	unreaped = map[int]int{}        // pid → count (a pid reused while its old Wait returns counts twice); guarded by regMu
 	// markers holds the marker of every child not yet closed, of any
-	// Manager; guarded by spawnMu. A process carrying one of them belongs
+	// Manager; guarded by regMu. A process carrying one of them belongs
 	// to that child (claimed), one carrying an unknown value to nobody.
 	markers = map[string]bool{}
+	// forksBegun and forksDone count forks; guarded by regMu. Forks are
+	// serial (spawnMu), so they end in the order they begin.
+	forksBegun, forksDone uint64
 )
+
+// beginFork counts a fork begun; the caller holds spawnMu and calls
+// endFork once the child is registered or the fork failed.
+func beginFork() {
+	regMu.Lock()
+	forksBegun++
+	regMu.Unlock()
+}
+
+// endFork runs register (nil: nothing to register) under regMu and counts
+// the fork done.
+func endFork(register func()) {
+	regMu.Lock()
+	if register != nil {
+		register()
+	}
+	forksDone++
+	regDone.Broadcast()
+	regMu.Unlock()
+}
+
+// lockSettled locks regMu once every fork begun before the call is done;
+// the caller unlocks regMu.
+func lockSettled() {
+	regMu.Lock()
+	for target := forksBegun; forksDone < target; {
+		regDone.Wait()
+	}
+}
 
 // Manager starts children and keeps the table of the live ones.
 // Its methods are safe for concurrent use.
@@ -348,13 +393,18 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	}
 	sp := spawnerFor(m.cfg.Priority.inherited())
 	spawnMu.Lock()
+	beginFork()
 	var err error
 	sp.run(func() { err = p.start(cgfd, sp) })
-	if err == nil {
+	if err != nil {
+		endFork(nil)
+	} else {
 		p.pid = cmd.Process.Pid
 		p.started = time.Now()
-		unreaped[p.pid]++
-		markers[p.marker] = true
+		endFork(func() {
+			unreaped[p.pid]++
+			markers[p.marker] = true
+		})
 		m.mu.Lock()
 		m.procs[p.pid] = p
 		m.mu.Unlock()
@@ -554,11 +604,11 @@ func newMarker() string {
 func (p *Proc) wait() {
 	defer p.m.wg.Done()
 	p.cmd.Wait()
-	spawnMu.Lock()
+	regMu.Lock()
 	if unreaped[p.pid]--; unreaped[p.pid] <= 0 {
 		delete(unreaped, p.pid)
 	}
-	spawnMu.Unlock()
+	regMu.Unlock()
 	p.state = p.cmd.ProcessState
 	close(p.waited)
 }
@@ -642,9 +692,9 @@ func (p *Proc) Close(reason Reason) CloseResult {
 	p.closeOnce.Do(func() {
 		p.closing.Store(true)
 		p.result = p.teardown(reason)
-		spawnMu.Lock()
+		regMu.Lock()
 		delete(markers, p.marker)
-		spawnMu.Unlock()
+		regMu.Unlock()
 		p.m.mu.Lock()
 		delete(p.m.procs, p.pid)
 		p.m.mu.Unlock()
@@ -836,12 +886,12 @@ func (p *Proc) claimed() []int {
 	}
 	// Between fork and exec a new child holds a copy of every descriptor
 	// dashgate has, other children's pipes included, and would pass for an
-	// escapee that kept them. Forks run under spawnMu and register their
-	// child before they release it: so once spawnMu is taken after the
-	// listing, every child a fork in flight during it made is registered.
+	// escapee that kept them. A fork registers its child before it counts
+	// itself done: so once lockSettled returns after the listing, every
+	// child a fork in flight during it made is registered.
 	// Every registered leader is another child's (or this one's), never an
 	// escapee of this one: a new terminal can hold this one's freed
-	// /dev/pts/N. The listing is done outside spawnMu, so that it does not
+	// /dev/pts/N. The listing is done outside regMu, so that it does not
 	// hold up the next spawn.
 	//
 	// With dashgate a subreaper, every member outside the leader's subtree
@@ -850,7 +900,7 @@ func (p *Proc) claimed() []int {
 	// leader (a process's parent chain only ever shortens to dashgate): so
 	// only the subtrees of the leader and of dashgate's children that no
 	// child registered are read (listSubtrees), not the whole of /proc.
-	// dashgate's children are listed before spawnMu, the subtrees after.
+	// dashgate's children are listed before lockSettled, the subtrees after.
 	// Without a subreaper, every process is read (listProcs).
 	var procs []procStat
 	var kids []int
@@ -860,7 +910,7 @@ func (p *Proc) claimed() []int {
 	} else {
 		procs = scanProcs()
 	}
-	spawnMu.Lock()
+	lockSettled()
 	leaders := make(map[int]bool, len(unreaped))
 	for pid, n := range unreaped {
 		if n > 0 && pid != p.pid {
@@ -873,7 +923,7 @@ func (p *Proc) claimed() []int {
 			others[mk] = true
 		}
 	}
-	spawnMu.Unlock()
+	regMu.Unlock()
 	if subreaper {
 		roots := slices.DeleteFunc(kids, func(pid int) bool { return leaders[pid] })
 		procs = listSubtrees(roots)

@@ -27,9 +27,11 @@ func EnableSubreaper() error {
 
 // reapOrphan reaps pid if it is a zombie child of dashgate that os/exec does
 // not own (of any Manager: see unreaped). It never waits for any other pid.
+// pid must have been seen before a lockSettled (a child of a fork still in
+// flight is not registered yet).
 func (m *Manager) reapOrphan(pid int) bool {
-	spawnMu.Lock()
-	defer spawnMu.Unlock()
+	regMu.Lock()
+	defer regMu.Unlock()
 	if unreaped[pid] > 0 {
 		return false
 	}
@@ -83,9 +85,9 @@ const ReapCoalesce = 25 * time.Millisecond
 // were a sixth of a loaded gateway's CPU; BENCHMARKS.md, issue 28).
 func (m *Manager) reapZombieOrphans() {
 	kids := childrenOfSelf()
-	spawnMu.Lock() // a child listed above is registered by now: forks register under spawnMu
+	lockSettled() // a child listed above is registered by now
 	kids = slices.DeleteFunc(kids, func(pid int) bool { return unreaped[pid] > 0 })
-	spawnMu.Unlock()
+	regMu.Unlock()
 	stat := m.statOrphan
 	if stat == nil {
 		stat = readStat
