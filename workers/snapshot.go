@@ -15,6 +15,7 @@ type snapshots struct {
 	mu      sync.Mutex
 	rows    map[int]ProcInfo // by pid; nil before the first read ended
 	unowned []Unowned
+	took    time.Duration // how long the last read ended took
 	reading chan struct{} // non-nil while a read runs; closed when it ends
 }
 
@@ -27,7 +28,10 @@ type snapshots struct {
 // zero Stats and no Descendants), and that read's Unowned. The read goes
 // on in the background and is kept for the next call; calls meanwhile
 // share it. Reaps act on pids, and the children listed are always the
-// current ones. Before any read has ended, it waits for one.
+// current ones. Before any read has ended, it waits for one. When the last
+// read took longer than SlowSnapshot, it does not wait at all: on a
+// saturated machine the next one will be as slow, and the wait was half of
+// a loaded page's time (BENCHMARKS.md, issue 28).
 func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Unowned, stale bool) {
 	slow := m.cfg.SlowSnapshot
 	if slow <= 0 {
@@ -42,18 +46,30 @@ func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Uno
 		go m.readSnapshot(done)
 	}
 	first := s.rows == nil
+	wasSlow := s.took > slow
 	s.mu.Unlock()
 
-	timer := time.NewTimer(slow)
-	defer timer.Stop()
-	if first {
-		timer.Stop() // nothing to answer with: wait for the read
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-	case <-timer.C:
-		stale = true
+	switch {
+	case first: // nothing to answer with: wait for the read
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	case wasSlow:
+		select {
+		case <-done:
+		default:
+			stale = true
+		}
+	default:
+		timer := time.NewTimer(slow)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		case <-timer.C:
+			stale = true
+		}
 	}
 	s.mu.Lock()
 	rows, unowned := s.rows, s.unowned
@@ -78,6 +94,7 @@ func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Uno
 
 // readSnapshot reads Table and Unowned afresh, keeps them, and closes done.
 func (m *Manager) readSnapshot(done chan struct{}) {
+	start := time.Now()
 	table := m.Table(context.Background())
 	unowned := m.Unowned()
 	rows := make(map[int]ProcInfo, len(table))
@@ -86,7 +103,7 @@ func (m *Manager) readSnapshot(done chan struct{}) {
 	}
 	s := &m.snap
 	s.mu.Lock()
-	s.rows, s.unowned, s.reading = rows, unowned, nil
+	s.rows, s.unowned, s.reading, s.took = rows, unowned, nil, time.Since(start)
 	s.mu.Unlock()
 	close(done)
 }

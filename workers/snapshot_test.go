@@ -55,3 +55,26 @@ func TestSnapshotWhenSlow(t *testing.T) {
 		t.Fatalf("a closed child is still listed from the last read: %+v", rows)
 	}
 }
+
+// TestSnapshotAfterSlowRead: once a read took longer than SlowSnapshot,
+// the next call answers from it at once (stale), not after waiting
+// SlowSnapshot for a read that will be as slow; the read goes on.
+func TestSnapshotAfterSlowRead(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestManager(t, Config{SlowSnapshot: time.Hour})
+	a := startSleeper(t, m)
+	if _, _, stale := m.Snapshot(t.Context()); stale {
+		t.Fatal("the first snapshot is stale")
+	}
+	m.snap.mu.Lock()
+	m.snap.took = 2 * time.Hour // as if that read had been slower than SlowSnapshot
+	m.snap.mu.Unlock()
+	rows, _, stale := m.Snapshot(t.Context())
+	if !stale || len(rows) != 1 || rows[0].PID != a.PID() || rows[0].RSSBytes == 0 {
+		t.Fatalf("after a slow read: stale %v, rows %+v; want the last read's row for %d at once", stale, rows, a.PID())
+	}
+	m.waitSnapshot()
+	if rows, _, stale := m.Snapshot(t.Context()); stale || len(rows) != 1 {
+		t.Fatalf("after a quick read again: stale %v, rows %+v; want a fresh read", stale, rows)
+	}
+}
