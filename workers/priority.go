@@ -148,6 +148,33 @@ func (p Priority) applyTree(pid int) error {
 	return fmt.Errorf("nice %d, %s for %d: its threads kept changing", p.Nice, p.Sched, pid)
 }
 
+// ownPriority is dashgate's own policy and nice value, read once from a
+// thread that is not a spawning one (those have the children's).
+var ownPriority = sync.OnceValue(func() unix.SchedAttr {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+	if cur, err := unix.SchedGetAttr(0, 0); err == nil {
+		attr.Policy, attr.Nice = cur.Policy, cur.Nice
+	}
+	return attr
+})
+
+// restoreTree gives every thread of pid and of its descendants dashgate's
+// own priority, once, before a close signals them: a process killed at
+// SCHED_IDLE or a high nice value waits for the CPU to exit (each of its
+// threads ends at its own priority, and wait(2) returns only once all
+// have), and on a CPU saturated by the gateway's own closes it outlived
+// killWait (BENCHMARKS.md, issue 28). Errors are ignored: without
+// CAP_SYS_NICE a process may not leave SCHED_IDLE nor lower its nice value
+// (sched(7)), and then it ends at the priority it has.
+func restoreTree(pid int) {
+	attr := ownPriority()
+	for _, proc := range treeOf(pid) {
+		for _, tid := range tasksOf(proc) {
+			unix.SchedSetAttr(tid, &attr, 0)
+		}
+	}
+}
+
 // tasksOf lists the thread ids of pid (none when it is gone).
 func tasksOf(pid int) []int {
 	es, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")

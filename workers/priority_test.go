@@ -134,6 +134,45 @@ func TestChildPriority(t *testing.T) {
 	}
 }
 
+// TestClosingChildOwnPriority: a close gives the child dashgate's own
+// priority before its signals, so that it ends (its handler, its exit) on
+// a saturated CPU as the gateway's own work would: the child's SIGTERM
+// handler finds itself at SCHED_NORMAL and dashgate's nice value.
+func TestClosingChildOwnPriority(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("leaving SCHED_IDLE needs CAP_SYS_NICE (sched(7)): run as root")
+	}
+	selfNice, _, err := threadPriority(os.Getpid(), unix.Gettid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newTestManager(t, Config{Priority: Priority{Nice: 10, Sched: SchedIdle}})
+	out := filepath.Join(t.TempDir(), "prio")
+	p, err := m.Start(Spec{SessionID: "s-prio-close", Path: "/bin/sh", Env: []string{"PATH=" + os.Getenv("PATH")},
+		Args: []string{"-c", `trap 'read l </proc/$$/stat; set -- $l; echo "${19} ${41}" >"$0.tmp"; mv "$0.tmp" "$0"; exit 0' TERM; echo up >"$0.up"; while :; do sleep 0.05; done`, out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the child's trap is set", func() bool {
+		_, err := os.Stat(out + ".up")
+		return err == nil
+	})
+	if nice, policy, err := threadPriority(p.PID(), p.PID()); err != nil || nice != 10 || policy != unix.SCHED_IDLE {
+		t.Fatalf("the running child: nice %d policy %d (%v), want nice 10 policy SCHED_IDLE", nice, policy, err)
+	}
+	if res := p.Close(ReasonSessionClosed); res.Escalation == EscalationKill {
+		t.Fatalf("the child was killed: %+v", res)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(b)), fmt.Sprintf("%d %d", selfNice, unix.SCHED_NORMAL); got != want {
+		t.Errorf("the child's nice and policy in its SIGTERM handler: %q, want %q", got, want)
+	}
+}
+
 // TestChildCPUWeight: with the cpu controller, the cgroup of every child
 // (Dir) gets CgroupOptions.CPUWeight, and a child starts in a leaf of it.
 func TestChildCPUWeight(t *testing.T) {

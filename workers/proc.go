@@ -714,6 +714,13 @@ func (p *Proc) Close(reason Reason) CloseResult {
 func (p *Proc) teardown(reason Reason) CloseResult {
 	start := time.Now()
 	res := CloseResult{PID: p.pid, Kind: p.spec.Kind, SessionID: p.spec.SessionID, Reason: reason, Escalation: EscalationNone}
+	select {
+	case <-p.waited: // its pid may be someone else's by now
+	default:
+		if !p.m.cfg.Priority.zero() {
+			restoreTree(p.pid) // ended at the children's priority, it could wait for its CPU past killWait
+		}
+	}
 	if p.stdin != nil {
 		// A worker exits on stdin EOF (PROTOCOL.md §4): give it a moment to
 		// do so cleanly before any signal.
