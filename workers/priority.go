@@ -52,11 +52,11 @@ const (
 // not: 300 runnable workers at nice 10, weight 110 each, still outweigh
 // its few threads at 1024 thirty to one, and at nice 19 its own spawns
 // starve), but it also starves a user's shell whenever anything else on
-// the machine runs, and on a saturated CPU children killed at SCHED_IDLE
-// outlived the SIGKILL wait (BENCHMARKS.md, issue 28): it is for a
-// machine that runs nothing but dashgate. The cgroup weight, where the
-// cpu controller is delegated, favours the gateway only while it wants
-// the CPU, and is on.
+// the machine runs (BENCHMARKS.md, issue 28): it is for a machine that
+// runs nothing but dashgate. (Children killed at SCHED_IDLE once outlived
+// the SIGKILL wait; a close now restores dashgate's own priority first:
+// restoreTree.) The cgroup weight, where the cpu controller is delegated,
+// favours the gateway only while it wants the CPU, and is on.
 const (
 	DefaultChildNice      = 0
 	DefaultChildSched     = SchedOther
