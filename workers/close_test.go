@@ -241,15 +241,7 @@ func TestCloseAfterDeath(t *testing.T) {
 
 	done := make(chan CloseResult, 1)
 	go func() { done <- w.Close(ReasonDetach) }()
-	var res CloseResult
-	testkit.WaitFor(t, 5*time.Second, "Close of a dead worker returns", func() bool {
-		select {
-		case res = <-done:
-			return true
-		default:
-			return false
-		}
-	})
+	res := testkit.Recv(t, 5*time.Second, "Close of a dead worker returns", done)
 	if res.Reason != ReasonExited || res.Signal != "SIGKILL" || res.ExitCode != -1 || res.Escalation != EscalationNone {
 		t.Errorf("result %+v: want reason exited, signal SIGKILL, exit -1, escalation none", res)
 	}
@@ -326,15 +318,7 @@ func TestWorkerExitNoticed(t *testing.T) {
 					tt.poke(t, w)
 				}
 			}
-			var res CloseResult
-			testkit.WaitFor(t, 5*time.Second, "OnClose", func() bool {
-				select {
-				case res = <-got:
-					return true
-				default:
-					return false
-				}
-			})
+			res := testkit.Recv(t, 5*time.Second, "OnClose", got)
 			if res.Reason != ReasonExited || res.ExitCode != 3 || res.Signal != "" ||
 				res.Escalation != tt.escalation || res.Descendants != tt.descendants {
 				t.Errorf("result %+v: want reason exited, exit code 3, no signal, escalation %s, %d descendants",

@@ -34,15 +34,7 @@ func TestCloseNotBehindQueuedSpawns(t *testing.T) {
 	}
 	done := make(chan CloseResult, 1)
 	go func() { done <- w.Close(ReasonDetach) }()
-	var res CloseResult
-	testkit.WaitFor(t, 10*time.Second, "Close while spawns hold spawnMu", func() bool {
-		select {
-		case res = <-done:
-			return true
-		default:
-			return false
-		}
-	})
+	res := testkit.Recv(t, 10*time.Second, "Close while spawns hold spawnMu", done)
 	unlock()
 	if res.Signal != "SIGKILL" {
 		t.Errorf("result %+v: want signal SIGKILL (the exit status waited for)", res)

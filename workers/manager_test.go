@@ -114,15 +114,7 @@ func TestWorkerExitEndsEscapedPipeHolder(t *testing.T) {
 	holder := readPidFile(t, pidFile)
 	killOnCleanup(t, holder)
 
-	var res CloseResult
-	testkit.WaitFor(t, 10*time.Second, "OnClose", func() bool {
-		select {
-		case res = <-closed:
-			return true
-		default:
-			return false
-		}
-	})
+	res := testkit.Recv(t, 10*time.Second, "OnClose", closed)
 	if res.Reason != ReasonExited || res.ExitCode != 4 || res.Descendants != 1 {
 		t.Errorf("result %+v: want reason exited, exit code 4, 1 descendant (the holder)", res)
 	}

@@ -61,3 +61,18 @@ func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		tb.Fatalf("%s: not within %v", what, d)
 	}
 }
+
+// Recv receives from ch within d, or fails the test with "what: not
+// within d".
+func Recv[T any](tb testing.TB, d time.Duration, what string, ch <-chan T) T {
+	tb.Helper()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var v T
+	select {
+	case v = <-ch:
+	case <-t.C:
+		tb.Fatalf("%s: not within %v", what, d)
+	}
+	return v
+}
