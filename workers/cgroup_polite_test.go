@@ -20,7 +20,7 @@ func TestCgroupCloseSignalsWhatLeftPolitely(t *testing.T) {
 	m, _, cg := newCgroupManager(t, CgroupOptions{})
 	startReaper(t, m)
 	d := t.TempDir()
-	script := `( setsid sh -c 'trap "echo >\"$D/hup\"; exit 0" HUP; trap "" TERM; echo $$ >"$R/cgroup.procs" && printf %s $$ >"$D/polite.tmp" && mv "$D/polite.tmp" "$D/polite"; sleep 300 & wait $!' </dev/null >/dev/null 2>&1 & )
+	script := `( setsid sh -c 'trap "echo >\"$D/hup\"; exit 0" HUP; trap "" TERM; echo $$ >"$R/cgroup.procs" || exit 1; sleep 300 & s=$!; printf %s $$ >"$D/polite.tmp" && mv "$D/polite.tmp" "$D/polite"; wait $s' </dev/null >/dev/null 2>&1 & )
 exec sleep 300`
 	p, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-polite", Path: "/bin/sh", Args: []string{"-c", script},
 		Env: []string{"D=" + d, "R=" + cg.Mount, "PATH=" + os.Getenv("PATH")}})
