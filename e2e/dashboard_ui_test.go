@@ -56,16 +56,16 @@ func TestRenameSessionInPlace(t *testing.T) {
 
 	one.Do("double-click the title again", chromedp.DoubleClick(chromedp.CSS(sessionTitle(sid))))
 	one.mustWaitJS(5*time.Second, "the input again", editing, dashboardState)
-	one.Do("type a new title and press Enter", chromedp.KeyEvent("renamed by a double-click"), chromedp.KeyEvent(kb.Enter))
+	one.Do("type a new title and press Enter", chromedp.KeyEvent("renamed by a double-click"), pressEnter())
 	for _, tb := range []*tab{one, two} {
 		tb.mustWaitJS(10*time.Second, "tab "+tb.name+": the new title in the list", titleIs(sid, "renamed by a double-click"), dashboardState)
 	}
 
 	// From the keyboard: focus the Rename button, Enter, type, Enter.
 	rename := fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] [data-testid="session-rename"]`, js(sid))
-	one.Do("press Enter on the Rename button", chromedp.Focus(chromedp.CSS(rename)), chromedp.KeyEvent(kb.Enter))
+	one.Do("press Enter on the Rename button", chromedp.Focus(chromedp.CSS(rename)), pressEnter())
 	one.mustWaitJS(5*time.Second, "the input, focused", fmt.Sprintf(`document.activeElement === document.querySelector(%s)`, js(input)), dashboardState)
-	one.Do("type a title and press Enter", chromedp.KeyEvent("renamed by keyboard"), chromedp.KeyEvent(kb.Enter))
+	one.Do("type a title and press Enter", chromedp.KeyEvent("renamed by keyboard"), pressEnter())
 	for _, tb := range []*tab{one, two} {
 		tb.mustWaitJS(10*time.Second, "tab "+tb.name+": the keyboard's title in the list", titleIs(sid, "renamed by keyboard"), dashboardState)
 	}
@@ -129,6 +129,26 @@ func wheel(tb *tab, sel string, dy float64) chromedp.Action[chromedp.Void] {
 			Type: input.DispatchMouseEventTypeMouseWheel, X: r.X + r.W/2, Y: r.Y + r.H/2, DeltaX: 1e-6, DeltaY: dy,
 		})
 		return err
+	})
+}
+
+// pressEnter presses Enter as a keyboard does: the keydown and the
+// keypress (a button's click) in one input event. chromedp.KeyEvent(kb.Enter)
+// sends them as two commands, and a page task can run between them: a
+// rename saved on the keydown moves the focus to the Rename button, and the
+// keypress that follows clicks it (a second edit no person could cause).
+func pressEnter() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeKeyDown, input.DispatchKeyEventTypeKeyUp} {
+			p := input.DispatchKeyEventParams{Type: typ, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
+			if typ == input.DispatchKeyEventTypeKeyDown {
+				p.Text, p.UnmodifiedText = "\r", "\r"
+			}
+			if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, p); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -31,6 +31,9 @@ const dashboardState = `JSON.stringify({
 	pty: window.dashgate && window.dashgate.ptySocketState(),
 	status: document.querySelector('[data-testid="conn-status"]')?.dataset.state,
 	sessions: [...document.querySelectorAll('[data-testid="session-item"]')].map(e => e.dataset.sessionId + (e.classList.contains('current') ? '*' : '')),
+	titles: [...document.querySelectorAll('[data-testid="session-item"]')].map(e => e.querySelector('[data-testid="session-title"]')?.textContent ?? ('editing: ' + e.querySelector('[data-testid="rename-input"]')?.value)),
+	sessionErrors: [...document.querySelectorAll('[data-testid="session-error"]')].map(e => e.textContent),
+	focus: (document.hasFocus() ? '' : 'page not focused, ') + (document.activeElement?.dataset?.testid || document.activeElement?.tagName),
 	chatLog: [...document.querySelectorAll('[data-testid="chat-message"]')].map(e => e.dataset.role + ': ' + e.textContent),
 	terminal: window.dashgate ? window.dashgate.terminalText().split('\n').slice(-8) : null,
 })`
