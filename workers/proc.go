@@ -770,7 +770,9 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	case <-p.waited:
 	case <-time.After(killWait):
 		reaped = false
-		p.m.log.Error("worker not reaped after SIGKILL", "sid", p.spec.SessionID, "worker_pid", p.pid)
+		// After the last signal sent, whichever it was (a tree that
+		// went at SIGTERM can still leave its leader unwaited).
+		p.m.log.Error("worker not reaped", "sid", p.spec.SessionID, "worker_pid", p.pid, "escalation", res.Escalation, "signals", res.Signals)
 	}
 	delete(ended, p.pid)
 	res.Descendants = len(ended)
