@@ -223,6 +223,7 @@ func (d *dashgate) stopAndCheck() {
 		if t.Failed() {
 			if b, err := os.ReadFile(d.Log.Path); err == nil {
 				writeArtifact(t, "dashgate.log", b)
+				logTail(t, "dashgate.log", b, 15)
 			}
 		}
 	}()
@@ -403,6 +404,25 @@ func writeArtifact(t *testing.T, name string, b []byte) {
 		return
 	}
 	t.Logf("artifact: %s", p)
+}
+
+// logTail puts the last n records of a JSON log above DEBUG into the
+// test's output (each cut at 300 bytes): CI keeps the output, not the
+// artifacts.
+func logTail(t *testing.T, name string, b []byte, n int) {
+	var lines []string
+	for l := range strings.Lines(string(b)) {
+		if strings.Contains(l, `"level":"DEBUG"`) {
+			continue
+		}
+		l = strings.TrimSuffix(l, "\n")
+		if len(l) > 300 {
+			l = l[:300] + "…"
+		}
+		lines = append(lines, l)
+	}
+	lines = lines[max(0, len(lines)-n):]
+	t.Logf("the end of %s (above DEBUG):\n%s", name, strings.Join(lines, "\n"))
 }
 
 var errTimeout = errors.New("timed out")
