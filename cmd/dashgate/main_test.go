@@ -195,6 +195,16 @@ func instanceProcs(t *testing.T, in *testkit.Instance) map[int]testkit.Proc {
 // terminal started, and a second live instance is left alone.
 func TestCrashRecovery(t *testing.T) {
 	stateDir := t.TempDir()
+	// What ran under the test binary before (a PostgreSQL server another
+	// test of the package started, with -count > 1) is not this test's.
+	before := map[[2]uint64]bool{}
+	desc, err := testkit.Descendants(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range desc {
+		before[[2]uint64{uint64(p.PID), p.Start}] = true
+	}
 
 	// Instance A: two chat sessions with workers, and a terminal on the
 	// first that starts grandchildren of every escape shape.
@@ -323,11 +333,15 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("worker %d outlived its instance", pid)
 		}
 	}
-	testkit.WaitFor(t, 5*time.Second, "no descendant left", func() bool {
+	var left []testkit.Proc
+	if !testkit.Until(5*time.Second, func() bool {
 		desc, err := testkit.Descendants(os.Getpid())
-		for _, p := range desc {
+		left = slices.DeleteFunc(desc, func(p testkit.Proc) bool { return before[[2]uint64{uint64(p.PID), p.Start}] })
+		for _, p := range left {
 			goneReaped(p.PID)
 		}
-		return err == nil && len(desc) == 0
-	})
+		return err == nil && len(left) == 0
+	}) {
+		t.Fatalf("descendants left after 5s: %+v", left)
+	}
 }
