@@ -2,10 +2,7 @@ package sessions
 
 import (
 	"context"
-	"os"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -45,95 +42,43 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 // LoginShell); its "worker closed" record carries user (req.Owner).
 func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	env := append(FilterEnv(p.Env, nil, "TERM"), "TERM=xterm-256color")
+	wake, err := newWake()
+	if err != nil {
+		return nil, err
+	}
 	proc, err := p.Manager.Start(workers.Spec{
 		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
 		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
 		LogAttrs: []any{"user", req.Owner}, Account: req.Account, LoginShell: p.LoginShell && req.Account != nil,
 	})
 	if err != nil {
+		wake.Close()
 		return nil, err
 	}
-	return &procPTY{Proc: proc, master: proc.PTY()}, nil
+	return &procPTY{Proc: proc, master: newPTYMaster(proc.PTY(), wake)}, nil
 }
 
 // procPTY is a KindPTY child and its pty master.
 type procPTY struct {
 	*workers.Proc
-	master *os.File
+	master *ptyMaster // workers.Proc's own copy of it is closed
 }
 
-// coalesceMin is the least a first read must bring for procPTY.Read to look
-// for more: a smaller one (an echo, a prompt) is what there is.
-const coalesceMin = 1 << 10
+// Read waits for the program's output (ptyMaster.Read).
+func (p *procPTY) Read(b []byte) (int, error) { return p.master.Read(b) }
 
-// Read waits for output, then, when that was at least coalesceMin bytes,
-// takes what else the pty holds already without waiting, so one wakeup of
-// the sender carries up to len(p) (a pty hands out about 4 KiB a read). A
-// keystroke's echo is never delayed: it returns at once, without another
-// read that would find nothing.
-func (p *procPTY) Read(b []byte) (int, error) {
-	n, err := p.master.Read(b)
-	if err != nil || n == len(b) || n < coalesceMin {
-		return n, err
-	}
-	rc, rerr := p.master.SyscallConn()
-	if rerr != nil {
-		return n, nil
-	}
-	for n < len(b) {
-		got := 0
-		rc.Read(func(fd uintptr) bool {
-			got, _ = unix.Read(int(fd), b[n:])
-			return true // one non-blocking try; EAGAIN ends the loop
-		})
-		if got <= 0 {
-			break
-		}
-		n += got
-	}
-	return n, nil
-}
-
-// Write sends input, waiting at most until ctx ends.
-func (p *procPTY) Write(ctx context.Context, b []byte) error {
-	dl, _ := ctx.Deadline() // zero: no deadline
-	p.master.SetWriteDeadline(dl)
-	_, err := p.master.Write(b)
-	if err == nil {
-		return nil
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return err
-}
+// Write sends input, waiting at most until ctx's deadline.
+func (p *procPTY) Write(ctx context.Context, b []byte) error { return p.master.Write(ctx, b) }
 
 // WriteNow writes what the pty takes without waiting and returns how many
 // bytes that was (0 when it takes none now, or the master is closed: Write
 // then waits for the rest, or says why not). It arms no timer.
-func (p *procPTY) WriteNow(b []byte) int {
-	rc, err := p.master.SyscallConn()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	rc.Write(func(fd uintptr) bool { // fails, without calling this, past a write deadline
-		for n < len(b) {
-			k, err := unix.Write(int(fd), b[n:])
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || k <= 0 {
-				break
-			}
-			n += k
-		}
-		return true
-	})
-	return n
-}
+func (p *procPTY) WriteNow(b []byte) int { return p.master.WriteNow(b) }
 
-// Release closes the pty master.
+// Resize sets the window size in cells.
+func (p *procPTY) Resize(cols, rows uint16) error { return p.master.Resize(cols, rows) }
+
+// Release ends a Read in progress and closes the pty master.
 func (p *procPTY) Release() error { return p.master.Close() }
 
 var _ PTY = (*procPTY)(nil)

@@ -1,0 +1,266 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ptyMaster is a terminal's pty master kept out of Go's poller: its reader
+// waits in poll(2) on a thread of its own, which the kernel wakes when the
+// program writes, and the output goes on to the socket from there. In the
+// poller the master would wake the poller's thread on every change of it
+// (output, and room for input each time the program reads), which then
+// hands the reader to the scheduler: two thread wake-ups per keystroke's
+// echo where this has one (BENCHMARKS.md, issue 28). The cost is a thread
+// per terminal while its reader waits.
+//
+// Read is called by one goroutine at a time; Write, WriteNow and Resize
+// may be called beside it. Close ends a Read or Write that waits (they
+// return os.ErrClosed) and closes both descriptors once they let go.
+type ptyMaster struct {
+	f    *os.File // the master, O_NONBLOCK but unknown to the poller
+	wake *os.File // an eventfd that Close makes readable for good
+	once sync.Once
+	err  error
+}
+
+// newWake returns the eventfd of a ptyMaster, made before its program
+// starts so that nothing can fail once it runs.
+func newWake() (*os.File, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("pty master: eventfd: %w", err)
+	}
+	return os.NewFile(uintptr(efd), "eventfd"), nil
+}
+
+// newPTYMaster takes over master (a non-blocking pty master in Go's
+// poller) and wake (from newWake). It moves the master out of the poller:
+// a duplicate, made while the open file is blocking (os.NewFile registers
+// a non-blocking descriptor, and O_NONBLOCK belongs to the open file, which
+// the duplicate shares), then non-blocking again; master itself is closed.
+// If a step fails it keeps master as it is, which works the same, with
+// the poller's wake-ups.
+func newPTYMaster(master, wake *os.File) *ptyMaster {
+	m := &ptyMaster{f: master, wake: wake}
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return m
+	}
+	fd := -1
+	rc.Control(func(mfd uintptr) {
+		var err error
+		if fd, err = unix.FcntlInt(mfd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
+			fd = -1
+			return
+		}
+		if unix.SetNonblock(fd, false) != nil {
+			unix.Close(fd)
+			fd = -1
+		}
+	})
+	if fd < 0 {
+		return m
+	}
+	f := os.NewFile(uintptr(fd), master.Name())
+	if unix.SetNonblock(fd, true) != nil {
+		f.Close() // master is blocking now: make it non-blocking again
+		rc.Control(func(mfd uintptr) { unix.SetNonblock(int(mfd), true) })
+		return m
+	}
+	master.Close() // out of the poller; the open file stays with f
+	m.f = f
+	return m
+}
+
+// with runs do with the master's and the eventfd's descriptors, holding
+// both open meanwhile (Close waits for it to let go before closing them).
+// It fails with os.ErrClosed after Close.
+func (m *ptyMaster) with(do func(fd, wake int)) error {
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	wrc, err := m.wake.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var inner error
+	err = rc.Control(func(fd uintptr) {
+		inner = wrc.Control(func(wake uintptr) { do(int(fd), int(wake)) })
+	})
+	if err != nil {
+		return err
+	}
+	return inner
+}
+
+// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT), the
+// eventfd wake is signalled (os.ErrClosed) or timeout passes (-1: none;
+// os.ErrDeadlineExceeded).
+func wait(fd, wake int, events int16, timeout time.Duration) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(wake), Events: unix.POLLIN}}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	n, err := unix.Poll(fds, ms)
+	switch {
+	case err == unix.EINTR:
+		return nil // the caller tries again
+	case err != nil:
+		return os.NewSyscallError("poll", err)
+	case fds[1].Revents != 0:
+		return os.ErrClosed
+	case n == 0:
+		return os.ErrDeadlineExceeded
+	}
+	return nil // ready, or POLLHUP/POLLERR, which the next read or write reports
+}
+
+// coalesceMin is the least a first read must bring for Read to look for
+// more: a smaller one (an echo, a prompt) is what there is.
+const coalesceMin = 1 << 10
+
+// Read waits for output, then, when that was at least coalesceMin bytes,
+// takes what else the pty holds already without waiting, so one wakeup of
+// the sender carries up to len(b) (a pty hands out about 4 KiB a read). A
+// keystroke's echo is never delayed: it returns at once. It fails with
+// EIO (in an *os.PathError) once every holder of the terminal is gone and
+// its output was read (pty(7)), and with os.ErrClosed after Close.
+func (m *ptyMaster) Read(b []byte) (n int, err error) {
+	werr := m.with(func(fd, wake int) {
+		for {
+			k, rerr := unix.Read(fd, b[n:])
+			switch {
+			case rerr == unix.EINTR:
+				continue
+			case rerr == unix.EAGAIN && n > 0:
+				return // what there was
+			case rerr == unix.EAGAIN:
+				if err = wait(fd, wake, unix.POLLIN, -1); err != nil {
+					return
+				}
+				continue
+			case rerr != nil && n > 0:
+				return // the error again at the next Read
+			case rerr != nil:
+				err = &os.PathError{Op: "read", Path: m.f.Name(), Err: rerr}
+				return
+			case k == 0 && n == 0:
+				err = io.EOF
+				return
+			}
+			n += k
+			if k == 0 || n == len(b) || n < coalesceMin {
+				return
+			}
+		}
+	})
+	if werr != nil {
+		return 0, werr
+	}
+	return n, err
+}
+
+// WriteNow writes what the pty takes without waiting and returns how many
+// bytes that was (0 when it takes none now, or after Close).
+func (m *ptyMaster) WriteNow(b []byte) int {
+	n := 0
+	m.with(func(fd, _ int) { n, _ = writeNow(fd, b) })
+	return n
+}
+
+func writeNow(fd int, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := unix.Write(fd, b[n:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return n, nil
+		case err != nil:
+			return n, err
+		case k <= 0:
+			return n, nil
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// Write writes all of b, waiting for the program to read when the pty is
+// full, until ctx's deadline (context.DeadlineExceeded; ctx's error when it
+// ended otherwise). It fails with os.ErrClosed after Close.
+func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
+	var err error
+	werr := m.with(func(fd, wake int) {
+		for {
+			var k int
+			k, err = writeNow(fd, b)
+			b = b[k:]
+			if err != nil {
+				err = &os.PathError{Op: "write", Path: m.f.Name(), Err: err}
+				return
+			}
+			if len(b) == 0 {
+				return
+			}
+			if err = ctx.Err(); err != nil {
+				return
+			}
+			timeout := time.Duration(-1)
+			if dl, ok := ctx.Deadline(); ok {
+				timeout = max(time.Until(dl), 0)
+			}
+			if err = wait(fd, wake, unix.POLLOUT, timeout); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					err = context.DeadlineExceeded
+				}
+				return
+			}
+		}
+	})
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
+// Resize sets the window size (TIOCSWINSZ, tty_ioctl(4)); the kernel sends
+// SIGWINCH to the terminal's foreground process group.
+func (m *ptyMaster) Resize(cols, rows uint16) error {
+	var err error
+	if werr := m.with(func(fd, _ int) {
+		err = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// Close ends a Read or Write that waits and closes the master once they
+// have let go of it; later calls return the first one's result.
+func (m *ptyMaster) Close() error {
+	m.once.Do(func() {
+		if rc, err := m.wake.SyscallConn(); err == nil {
+			rc.Control(func(wake uintptr) {
+				one := [8]byte{1}
+				unix.Write(int(wake), one[:]) // a counter: readable from now on
+			})
+		}
+		// Files outside the poller close their descriptor when the last
+		// call holding it returns: a waiting Read or Write is woken above.
+		m.err = m.f.Close()
+		m.wake.Close()
+	})
+	return m.err
+}

@@ -1,0 +1,187 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// openFds counts this process's open descriptors.
+func openFds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// threadsInPoll counts this process's threads blocked in poll(2) or ppoll
+// (/proc/PID/task/TID/syscall starts with the system call's number).
+func threadsInPoll(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		nr, _, _ := strings.Cut(string(b), " ")
+		if err == nil && (nr == strconv.Itoa(unix.SYS_POLL) || nr == strconv.Itoa(unix.SYS_PPOLL)) {
+			n++
+		}
+	}
+	return n
+}
+
+// newTestPTYMaster opens a real pty pair, hands its master to
+// newPTYMaster as workers.Proc has it (non-blocking, in Go's poller) and
+// returns the ptyMaster and the slave (closed at the end of the test).
+func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
+	t.Helper()
+	ptm, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	fd, err := unix.FcntlInt(ptm.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	ptm.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	master := os.NewFile(uintptr(fd), "/dev/ptmx")
+	if err := master.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatalf("the test's master is not in the poller as workers' is: %v", err)
+	}
+	wake, err := newWake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPTYMaster(master, wake)
+	t.Cleanup(func() { m.Close() })
+	return m, tty
+}
+
+// The master leaves Go's poller (a deadline cannot be set on it: os.File
+// says so for a descriptor outside the poller) and stays non-blocking.
+func TestPTYMasterOutOfPoller(t *testing.T) {
+	m, _ := newTestPTYMaster(t)
+	if err := m.f.SetReadDeadline(time.Now()); !errors.Is(err, os.ErrNoDeadline) {
+		t.Fatalf("SetReadDeadline on the master: %v, want os.ErrNoDeadline (outside the poller)", err)
+	}
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags int
+	var ferr error
+	rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if ferr != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("master flags %#x (%v): want O_NONBLOCK", flags, ferr)
+	}
+}
+
+// Output comes out whole and at once: one byte is one Read.
+func TestPTYMasterReadsEcho(t *testing.T) {
+	m, tty := newTestPTYMaster(t)
+	buf := make([]byte, MaxFrame)
+	for _, c := range []byte("abc") {
+		if _, err := tty.Write([]byte{c}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := m.Read(buf)
+		if err != nil || n != 1 || buf[0] != c {
+			t.Fatalf("Read: %q, %v; want %q", buf[:n], err, c)
+		}
+	}
+	tty.Close()
+	if _, err := m.Read(buf); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Read once the slave is closed: %v, want EIO", err)
+	}
+}
+
+// Close ends a Read that waits for output, and a Write that waits for room,
+// and then closes every descriptor the master had.
+func TestPTYMasterCloseEndsWaits(t *testing.T) {
+	before := openFds(t)
+	m, tty := newTestPTYMaster(t)
+	// Nobody reads the slave: fill its input until a write would wait (raw,
+	// since a canonical line discipline drops what does not fit a line).
+	tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	if err := unix.IoctlSetTermios(int(tty.Fd()), unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 4096)
+	for range 1024 {
+		if m.WriteNow(junk) < len(junk) {
+			break
+		}
+	}
+	if m.WriteNow(junk) != 0 {
+		t.Fatal("the pty still takes input after 4 MiB")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := m.Write(ctx, junk); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Write into a full pty past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+
+	readErr, writeErr := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := m.Read(make([]byte, 64)); readErr <- err }()
+	go func() { writeErr <- m.Write(context.Background(), junk) }()
+	for deadline := time.Now().Add(10 * time.Second); threadsInPoll(t) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("Read and Write do not wait in poll(2) after 10 s")
+		}
+		runtime.Gosched()
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan error{"Read": readErr, "Write": writeErr} {
+		select {
+		case err := <-ch:
+			if err == nil {
+				t.Fatalf("%s after Close: no error", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still waits 10 s after Close", name)
+		}
+	}
+	tty.Close()
+	if after := openFds(t); after != before {
+		t.Fatalf("%d descriptors open before, %d after Close", before, after)
+	}
+}
+
+// Resize sets the size the slave reports.
+func TestPTYMasterResize(t *testing.T) {
+	m, tty := newTestPTYMaster(t)
+	if err := m.Resize(123, 45); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := pty.GetsizeFull(tty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Cols != 123 || ws.Rows != 45 {
+		t.Fatalf("slave size %dx%d, want 123x45", ws.Cols, ws.Rows)
+	}
+}
