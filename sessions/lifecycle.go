@@ -377,6 +377,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
 	}
 	r.spares = nil
+	r.spareGen++
 	all := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		all = append(all, s)

@@ -172,10 +172,10 @@ type Config struct {
 	// sessions' changes on it and, while Run runs, tells its watchers those
 	// of the others. nil: its watchers hear of its own sessions only.
 	Changes ChangeBus
-	// PTYSpare keeps two terminal programs started ahead, once a terminal
+	// PTYSpare keeps a terminal program started ahead, once a terminal
 	// was asked for without a session: the next such attach at the same
-	// size takes one (its first output is there already) instead of
-	// waiting for a spawn. See spare.go.
+	// size takes it (its first output is there already, or on its way)
+	// instead of waiting for a spawn. See spare.go.
 	PTYSpare bool
 	// PTYSpareIdle ends the spares (reason spare_unused) once no terminal
 	// was asked for without a session for this long: a spare's reason is a
@@ -270,6 +270,9 @@ type Registry struct {
 	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
 	// spareIdle ends the spares PTYSpareIdle after the last refill.
 	spareIdle *time.Timer
+	// spareGen counts the times the spares were all ended (idle, another
+	// size, shutdown): a spare taken before it changed is not given back.
+	spareGen uint64
 
 	journal *journal // writes to cfg.Store
 	lease   lease    // this node's hold on its sessions (lease.go), zero until Claim

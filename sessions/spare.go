@@ -32,6 +32,7 @@ type spare struct {
 	s          *Session // not registered until taken
 	cols, rows uint16
 	ready      chan struct{} // closed once t or err is set
+	gen        uint64        // r.spareGen when it was taken
 	t          *Terminal
 	err        error
 }
@@ -48,11 +49,14 @@ func (o TerminalOptions) size() (cols, rows uint16) {
 	return cols, rows
 }
 
-// spareCount is how many spares are kept: two, so that terminals opened
-// back to back each find one started a whole request earlier, its first
-// output there already (with one, the next request often waited for the
-// spare started right before it: see refill).
-const spareCount = 2
+// spareCount is how many spares are kept: one. With two, terminals opened
+// back to back more often found their first output there already (connect
+// p50 3.5 ms against 4.3), but two shells starting beside the one being
+// attached and the one closing share this machine's two CPUs, and the
+// slowest connects waited up to 11.7 ms for a spare's prompt (p99 8.4 ms
+// against 6.8 with one, and 7.5 for gotty, which starts each on demand;
+// BENCHMARKS.md, issue 28).
+const spareCount = 1
 
 // takeSpare returns the oldest spare when it has o's size (nil otherwise:
 // spares of another size are ended). The one returned may still be
@@ -66,12 +70,14 @@ func (r *Registry) takeSpare(o TerminalOptions) *spare {
 	}
 	if sp := r.spares[0]; sp.cols == cols && sp.rows == rows {
 		r.spares = r.spares[1:]
+		sp.gen = r.spareGen
 		return sp
 	}
 	for _, sp := range r.spares {
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 	}
 	r.spares = nil
+	r.spareGen++
 	return nil
 }
 
@@ -119,6 +125,7 @@ func (r *Registry) expireSpares() {
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 	}
 	r.spares = nil
+	r.spareGen++
 }
 
 // wait returns the spare's terminal once started, or nil when it could
@@ -142,14 +149,14 @@ func (sp *spare) end(reason workers.Reason) {
 }
 
 // giveBack returns sp, taken by takeSpare but not given to a session (a
-// cap refused it), to the front of the spares, beside the others of its
-// size: it is still the oldest. When there are none (dashgate is shutting
-// down, the spares were ended idle or for another size meanwhile, or it
-// was the last: its idle timer may be gone) it is ended instead.
+// cap refused it), to the front of the spares: it is still the oldest.
+// When the spares were all ended since it was taken (dashgate is shutting
+// down, they were ended idle or for another size), or others fill their
+// number again or have another size, it is ended instead.
 func (r *Registry) giveBack(sp *spare) {
 	r.mu.Lock()
-	fits := !r.closing && len(r.spares) > 0 && len(r.spares) < spareCount &&
-		r.spares[0].cols == sp.cols && r.spares[0].rows == sp.rows
+	fits := !r.closing && sp.gen == r.spareGen && len(r.spares) < spareCount &&
+		(len(r.spares) == 0 || r.spares[0].cols == sp.cols && r.spares[0].rows == sp.rows)
 	if fits {
 		sp.s.owner = ""
 		r.spares = append([]*spare{sp}, r.spares...)

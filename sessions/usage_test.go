@@ -306,6 +306,42 @@ func TestUserCapKeepsTheSpare(t *testing.T) {
 	})
 }
 
+// A spare refused by a cap is not given back once the spares were ended
+// meanwhile (here idle): nothing would end it then.
+func TestUserCapEndsSpareEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := termHarness(t, 5, func(c *Config) { c.PTYSpare = true; c.MaxTerminalsPerUser = 1 })
+		a1 := h.attachFirst(TerminalOptions{})
+		defer a1.Detach(workers.ReasonDetach)
+		a, err := h.r.AttachTerminal(t.Context(), alice, "", TerminalOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Detach(workers.ReasonDetach)
+		if _, err := a.Next(t.Context(), make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		sp := h.r.takeSpare(TerminalOptions{})
+		if sp == nil {
+			t.Fatal("no spare after alice's first output")
+		}
+		h.r.expireSpares()
+		if _, ok, err := h.r.attachSpare(t.Context(), alice, sp, TerminalOptions{}); !ok || !errors.As(err, new(*UserCapacityError)) {
+			t.Fatalf("attachSpare at the cap: %v, %v", ok, err)
+		}
+		synctest.Wait()
+		h.r.mu.Lock()
+		n := len(h.r.spares)
+		h.r.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d spares after they were ended idle, want 0 (the refused one given back)", n)
+		}
+		h.sparesOf(0, a1, a)
+	})
+}
+
 // TestUsageBackToZero drives every way a session, a worker or a terminal
 // ends and checks that each user's counts follow and end at zero.
 func TestUsageBackToZero(t *testing.T) {

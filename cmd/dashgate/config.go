@@ -133,7 +133,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
 	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
 	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
-	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep two terminal programs started ahead for the next terminals opened without a session (their first output is there at once)")
+	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep a terminal program started ahead for the next terminal opened without a session (its first output is there sooner)")
 	fs.DurationVar(&c.PTYSpareIdle, "pty-spare-idle", time.Minute, "spares are ended once no terminal was opened without a session for this long")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "WebSocket ping interval (0: no pings)")
 	fs.DurationVar(&c.PingTimeout, "ws-ping-timeout", 20*time.Second, "no pong within this ends the socket")
