@@ -22,11 +22,15 @@ import (
 // per terminal while its reader waits.
 //
 // Read is called by one goroutine at a time; Write, WriteNow and Resize
-// may be called beside it. Close ends a Read or Write that waits (they
+// may be called beside it, and one write's bytes go in whole, before or
+// after another's. Close ends a Read or Write that waits (they
 // return os.ErrClosed) and closes both descriptors once they let go.
 type ptyMaster struct {
 	f    *os.File // the master, O_NONBLOCK but unknown to the poller
 	wake *os.File // an eventfd that Close makes readable for good
+	// wmu keeps writes whole: a paste that waits for room is not split by
+	// another socket's keystroke (os.File's write lock did that before).
+	wmu  sync.Mutex
 	once sync.Once
 	err  error
 }
@@ -173,6 +177,8 @@ func (m *ptyMaster) Read(b []byte) (n int, err error) {
 // WriteNow writes what the pty takes without waiting and returns how many
 // bytes that was (0 when it takes none now, or after Close).
 func (m *ptyMaster) WriteNow(b []byte) int {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	n := 0
 	m.with(func(fd, _ int) { n, _ = writeNow(fd, b) })
 	return n
@@ -201,6 +207,8 @@ func writeNow(fd int, b []byte) (int, error) {
 // full, until ctx's deadline (context.DeadlineExceeded; ctx's error when it
 // ended otherwise). It fails with os.ErrClosed after Close.
 func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	var err error
 	werr := m.with(func(fd, wake int) {
 		for {

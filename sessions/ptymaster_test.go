@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -41,6 +42,22 @@ func threadsInPoll(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// makeRaw makes the slave tty raw: a canonical line discipline drops
+// input that does not fit a line, and writes to the master would never
+// wait for a reader.
+func makeRaw(t *testing.T, tty *os.File) {
+	t.Helper()
+	tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	if err := unix.IoctlSetTermios(int(tty.Fd()), unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // newTestPTYMaster opens a real pty pair, hands its master to
@@ -121,17 +138,7 @@ func TestPTYMasterCloseEndsWaits(t *testing.T) {
 	}
 	before := openFds(t)
 	m, tty := newTestPTYMaster(t)
-	// Nobody reads the slave, which is raw: a canonical line discipline
-	// drops what does not fit a line, and writes would never wait.
-	tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tio.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	tio.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	if err := unix.IoctlSetTermios(int(tty.Fd()), unix.TCSETS, tio); err != nil {
-		t.Fatal(err)
-	}
+	makeRaw(t, tty) // nobody reads it
 	// More than a pty holds (its buffers take some 64 KiB): a write of it
 	// waits for a reader that never comes.
 	big := make([]byte, 1<<20)
@@ -182,5 +189,52 @@ func TestPTYMasterResize(t *testing.T) {
 	}
 	if ws.Cols != 123 || ws.Rows != 45 {
 		t.Fatalf("slave size %dx%d, want 123x45", ws.Cols, ws.Rows)
+	}
+}
+
+// A write that waits for room goes in whole: a keystroke typed meanwhile
+// (another socket's WriteNow) comes after it, not inside it, nor lost.
+func TestPTYMasterWritesWhole(t *testing.T) {
+	m, tty := newTestPTYMaster(t)
+	makeRaw(t, tty)
+	big := make([]byte, 1<<20) // zeros, more than the pty holds
+	idle := threadsInPoll(t)
+	wrote := make(chan error, 1)
+	go func() { wrote <- m.Write(context.Background(), big) }()
+	for deadline := time.Now().Add(10 * time.Second); threadsInPoll(t) < idle+1; {
+		if time.Now().After(deadline) {
+			t.Fatal("Write does not wait in poll(2) after 10 s")
+		}
+		runtime.Gosched()
+	}
+	typed := make(chan int, 1)
+	go func() { typed <- m.WriteNow([]byte{'x'}) }()
+
+	got := make(chan []byte, 1)
+	go func() { // the program: reads everything up to the 'x'
+		var all []byte
+		buf := make([]byte, 64<<10)
+		for !bytes.Contains(all, []byte{'x'}) && len(all) <= len(big) {
+			n, err := tty.Read(buf)
+			if err != nil {
+				break
+			}
+			all = append(all, buf[:n]...)
+		}
+		got <- all
+	}()
+	select {
+	case all := <-got:
+		if i := bytes.IndexByte(all, 'x'); i != len(big) {
+			t.Fatalf("the keystroke came at byte %d of the input, want %d (after the whole write)", i, len(big))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no keystroke after the write 10 s on (WriteNow gave up while the pty was full)")
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-typed; n != 1 {
+		t.Fatalf("WriteNow wrote %d bytes, want 1", n)
 	}
 }
