@@ -264,12 +264,44 @@ func filterSessions(list []sessions.Info, f UserFilter) []sessions.Info {
 // shape of PROTOCOL.md §5) and, on a node of a cluster only, its node.
 // Another node's session is as stored: viewers, pages, running,
 // worker_pid and pty_pid 0 (its workers are in /admin/api/workers).
+//
+// An admin sees the titles of their own sessions only (see adminInfo): the
+// others' have "title":"" and "title_hidden":true.
 type SessionJSON struct {
 	sessions.Info
-	Node string `json:"node,omitempty"`
+	TitleHidden bool   `json:"title_hidden,omitempty"`
+	Node        string `json:"node,omitempty"`
 	// Remote marks another node's session (true), so that a client that
 	// wants this node's alone keeps the rows without it.
 	Remote bool `json:"remote,omitempty"`
+}
+
+// adminInfo is s as an admin acting for by may see it, and whether its
+// title was left out. Admins list and reap; they do not read: a session's
+// title is its owner's words (typed by hand, or the first line of their
+// first prompt when nobody titled it), so by sees the title of a session
+// it owns only, by the rule of the registry's reads (a session is read by
+// the principal whose User is its owner). Without users, every session is
+// the anonymous user's ("") and the admin token (sessions.AdminPrincipal,
+// User "") is that one user: it sees every title. With users, an admin
+// user sees their own sessions' titles and the admin token no user's.
+//
+// Every admin view of a session (the page, /admin/api/sessions, the other
+// nodes' sessions) is made through it; nothing else of Info is the user's
+// words (model is a setting, not text of theirs).
+func adminInfo(by sessions.Principal, s sessions.Info) (sessions.Info, bool) {
+	if s.Owner == by.User {
+		return s, false
+	}
+	s.Title = ""
+	return s, true
+}
+
+// sessionJSON is s as by may see it (adminInfo), of node (remote: another
+// node's).
+func sessionJSON(by sessions.Principal, s sessions.Info, node string, remote bool) SessionJSON {
+	in, hidden := adminInfo(by, s)
+	return SessionJSON{Info: in, TitleHidden: hidden, Node: node, Remote: remote}
 }
 
 // apiSessions answers GET /admin/api/sessions: {"sessions":[...]}, this
@@ -277,27 +309,29 @@ type SessionJSON struct {
 // those could not be read, this node's alone and "elsewhere_error". ?user=NAME keeps
 // that user's sessions ("" the anonymous user's).
 func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
+	by := PrincipalFrom(r.Context())
 	f := UserFilterOf(r)
 	local := filterSessions(h.Sessions.List(), f)
 	c := h.cluster()
-	if c == nil {
-		writeJSON(w, http.StatusOK, map[string]any{"sessions": local})
-		return
+	var self string
+	if c != nil {
+		self = c.Node()
 	}
-	self := c.Node()
 	out := make([]SessionJSON, 0, len(local))
 	for _, s := range local {
-		out = append(out, SessionJSON{Info: s, Node: self})
+		out = append(out, sessionJSON(by, s, self, false))
 	}
 	body := map[string]any{}
-	remote, err := h.elsewhere(r.Context(), c)
-	if err != nil {
-		h.logger().Warn("admin sessions of the other nodes", "err", err)
-		body["elsewhere_error"] = elsewhereError
-	}
-	for _, s := range remote {
-		if f.keeps(s.Owner) {
-			out = append(out, SessionJSON{Info: s.Info, Node: s.Node, Remote: true})
+	if c != nil {
+		remote, err := h.elsewhere(r.Context(), c)
+		if err != nil {
+			h.logger().Warn("admin sessions of the other nodes", "err", err)
+			body["elsewhere_error"] = elsewhereError
+		}
+		for _, s := range remote {
+			if f.keeps(s.Owner) {
+				out = append(out, sessionJSON(by, s.Info, s.Node, true))
+			}
 		}
 	}
 	body["sessions"] = out
@@ -493,11 +527,12 @@ func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"unowned": out})
 }
 
-// View builds the admin page's view, its sessions and workers tables
-// narrowed to f's user (the counters and the users table are everyone's):
-// the session and process snapshots are taken first, the stats read
-// afterwards, never under the registry lock.
-func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.AdminView {
+// View builds the admin page's view for the admin by, its sessions and
+// workers tables narrowed to f's user (the counters and the users table
+// are everyone's): the session and process snapshots are taken first, the
+// stats read afterwards, never under the registry lock. by sees the titles
+// of its own sessions only (adminInfo).
+func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f UserFilter) templates.AdminView {
 	now := time.Now()
 	c := h.cluster()
 	// The store's two reads (the nodes, the other nodes' sessions) go on
@@ -565,8 +600,9 @@ func (h *Admin) View(ctx context.Context, base string, f UserFilter) templates.A
 		}
 	}
 	row := func(s sessions.Info, node string) templates.SessionRow {
+		s, hidden := adminInfo(by, s)
 		return templates.SessionRow{
-			ID: s.ID, Owner: s.Owner, Title: s.Title, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
+			ID: s.ID, Owner: s.Owner, Title: s.Title, TitleHidden: hidden, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
 			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID, Node: node,
@@ -671,7 +707,7 @@ func countsOf(m map[string]int) []templates.Count {
 }
 
 func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
-	v := h.View(r.Context(), h.BasePath(r), UserFilterOf(r))
+	v := h.View(r.Context(), PrincipalFrom(r.Context()), h.BasePath(r), UserFilterOf(r))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if r.URL.Query().Get("fragment") == "1" {

@@ -9,6 +9,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/sessions"
 )
 
 // TestAdminReadableValues: the admin page's sizes and times read as
@@ -21,7 +22,7 @@ func TestAdminReadableValues(t *testing.T) {
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	adm := &handlers.Admin{Sessions: s.reg.Admin(), Procs: s.mgr}
-	v := adm.View(t.Context(), "/", handlers.UserFilter{})
+	v := adm.View(t.Context(), sessions.AdminPrincipal, "/", handlers.UserFilter{})
 
 	at := func(exact string) time.Time {
 		t.Helper()
