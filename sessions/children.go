@@ -10,17 +10,21 @@ import (
 )
 
 // This file owns a session's chat worker: its lazy start (one spawn at a
-// time per session), its exit, and an administrator's reap of a session's
-// child.
+// time per session), its reclaim at the global child cap, its exit, and
+// an administrator's reap of a session's child.
 
 // ensureWorker returns the session's live worker, spawning one when there is
 // none. Spawns are serialised per session, so concurrent calls never start
 // two; a worker whose session ended while it was spawned is closed at once.
 // A spawn takes a slot of the owner's MaxWorkersPerUser first (a
 // *UserCapacityError when there is none), given back when the spawn fails
-// or, through its OnClose, whenever the worker closes. With
-// Config.Accounts the worker runs as its owner's account; a refusal is
-// returned as is (see accountOf) and nothing is spawned.
+// or, through its OnClose, whenever the worker closes. At the global
+// child cap (workers.ErrCapacity) it ends a spare, else reclaims an idle
+// worker of the user most over their fair share (reclaimWorker), and
+// tries again; when neither frees a slot it fails with
+// workers.ErrCapacity. With Config.Accounts the worker runs as its owner's
+// account; a refusal is returned as is (see accountOf) and nothing is
+// spawned.
 func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error) {
 	if err := s.spawnMu.Acquire(ctx, 1); err != nil {
 		return nil, err
@@ -53,8 +57,8 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	if err == nil {
 		w, err = spawn()
 	}
-	for errors.Is(err, workers.ErrCapacity) && r.dropSpare() {
-		w, err = spawn() // a spare terminal held the last slot
+	for errors.Is(err, workers.ErrCapacity) && (r.dropSpare() || r.reclaimWorker(s.owner)) {
+		w, err = spawn() // a spare terminal, or an idle worker of a user over their share, held the last slot
 	}
 	if err != nil {
 		r.mu.Lock()
@@ -79,6 +83,51 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	s.worker = w
 	r.mu.Unlock()
 	return w, nil
+}
+
+// idleWorkerLocked reports whether s has a chat worker that nothing uses
+// or is about to: no turn (so no pending approval; Prompt sets s.turn
+// before it asks for the worker), no slash command (Exec counts s.execs
+// first), no detach grace, not closing. r.mu must be held.
+func (s *Session) idleWorkerLocked() bool {
+	return s.worker != nil && !s.worker.Closing() && s.turn == nil && s.execs == 0 && s.grace == nil
+}
+
+// reclaimWorker frees a slot of the global child cap (--max-workers) for
+// a spawn of owner's that met workers.ErrCapacity, and reports whether it
+// did (the spawn may then try again). It closes the idle chat worker
+// (idleWorkerLocked) of the least recently active session of the user most
+// over their fair share of the children (usageIndex.fairReclaim): never
+// one of a user at or under their share, and never a worker in use, so a
+// running turn is not cut for anyone. The session stays, attached or
+// not: its next call spawns a worker again, and its viewers get
+// worker.exited with reason reclaimed. The worker's one "worker closed"
+// record says reason=reclaimed and for_user, whom it made room for. It
+// blocks until the worker is reaped.
+func (r *Registry) reclaimWorker(owner string) bool {
+	r.mu.Lock()
+	s := r.usage.fairReclaim(owner)
+	var w Worker
+	if s != nil {
+		// Claimed under the lock: no call takes it from here on (one
+		// that comes finds no worker and spawns its own), and workerGone
+		// leaves the session alone, as for a close the session made.
+		w, s.worker = s.worker, nil
+	}
+	r.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
+		n.AddCloseAttr("for_user", owner)
+	}
+	res := w.Close(ReasonReclaimed)
+	r.mu.Lock()
+	if s.live() {
+		r.exitedLocked(s, res)
+	}
+	r.mu.Unlock()
+	return true
 }
 
 // workerGone is called once per closed worker of s, whose slot in its

@@ -45,7 +45,7 @@ func constsOfType(t *testing.T, dir, typ string) []string {
 				}
 				for _, spec := range gd.Specs {
 					vs := spec.(*ast.ValueSpec)
-					if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typ {
+					if typeName(vs.Type) != typ {
 						continue
 					}
 					for _, v := range vs.Values {
@@ -60,6 +60,20 @@ func constsOfType(t *testing.T, dir, typ string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// typeName is a type expression's name as written: "Reason",
+// "workers.Reason"; "" for any other expression (or none).
+func typeName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		if pkg, ok := e.X.(*ast.Ident); ok {
+			return pkg.Name + "." + e.Sel.Name
+		}
+	}
+	return ""
 }
 
 // TestReasonTable fails when a reason is declared without its row in the
@@ -83,7 +97,11 @@ func TestReasonTable(t *testing.T) {
 	if got := constsOfType(t, ".", "EndReason"); !slices.Equal(got, ends) {
 		t.Errorf("EndReason constants %v, but EndReasons lists %v", got, ends)
 	}
-	if got := constsOfType(t, "../workers", "Reason"); !slices.Equal(got, works) {
+	// A worker reason only the registry closes for is declared here
+	// (ReasonReclaimed), the others in package workers.
+	got := append(constsOfType(t, "../workers", "Reason"), constsOfType(t, ".", "workers.Reason")...)
+	slices.Sort(got)
+	if !slices.Equal(got, works) {
 		t.Errorf("workers.Reason constants %v, but WorkerReasons lists %v", got, works)
 	}
 	for _, r := range append(ends, works...) {
@@ -133,6 +151,7 @@ func TestTranslations(t *testing.T) {
 		{"plain close", ViewerEndReason(errors.New("closed")), workers.ReasonDetach},
 		{"spawn raced a detach", spawnRaceReason(true), workers.ReasonDetach},
 		{"spawn raced a close", spawnRaceReason(false), workers.ReasonSessionClosed},
+		{"a reclaimed worker's notice, as the dashboard's", workerNotice(workers.CloseResult{Reason: ReasonReclaimed}), "worker ended (reclaimed)"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

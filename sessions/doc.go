@@ -23,13 +23,22 @@
 // commands), conversation.go (history, entry seqs, the store's side),
 // lease.go (a node's hold on its sessions), changes.go (session.changed),
 // journal.go (the write-behind queue), reasons.go (the table), usage.go
-// (what each user has live: the per-user caps and UsersSummary),
+// (what each user has live: the per-user caps, the fair shares of the
+// global ones and UsersSummary),
 // accounts.go (the Unix account a session's children run as).
 //
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
 // started ahead of the sessions they will serve (spare.go): not in the
 // registry until an attach without a session takes one, ended by Shutdown
 // or to free a worker slot. Config.Accounts turns them off.
+//
+// Fair shares. A global cap takes only from users over their fair share
+// of it (the cap over the users holding some, the asker counted): at
+// MaxSessions the detached session evicted is one of the user most over
+// theirs; at the child cap (workers.ErrCapacity) a spawn reclaims an idle
+// chat worker of the user most over theirs (reason reclaimed), never a
+// worker in use (usage.go, children.go). DefaultUserCaps derives per-user
+// caps from the global ones.
 //
 // Unix accounts. With Config.Accounts every chat worker (so an agent and
 // its tools) and every terminal of a session starts as its owner's

@@ -71,12 +71,14 @@ func (r *Registry) endAll(ss []*Session, reason EndReason, p Principal) int {
 	return n
 }
 
-// Create makes a session viewed by v and owned by its principal. It evicts the least recently active
-// detached session when MaxSessions are live, or fails with ErrCapacity when
-// none is detached; likewise, at MaxSessionsPerUser, the owner's own least
-// recently active detached session, or fails with a *UserCapacityError
-// (which matches ErrCapacity). Other errors: ErrShuttingDown, ErrNotFound
-// (v is gone), ErrViewerCapacity (v views MaxViewed sessions).
+// Create makes a session viewed by v and owned by its principal. When
+// MaxSessions are live it evicts the least recently active detached
+// session of the user most over their fair share (see makeRoomLocked), or
+// fails with ErrCapacity when no such user has one detached; likewise, at
+// MaxSessionsPerUser, the owner's own least recently active detached
+// session, or fails with a *UserCapacityError (which matches
+// ErrCapacity). Other errors: ErrShuttingDown, ErrNotFound (v is gone),
+// ErrViewerCapacity (v views MaxViewed sessions).
 func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
 	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
 }
@@ -212,7 +214,10 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 // MaxSessionsPerUser it claims owner's least recently active detached
 // session (never another user's), or fails with a *UserCapacityError when
 // owner has none; then, when MaxSessions are live, the least recently
-// active detached session of anyone, or it fails with ErrCapacity. The
+// active detached session of the user most over their fair share of
+// MaxSessions, owner counted with the session it asks for (never one of a
+// user at or under it; owner's own when owner is the one over, as when it
+// is alone: usageIndex.fairEvictee), or it fails with ErrCapacity. The
 // caller finishes what it returns outside the lock (see finishAll), even
 // with an error. r.mu must be held.
 func (r *Registry) makeRoomLocked(owner string) ([]*Session, error) {
@@ -228,12 +233,7 @@ func (r *Registry) makeRoomLocked(owner string) ([]*Session, error) {
 	if r.liveCountLocked() < r.cfg.MaxSessions {
 		return evict, nil
 	}
-	var lru *Session
-	for _, s := range r.sessions {
-		if s.state == StateDetached && (lru == nil || s.lastActive.Before(lru.lastActive)) {
-			lru = s
-		}
-	}
+	lru := r.usage.fairEvictee(owner, r.cfg.MaxSessions)
 	if lru == nil {
 		return evict, ErrCapacity
 	}

@@ -174,8 +174,16 @@ func realHarness(t *testing.T, grace time.Duration) (*harness, *workers.Manager)
 // realHarnessWith is realHarness with mod applied to the registry's Config.
 func realHarnessWith(t *testing.T, grace time.Duration, mod func(*Config)) (*harness, *workers.Manager) {
 	t.Helper()
+	return realHarnessOf(t, workers.Config{Grace: grace}, mod)
+}
+
+// realHarnessOf is realHarnessWith over a manager of wc (its Log and
+// Instance are the harness's), e.g. with a MaxWorkers.
+func realHarnessOf(t *testing.T, wc workers.Config, mod func(*Config)) (*harness, *workers.Manager) {
+	t.Helper()
 	log, lb := testkit.NewLogger()
-	mgr := workers.NewManager(workers.Config{Grace: grace, Log: log, Instance: "test"})
+	wc.Log, wc.Instance = log, "test"
+	mgr := workers.NewManager(wc)
 	h := &harness{t: t, logs: lb}
 	cfg := Config{
 		Spawner: ProcSpawner{

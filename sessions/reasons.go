@@ -52,12 +52,22 @@ var EndReasons = []EndReason{
 //	startup_sweep     a dead instance's leftover, ended at start
 //	interrupted       it did not stop an interrupted turn within --interrupt-grace; recycled
 //	spare_unused      a terminal started ahead of its session (--pty-spare) was ended unused
+//	reclaimed         an idle chat worker of a user over their fair share, closed at --max-workers so another could start (ReasonReclaimed)
 var WorkerReasons = []workers.Reason{
 	workers.ReasonDetach, workers.ReasonSessionClosed, workers.ReasonAdminReap, workers.ReasonExited,
 	workers.ReasonTimeout, workers.ReasonProtocolError, workers.ReasonShutdown, workers.ReasonKeepaliveExpired,
 	workers.ReasonSuperseded, workers.ReasonWriteTimeout, workers.ReasonPingTimeout, workers.ReasonStartupSweep,
-	workers.ReasonInterrupted, workers.ReasonSpareUnused,
+	workers.ReasonInterrupted, workers.ReasonSpareUnused, ReasonReclaimed,
 }
+
+// ReasonReclaimed is the worker reason of a chat worker the registry
+// closed to free a slot of --max-workers for another spawn: an idle one
+// (no turn, no pending approval, no command) of the user most over their
+// fair share of the children (Registry.reclaimWorker). Its session stays,
+// and its next call starts a new worker. It is declared here, not in
+// package workers, because only the registry closes for it; its "worker
+// closed" record also names for_user, whom it made room for.
+const ReasonReclaimed workers.Reason = "reclaimed"
 
 // childReason is the reason a session's worker and terminal close with when
 // the session ends with r.

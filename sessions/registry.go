@@ -124,7 +124,8 @@ type Config struct {
 	// chat workers; a call that would spawn one more fails. Terminals: its
 	// sessions' terminal programs (a spare once attached); an attach that
 	// would start one more fails. Each failure is a *UserCapacityError
-	// naming the flag (usage.go).
+	// naming the flag (usage.go). DefaultUserCaps gives values derived
+	// from MaxSessions and --max-workers for when users are on.
 	MaxSessionsPerUser, MaxWorkersPerUser, MaxTerminalsPerUser int
 	WorkerTimeout                                              time.Duration // 60s
 	InterruptGrace                                             time.Duration // 1s: how long an interrupted worker may take to stop

@@ -475,9 +475,11 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 // register gives it to a session). Any other takes a slot of the owner's
 // MaxTerminalsPerUser first (a *UserCapacityError when there is none),
 // given back when the spawn fails or, through its OnClose, when the
-// program closes. With Config.Accounts the program runs as its owner's
-// account; a refusal is returned as is (see accountOf) and nothing is
-// spawned.
+// program closes. At the global child cap it ends a spare, else reclaims
+// an idle chat worker of the user most over their fair share
+// (reclaimWorker; never another user's terminal), and tries again. With
+// Config.Accounts the program runs as its owner's account; a refusal is
+// returned as is (see accountOf) and nothing is spawned.
 func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*Terminal, error) {
 	defer trace.StartRegion(context.Background(), "spawn pty").End()
 	c := &child{kind: kindTerminal}
@@ -523,8 +525,8 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 		req.Account = acct
 		pty, err = r.cfg.Spawner.SpawnPTY(req)
 	}
-	for errors.Is(err, workers.ErrCapacity) && !isSpare && r.dropSpare() {
-		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare held the last slot
+	for errors.Is(err, workers.ErrCapacity) && !isSpare && (r.dropSpare() || r.reclaimWorker(s.owner)) {
+		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare, or an idle worker of a user over their share, held the last slot
 	}
 	if err != nil {
 		release() // no OnClose comes for a child that never started

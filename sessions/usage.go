@@ -24,6 +24,29 @@ const (
 	LimitTerminalsPerUser = "--max-terminals-per-user"
 )
 
+// DefaultUserCaps returns the per-user caps to use when users are on
+// (several principals share the box) and the operator gave none: each
+// user may hold at most a quarter of each global cap. Sessions: a quarter
+// of maxSessions (--max-sessions). Chat workers and terminals: an eighth
+// of maxWorkers (--max-workers) each, since that one global cap counts
+// both, so that a user's workers and terminals together are a quarter of
+// it. Each is at least 1 (0 would mean no limit).
+//
+// Why a quarter: on a shared box of a handful to dozens of people, one
+// person rarely needs more than a few chats and terminals open at once
+// (with the defaults 1000 and 64: 250 sessions, 8 chat workers and 8
+// terminals), while a runaway script of one user, or two, cannot fill a
+// global cap by itself: at least four users can each be at their caps
+// before the global one is met. Beyond that the fair shares (usage.go)
+// keep a user at or under their share from losing anything to another.
+// Smaller caps would start to refuse ordinary use (tabs left open); larger
+// ones let two users fill the box.
+func DefaultUserCaps(maxSessions, maxWorkers int) (sessions, workers, terminals int) {
+	sessions = max(1, maxSessions/4)
+	workers = max(1, maxWorkers/8)
+	return sessions, workers, workers
+}
+
 // UserCapacityError is returned when a call would give one user (the owner
 // of the sessions, Principal.User) more than Max of what Limit caps: live
 // sessions, chat workers or terminals. It matches ErrCapacity (4029).
@@ -122,15 +145,117 @@ func (ix *usageIndex) sessionsFull(user string) bool {
 // lruDetached is user's least recently active detached session, nil when
 // it has none.
 func (ix *usageIndex) lruDetached(user string) *Session {
-	var out *Session
 	if u := ix.byUser[user]; u != nil {
-		for s := range u.sessions {
-			if s.state == StateDetached && (out == nil || s.lastActive.Before(out.lastActive)) {
-				out = s
-			}
+		return u.lruDetached()
+	}
+	return nil
+}
+
+// lruDetached is u's least recently active detached session, nil when it
+// has none.
+func (u *usage) lruDetached() *Session {
+	var out *Session
+	for s := range u.sessions {
+		if s.state == StateDetached && (out == nil || s.lastActive.Before(out.lastActive)) {
+			out = s
 		}
 	}
 	return out
+}
+
+// idleWorker is the session of u's, least recently active, whose chat
+// worker nothing uses (Session.idleWorkerLocked); nil when none.
+func (u *usage) idleWorker() *Session {
+	var out *Session
+	for s := range u.sessions {
+		if s.idleWorkerLocked() && (out == nil || s.lastActive.Before(out.lastActive)) {
+			out = s
+		}
+	}
+	return out
+}
+
+// childCount is how many chat workers and terminals u holds: its part of
+// the global child cap (--max-workers counts both).
+func (u *usage) childCount() int { return len(u.children[kindWorker]) + len(u.children[kindTerminal]) }
+
+// Fair shares. A global cap (--max-sessions, --max-workers) is shared by
+// the users who hold something of it: each one's fair share is the cap
+// divided by their number, the user asking counted. When a cap is met,
+// what makes room is taken from the user most over their share, never
+// from one at or under it: one user's script cannot push the others out.
+// The asker's own is taken when it is the one most over (ties go to it:
+// that harms no one else), so a lone user keeps today's behaviour where a
+// cap evicts (sessions); a lone user holds exactly its share of the
+// children, so nothing of its own is reclaimed for it (workers).
+
+// fairEvictee is the detached session to end so that requester may have
+// one more live session at MaxSessions (max): the least recently active
+// detached one of the user most over their share, max divided by the users
+// with live sessions (requester counted, with the session it asks for).
+// nil when no user over their share has a detached session.
+func (ix *usageIndex) fairEvictee(requester string, max int) *Session {
+	held := func(user string, u *usage) int {
+		if user == requester {
+			return len(u.sessions) + 1
+		}
+		return len(u.sessions)
+	}
+	return ix.fairVictim(requester, max, held, (*usage).lruDetached)
+}
+
+// fairReclaim is the session whose idle chat worker to close so that
+// requester, whose spawn met the global child cap, may start one: its
+// least recently active one of the user most over their share of the
+// children dashgate's users hold (workers and terminals, the one the
+// requester reserved included), divided by the users holding any. The
+// cap's own figure is not needed: it is met, so what is held is it (plus
+// the spawns asked for). nil when no user over their share has an idle
+// worker.
+func (ix *usageIndex) fairReclaim(requester string) *Session {
+	total := 0
+	for _, u := range ix.byUser {
+		total += u.childCount()
+	}
+	return ix.fairVictim(requester, total, func(_ string, u *usage) int { return u.childCount() }, (*usage).idleWorker)
+}
+
+// fairVictim picks, among the users whose held count is over their fair
+// share of total (held*n > total, n the users holding any, requester
+// counted), the one most over that has a candidate (pick), and returns
+// that candidate. Ties go to requester's own, then to the least recently
+// active candidate. nil when there is none.
+func (ix *usageIndex) fairVictim(requester string, total int, held func(string, *usage) int, pick func(*usage) *Session) *Session {
+	n, asked := 0, false
+	for user, u := range ix.byUser {
+		if held(user, u) > 0 {
+			n++
+			asked = asked || user == requester
+		}
+	}
+	if !asked {
+		n++ // requester, with nothing yet
+	}
+	var best *Session
+	bestHeld, bestOwn := 0, false
+	for user, u := range ix.byUser {
+		h := held(user, u)
+		if h*n <= total { // at or under the share: never taken from
+			continue
+		}
+		c := pick(u)
+		if c == nil {
+			continue
+		}
+		own := user == requester
+		switch {
+		case best == nil, h > bestHeld,
+			h == bestHeld && own && !bestOwn,
+			h == bestHeld && own == bestOwn && c.lastActive.Before(best.lastActive):
+			best, bestHeld, bestOwn = c, h, own
+		}
+	}
+	return best
 }
 
 func (ix *usageIndex) addSession(s *Session) {
