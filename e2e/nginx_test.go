@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -46,17 +47,29 @@ type nginx struct {
 
 // nginxSite says how to render a deploy file: upstreams replace, in order,
 // every occurrence of the file's 127.0.0.1:8787 and 127.0.0.1:8788 (the
-// cluster file names each node in several upstream blocks); readTimeout,
-// when set, replaces the value of proxy_read_timeout.
+// cluster file names each node in several upstream blocks); socket
+// replaces every occurrence of the file's Unix socket
+// (/run/dashgate/dashgate.sock), and then nginx's workers run as
+// nginxWorkerUser, as the shipped files assume; readTimeout, when set,
+// replaces the value of proxy_read_timeout.
 type nginxSite struct {
 	file        string // under deploy/nginx
 	upstreams   []string
+	socket      string
 	readTimeout string
 }
 
 // deployUpstreams are the upstream addresses the deploy files name, in the
 // order nginxSite.upstreams replaces them.
 var deployUpstreams = []string{"127.0.0.1:8787", "127.0.0.1:8788"}
+
+// deploySocket is the Unix socket the deploy files name (dashgate's --addr
+// unix:..., nginx's `server unix:...;`).
+const deploySocket = "/run/dashgate/dashgate.sock"
+
+// nginxWorkerUser is the account of Debian's nginx workers, which the
+// deploy files on a Unix socket name in --proxy-user.
+const nginxWorkerUser = "www-data"
 
 // renderSite reads deploy/nginx/<file> as it is and substitutes only the
 // listen port, the upstream addresses and (if asked) proxy_read_timeout.
@@ -106,6 +119,14 @@ func renderSite(t *testing.T, site nginxSite, port int) string {
 			t.Fatalf("deploy/nginx/%s names upstream %s too: give the test one more instance", site.file, left)
 		}
 	}
+	switch {
+	case site.socket != "" && !strings.Contains(conf, deploySocket):
+		t.Fatalf("deploy/nginx/%s: socket %s not found", site.file, deploySocket)
+	case site.socket != "":
+		conf = strings.ReplaceAll(conf, deploySocket, site.socket)
+	case regexp.MustCompile(`(?m)^\s*server\s+unix:`).MatchString(conf):
+		t.Fatalf("deploy/nginx/%s has a Unix socket upstream: give the test a socket", site.file)
+	}
 	if site.readTimeout != "" {
 		replaceOnce("proxy_read_timeout", regexp.MustCompile(`(?m)^(\s*)proxy_read_timeout\s+[^;\n]+;`), "${1}proxy_read_timeout "+site.readTimeout+";")
 	}
@@ -143,40 +164,18 @@ func tryStartNginx(t *testing.T, site nginxSite) (*nginx, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := t.TempDir()
+	workers := ""
+	if site.socket != "" {
+		workers = nginxWorkerUser
+	}
+	dir := nginxDir(t, workers)
 	n := &nginx{t: t, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), exited: make(chan struct{})}
 	sitePath := filepath.Join(dir, site.file)
 	if err := os.WriteFile(sitePath, []byte(renderSite(t, site, port)), 0o644); err != nil {
 		return nil, err
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
-	user := ""
-	if os.Geteuid() == 0 {
-		// Workers would otherwise run as nobody, who cannot enter the test's
-		// private temp dir.
-		user = "user root root;\n"
-	}
-	main := fmt.Sprintf(`%sdaemon off;
-master_process on;
-worker_processes 1;
-pid %s;
-error_log %s info;
-events { worker_connections 256; }
-http {
-    access_log %s;
-    client_body_temp_path %s;
-    proxy_temp_path %s;
-    fastcgi_temp_path %s;
-    uwsgi_temp_path %s;
-    scgi_temp_path %s;
-    include %s;
-}
-`, user, p("nginx.pid"), p("error.log"), p("access.log"),
-		p("client_body_temp"), p("proxy_temp"), p("fastcgi_temp"), p("uwsgi_temp"), p("scgi_temp"), sitePath)
-	confPath := p("nginx.conf")
-	if err := os.WriteFile(confPath, []byte(main), 0o644); err != nil {
-		return nil, err
-	}
+	confPath := writeNginxMain(t, dir, sitePath, workers)
 	out, err := os.Create(p("nginx.out"))
 	if err != nil {
 		return nil, err
@@ -223,6 +222,100 @@ http {
 		return nil, fmt.Errorf("nginx did not answer on %s within 10s:\n%s", n.addr, n.logs())
 	}
 	return n, nil
+}
+
+// writeNginxMain writes dir/nginx.conf: a minimal main configuration,
+// with every path inside dir, including site, and returns its path. Its
+// workers run as the account workers when not "" (the master stays root);
+// else, as root, as root too: they would otherwise run as nobody, who
+// cannot enter the test's private temp dir.
+func writeNginxMain(t *testing.T, dir, site, workers string) string {
+	t.Helper()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	user := ""
+	switch {
+	case workers != "":
+		user = fmt.Sprintf("user %s %s;\n", workers, workers)
+	case os.Geteuid() == 0:
+		user = "user root root;\n"
+	}
+	temps := ""
+	for _, name := range nginxTempDirs {
+		temps += fmt.Sprintf("    %s_path %s;\n", name, p(name))
+	}
+	main := fmt.Sprintf(`%sdaemon off;
+master_process on;
+worker_processes 1;
+pid %s;
+error_log %s info;
+events { worker_connections 256; }
+http {
+    access_log %s;
+%s    include %s;
+}
+`, user, p("nginx.pid"), p("error.log"), p("access.log"), temps, site)
+	path := p("nginx.conf")
+	if err := os.WriteFile(path, []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// nginxTempDirs are the temp paths writeNginxMain puts in nginx's prefix.
+var nginxTempDirs = []string{"client_body_temp", "proxy_temp", "fastcgi_temp", "uwsgi_temp", "scgi_temp"}
+
+// nginxDir makes nginx's prefix directory, removed at cleanup (registered
+// before nginx's stop, so it runs after it). With workers (an account,
+// e.g. www-data) it is 0755 (t.TempDir is 0700, which the workers could
+// not enter to read the htpasswd) and the temp dirs in it are the
+// workers', as they would be under /var/lib/nginx.
+func nginxDir(t *testing.T, workers string) string {
+	t.Helper()
+	if workers == "" {
+		return t.TempDir()
+	}
+	uid, gid := lookupAccount(t, workers)
+	dir := dirForAll(t, "dashgate-nginx-")
+	for _, name := range nginxTempDirs {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// dirForAll is a new temporary directory every account may enter (0755),
+// removed with what it holds at cleanup.
+func dirForAll(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // MkdirTemp makes it 0700
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// lookupAccount is the uid and primary gid of the account name.
+func lookupAccount(t *testing.T, name string) (uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatalf("account %s (the deploy files' nginx workers): %v", name, err)
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("account %s: uid %q gid %q", name, u.Uid, u.Gid)
+	}
+	return uid, gid
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

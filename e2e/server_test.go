@@ -1,8 +1,14 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,11 +127,80 @@ type (
 )
 
 // getJSON is GetJSON bounded by 10 s (not by the test's context: the
-// cleanup calls it too).
+// cleanup calls it too). On a Unix socket it asks over the socket, as
+// root: testkit's client dials the TCP address of --addr-file.
 func (d *dashgate) getJSON(path string, v any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return d.GetJSON(ctx, path, v)
+	if d.socket() == "" {
+		return d.GetJSON(ctx, path, v)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.socketURL(path), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+d.Token)
+	c := &http.Client{Transport: socketTransport(d.socket())}
+	defer c.CloseIdleConnections()
+	res, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, res.Status, bytes.TrimSpace(body))
+	}
+	return json.Unmarshal(body, v)
+}
+
+// socketHost is the host of the URLs of a dashgate on a Unix socket
+// (socketURL): what its clients send as Host (and as Origin's host).
+const socketHost = "localhost"
+
+// socket is the Unix socket d listens on (--addr unix:PATH), "" over TCP.
+func (d *dashgate) socket() string {
+	p, _ := strings.CutPrefix(d.Addr, "unix:")
+	if p == d.Addr {
+		return ""
+	}
+	return p
+}
+
+// socketURL is the URL of path (relative to the base path) for a client
+// that dials d's Unix socket (socketClient, DialOptions.Socket).
+func (d *dashgate) socketURL(path string) string {
+	return "http://" + socketHost + strings.TrimPrefix(d.Base, "http://"+d.Addr) + strings.TrimPrefix(path, "/")
+}
+
+// socketPath is the request path (base path included) of path on d's
+// Unix socket, for a client that builds its own URL (a neighbour's).
+func (d *dashgate) socketPath(path string) string {
+	return strings.TrimPrefix(d.socketURL(path), "http://"+socketHost)
+}
+
+// socketWS is socketURL over ws.
+func (d *dashgate) socketWS(path string) string {
+	return "ws" + strings.TrimPrefix(d.socketURL(path), "http")
+}
+
+// socketTransport dials the Unix socket path for every request.
+func socketTransport(path string) *http.Transport {
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	return &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, "unix", path)
+	}}
+}
+
+// socketClient is clientFrom over the Unix socket path: it follows
+// redirects, and its idle connections close with the test.
+func socketClient(t *testing.T, path string) *http.Client {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: socketTransport(path)}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
 }
 
 // Workers lists dashgate's workers and remembers every pid it names, for

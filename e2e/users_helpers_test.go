@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,19 +55,51 @@ func writeHtpasswd(t *testing.T, path string, users ...string) {
 	}
 }
 
-// startBehindAuthBasic starts dashgate as deploy/nginx/dashgate-auth-basic.conf
-// says to run it (--user-header X-Forwarded-User --trusted-proxies
-// 127.0.0.1, then extra) and nginx on that file in front of it, with an
-// htpasswd (in nginx's configuration directory, where the file's relative
-// auth_basic_user_file points) holding users. nginx reads it at every
-// request, so it is written once nginx runs.
+// startBehindAuthBasic starts dashgate exactly as
+// deploy/nginx/dashgate-auth-basic.conf says to run it (the flags of its
+// comment: --user-header X-Forwarded-User --addr unix:<socket>
+// --proxy-user www-data, the file's socket moved into a temp dir every
+// account may enter, where dashgate makes the socket's directory as it
+// would make /run/dashgate), then extra, and nginx on that very file in
+// front of it, its workers as www-data, with an htpasswd (in nginx's
+// configuration directory, where the file's relative auth_basic_user_file
+// points) holding users. nginx reads it at every request, so it is
+// written once nginx runs. dashgate is reachable only through nginx and,
+// for the test (root), on its socket: d.socketURL, d.getJSON.
 func startBehindAuthBasic(t *testing.T, users []string, extra ...string) (*dashgate, *nginx) {
 	t.Helper()
 	requireNginx(t)
-	d := startDashgate(t, append([]string{"--user-header", "X-Forwarded-User", "--trusted-proxies", "127.0.0.1"}, extra...)...)
-	n := startNginx(t, nginxSite{file: "dashgate-auth-basic.conf", upstreams: []string{d.Addr}})
+	testkit.RequireRoot(t, "dashgate's socket for nginx's workers (chown to www-data's group, nginx's user www-data)")
+	socket := filepath.Join(dirForAll(t, "dashgate-run-"), "dashgate", "dashgate.sock")
+	const file = "dashgate-auth-basic.conf"
+	d := startDashgate(t, append(deployRunFlags(t, file, socket), extra...)...)
+	n := startNginx(t, nginxSite{file: file, socket: socket})
 	writeHtpasswd(t, filepath.Join(n.dir, "dashgate.htpasswd"), users...)
 	return d, n
+}
+
+// deployRunFlags are the dashgate flags deploy/nginx/<file> tells to run
+// with (its one comment line that starts with --user-header), the file's
+// socket replaced by socket.
+func deployRunFlags(t *testing.T, file, socket string) []string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "nginx", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := regexp.MustCompile(`(?m)^#\s+(--user-header\s.*)$`).FindAllStringSubmatch(string(b), -1)
+	if len(lines) != 1 {
+		t.Fatalf("deploy/nginx/%s: %d comment lines of flags starting with --user-header, want one", file, len(lines))
+	}
+	flags := strings.Fields(strings.ReplaceAll(lines[0][1], deploySocket, socket))
+	if !slices.Contains(flags, "unix:"+socket) {
+		t.Fatalf("deploy/nginx/%s: its flags %q do not listen on %s", file, lines[0][1], deploySocket)
+	}
+	return flags
 }
 
 // asUser is how user's browser opens sockets through the auth_basic nginx

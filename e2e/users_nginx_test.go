@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,28 +13,39 @@ import (
 var userDeployFiles = []string{"dashgate-auth-basic.conf", "dashgate-oauth2-proxy.conf"}
 
 // TestNginxExamplesParse renders each many-user deploy file as the other
-// nginx tests do (the listen port and the upstream substituted), wraps it
-// in a minimal nginx.conf in a temp dir and checks it with `nginx -t`; it
-// also checks the lines that make the header trustworthy are there.
+// nginx tests do (the listen port and dashgate's Unix socket substituted),
+// wraps it in a minimal nginx.conf in a temp dir with the workers as
+// www-data, as the files assume, and checks it with `nginx -t`; it also
+// checks that the file holds the lines that make the header trustworthy
+// and no longer tells to trust an address.
 func TestNginxExamplesParse(t *testing.T) {
 	requireNginx(t)
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, file := range userDeployFiles {
 		t.Run(file, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(root, "deploy", "nginx", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range userDeployMust[file] {
+				if !strings.Contains(string(raw), want) {
+					t.Errorf("deploy/nginx/%s lacks %q", file, want)
+				}
+			}
+			for _, bad := range userDeployMustNot {
+				if strings.Contains(string(raw), bad) {
+					t.Errorf("deploy/nginx/%s still says %q", file, bad)
+				}
+			}
 			port, err := freePort()
 			if err != nil {
 				t.Fatal(err)
 			}
-			upstream, err := freePort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			conf := renderSite(t, nginxSite{file: file, upstreams: []string{fmt.Sprintf("127.0.0.1:%d", upstream)}}, port)
-			for _, want := range userDeployMust[file] {
-				if !strings.Contains(conf, want) {
-					t.Errorf("deploy/nginx/%s lacks %q", file, want)
-				}
-			}
-			dir := t.TempDir()
+			dir := nginxDir(t, nginxWorkerUser)
+			conf := renderSite(t, nginxSite{file: file, socket: filepath.Join(dir, "dashgate.sock")}, port)
 			sitePath := filepath.Join(dir, file)
 			if err := os.WriteFile(sitePath, []byte(conf), 0o644); err != nil {
 				t.Fatal(err)
@@ -45,7 +55,7 @@ func TestNginxExamplesParse(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "dashgate.htpasswd"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			confPath := writeNginxMain(t, dir, sitePath)
+			confPath := writeNginxMain(t, dir, sitePath, nginxWorkerUser)
 			out, err := exec.Command(nginxPath, "-t", "-c", confPath, "-p", dir+"/").CombinedOutput()
 			if err != nil {
 				t.Fatalf("nginx -t on deploy/nginx/%s: %v\n%s", file, err, out)
@@ -56,16 +66,16 @@ func TestNginxExamplesParse(t *testing.T) {
 
 // userDeployMust are the lines each many-user deploy file must hold: the
 // header is set by nginx from what it checked (overwriting the client's),
-// and WebSockets pass.
+// WebSockets pass, and dashgate listens on a Unix socket whose peer must
+// be nginx's workers (--proxy-user www-data).
 var userDeployMust = map[string][]string{
 	"dashgate-auth-basic.conf": {
 		"auth_basic_user_file",
 		"proxy_set_header X-Forwarded-User $remote_user;",
 		"proxy_set_header Upgrade $http_upgrade;",
 		"proxy_set_header Connection $dashgate_connection;",
-		"--user-header X-Forwarded-User --trusted-proxies 127.0.0.1",
-		"--addr unix:/run/dashgate/dashgate.sock",
-		"proxy_pass http://unix:/run/dashgate/dashgate.sock:;",
+		"server unix:" + deploySocket + ";",
+		"--user-header X-Forwarded-User --addr unix:" + deploySocket + " --proxy-user " + nginxWorkerUser,
 	},
 	"dashgate-oauth2-proxy.conf": {
 		"auth_request /oauth2/auth;",
@@ -74,38 +84,16 @@ var userDeployMust = map[string][]string{
 		"location /oauth2/",
 		"location = /oauth2/auth",
 		"proxy_set_header Upgrade $http_upgrade;",
-		"--user-header X-Forwarded-User --trusted-proxies 127.0.0.1",
+		"server unix:" + deploySocket + ";",
+		"--user-header X-Forwarded-User --addr unix:" + deploySocket,
+		"--proxy-user " + nginxWorkerUser,
 	},
 }
 
-// writeNginxMain writes dir/nginx.conf: a minimal main configuration,
-// with every path inside dir, including site. It returns its path.
-func writeNginxMain(t *testing.T, dir, site string) string {
-	t.Helper()
-	p := func(name string) string { return filepath.Join(dir, name) }
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root root;\n"
-	}
-	main := fmt.Sprintf(`%sdaemon off;
-worker_processes 1;
-pid %s;
-error_log %s info;
-events { worker_connections 64; }
-http {
-    access_log %s;
-    client_body_temp_path %s;
-    proxy_temp_path %s;
-    fastcgi_temp_path %s;
-    uwsgi_temp_path %s;
-    scgi_temp_path %s;
-    include %s;
-}
-`, user, p("nginx.pid"), p("error.log"), p("access.log"),
-		p("client_body_temp"), p("proxy_temp"), p("fastcgi_temp"), p("uwsgi_temp"), p("scgi_temp"), site)
-	path := p("nginx.conf")
-	if err := os.WriteFile(path, []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+// userDeployMustNot are instructions no many-user deploy file may give any
+// more: trusting the header from an address every local account
+// connects from (issue 38).
+var userDeployMustNot = []string{
+	"--user-header X-Forwarded-User --trusted-proxies 127.0.0.1",
+	"server 127.0.0.1:8787",
 }

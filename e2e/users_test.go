@@ -257,23 +257,19 @@ func TestUsersForgedHeader(t *testing.T) {
 	})
 
 	t.Run("through the proxy the header wins over a cookie", func(t *testing.T) {
-		dir := t.TempDir()
-		file := filepath.Join(dir, "users")
-		port, err := freePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		_, aliceToken := userAdd(t, file, "alice", "http://"+addr+"/")
-		d, n := startBehindAuthBasic(t, []string{"bob"}, "--users-file", file, "--addr", addr)
+		file := filepath.Join(t.TempDir(), "users")
+		_, aliceToken := userAdd(t, file, "alice", "http://127.0.0.1/")
+		d, n := startBehindAuthBasic(t, []string{"bob"}, "--users-file", file)
 		d.secrets = append(d.secrets, aliceToken)
 
-		// alice logs in straight to dashgate from 127.0.0.2, an untrusted
-		// loopback address: her token gives her the login cookie.
+		// alice logs in straight to dashgate, on its socket, without a
+		// user header (the test runs as root, dashgate's account, the one
+		// other than nginx's that may connect): her token gives her the
+		// login cookie.
 		jar, _ := cookiejar.New(nil)
-		direct := clientFrom(t, "127.0.0.2")
+		direct := socketClient(t, d.socket())
 		direct.Jar = jar
-		res, _ := get(t, direct, d.URL("/?token="+aliceToken), http.Header{"Accept": {"text/html"}})
+		res, _ := get(t, direct, d.socketURL("/?token="+aliceToken), http.Header{"Accept": {"text/html"}})
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("alice's login: %s", res.Status)
 		}
@@ -286,7 +282,7 @@ func TestUsersForgedHeader(t *testing.T) {
 		if cookie == nil {
 			t.Fatalf("alice's login set no dashgate_login_ cookie: %v", jar.Cookies(res.Request.URL))
 		}
-		aliceChat := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{LocalIP: "127.0.0.2", Jar: jar, Origin: "http://" + d.Addr})
+		aliceChat := openChat(t, "alice's chat", d.socketWS("ws/chat"), testkit.DialOptions{Socket: d.socket(), Jar: jar, Origin: "http://" + socketHost})
 		aliceSid := aliceChat.createSession("alice's")
 		if owner, _ := d.ownerOf(aliceSid); owner != "alice" {
 			t.Fatalf("alice's session is %q's, want alice's", owner)

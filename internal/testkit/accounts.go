@@ -34,17 +34,21 @@ type UnixAccount struct {
 // another holds it. Runs from other processes are retried (accountCmd).
 var accountMu sync.Mutex
 
-// requireRoot skips tb unless it runs as root; with DASHGATE_E2E=1 it
-// fails instead, so CI cannot pass by skipping.
-func requireRoot(tb testing.TB, what string) {
+// requireRoot is RequireRoot for the kit's account makers.
+func requireRoot(tb testing.TB, what string) { tb.Helper(); RequireRoot(tb, what+" (to run useradd)") }
+
+// RequireRoot skips tb unless it runs as root; with DASHGATE_E2E=1 it
+// fails instead, so CI cannot pass by skipping. what names the test and
+// why it needs root, as in "nginx as www-data (workers of another account)".
+func RequireRoot(tb testing.TB, what string) {
 	tb.Helper()
 	if os.Geteuid() == 0 {
 		return
 	}
-	if os.Getenv("DASHGATE_E2E") == "1" {
-		tb.Fatalf("%s needs root (to run useradd), and DASHGATE_E2E=1 forbids skipping", what)
+	if os.Getenv(EnvE2E) == "1" {
+		tb.Fatalf("%s needs root, and DASHGATE_E2E=1 forbids skipping", what)
 	}
-	tb.Skipf("%s needs root (to run useradd); not root here", what)
+	tb.Skipf("%s needs root; not root here", what)
 }
 
 // accountCmd runs one of the shadow tools, retrying for up to 10 s while

@@ -20,6 +20,9 @@ type DialOptions struct {
 	Jar       http.CookieJar // cookies to send, as a logged-in browser would
 	LocalIP   string         // dial from this local address ("": any)
 	ReadLimit int64          // largest frame read, in bytes; 0: 16 MiB
+	// Socket is a Unix socket to dial instead of the URL's host (dashgate
+	// on --addr unix:PATH); the URL's host is still sent as Host.
+	Socket string
 }
 
 // Frame is one WebSocket message.
@@ -73,6 +76,9 @@ func dial(ctx context.Context, url string, o DialOptions) (*Conn, *http.Response
 		Proxy:             nil,
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if o.Socket != "" {
+				network, addr = "unix", o.Socket
+			}
 			c, err := dialer.DialContext(ctx, network, addr)
 			if err == nil {
 				rawMu.Lock()
