@@ -13,7 +13,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -65,7 +68,17 @@ type running struct {
 	stop    func()        // shuts the server down; returns once Run has
 }
 
-func runServer(t *testing.T, cfg web.Config, shutdownTimeout time.Duration) *running {
+func runServer(t testing.TB, cfg web.Config, shutdownTimeout time.Duration) *running {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runServerOn(t, ln, cfg, shutdownTimeout)
+}
+
+// runServerOn is runServer on a listener of the caller's, which Run owns.
+func runServerOn(t testing.TB, ln net.Listener, cfg web.Config, shutdownTimeout time.Duration) *running {
 	t.Helper()
 	logs := &syncBuf{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -73,10 +86,7 @@ func runServer(t *testing.T, cfg web.Config, shutdownTimeout time.Duration) *run
 	hold, entered := make(chan struct{}), make(chan struct{}, 64)
 	s, err := web.New(cfg, web.Handlers{Chat: goingAway(hold, entered), Terminal: goingAway(hold, entered), Admin: &handlers.Admin{}})
 	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -350,5 +360,317 @@ func TestAcceptErrorsWarn(t *testing.T) {
 	})
 	if n := warned(); n != 1 {
 		t.Fatalf("%d WARN records for one burst, want 1 (rate-limited):\n%s", n, logs)
+	}
+}
+
+// flood is a client that holds n connections open and sends nothing on
+// them, opening another each time the server closes one, as an attacker
+// would (issue 38, "connections nobody can exhaust").
+type flood struct {
+	opened   atomic.Int64 // connections it opened
+	dialErrs atomic.Int64
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// startFlood starts a flood of n connections to addr; the test's cleanup
+// ends it and waits for its goroutines.
+func startFlood(t testing.TB, network, addr string, n int) *flood {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &flood{cancel: cancel}
+	var d net.Dialer
+	for range n {
+		f.wg.Go(func() {
+			buf := make([]byte, 1)
+			for ctx.Err() == nil {
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					f.dialErrs.Add(1)
+					continue
+				}
+				f.opened.Add(1)
+				stop := context.AfterFunc(ctx, func() { c.Close() })
+				c.Read(buf) // until the server closes it
+				stop()
+				c.Close()
+			}
+		})
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *flood) stop() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// TestSilentConnectionsFlood: while one client holds 300 connections that
+// send nothing (more than --max-http-conns), re-opening each one the
+// server closes, /healthz, an authenticated page and a chat socket are
+// still served, each on a new connection, every time.
+func TestSilentConnectionsFlood(t *testing.T) {
+	// Not parallel: the flood takes the machine's CPUs while it runs.
+	for _, tc := range []struct {
+		name string
+		cfg  web.Config
+	}{
+		{"defaults", web.Config{MaxHTTPConns: 256}},
+		{"cap alone", web.Config{MaxHTTPConns: 256, MaxPendingPerPeer: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := runServer(t, tc.cfg, 5*time.Second)
+			f := startFlood(t, "tcp", srv.addr, 300)
+			testkit.WaitFor(t, 30*time.Second, "the flood's 300 connections and 300 more re-opened",
+				func() bool { return f.opened.Load() >= 600 })
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			defer client.CloseIdleConnections()
+			before := f.opened.Load()
+			for i := range 20 {
+				for _, req := range []struct{ path, auth string }{{"/healthz", ""}, {"/", "Bearer secret-token"}} {
+					r, _ := http.NewRequestWithContext(ctx, "GET", "http://"+srv.addr+req.path, nil)
+					if req.auth != "" {
+						r.Header.Set("Authorization", req.auth)
+					}
+					resp, err := client.Do(r)
+					if err != nil {
+						t.Fatalf("request %d to %s during the flood: %v", i, req.path, err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						t.Fatalf("request %d to %s during the flood: %d", i, req.path, resp.StatusCode)
+					}
+				}
+			}
+			ws, _, err := websocket.Dial(ctx, "ws://"+srv.addr+"/ws/chat", &websocket.DialOptions{
+				HTTPHeader: http.Header{"Authorization": {"Bearer secret-token"}}})
+			if err != nil {
+				t.Fatalf("a chat socket during the flood: %v", err)
+			}
+			ws.CloseNow()
+			if f.opened.Load() == before {
+				t.Fatal("the flood re-opened nothing while the requests ran: it was not under way")
+			}
+			if !strings.Contains(srv.logs.String(), `"msg":"connections that sent no request closed"`) {
+				t.Fatalf("no WARN for the closed silent connections:\n%.4000s", srv.logs)
+			}
+			t.Logf("the flood opened %d connections (%d dial errors)", f.opened.Load(), f.dialErrs.Load())
+		})
+	}
+}
+
+// logRecords are the JSON records in logs with that message.
+func logRecords(logs, msg string) []map[string]any {
+	var recs []map[string]any
+	for _, line := range strings.Split(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+// dialRaw is dialKeepAlive over any network, from a local address when
+// local is not nil.
+func dialRaw(t *testing.T, network, addr string, local net.Addr) *keepAlive {
+	t.Helper()
+	c, err := (&net.Dialer{LocalAddr: local}).Dial(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keepAlive{Conn: c, br: bufio.NewReader(c)}
+}
+
+// closedByServer fails the test unless the server closes c (without a
+// response) within d; d bounds a failing test only.
+func closedByServer(t *testing.T, c *keepAlive, d time.Duration, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	if n, err := c.br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("%s: read %v, %v; want it closed by the server", what, n, err)
+	}
+}
+
+// TestPendingPerPeerBudget: one connection more than --max-pending-per-peer
+// that has not sent its request closes the peer's oldest such connection;
+// a connection whose handler runs, an idle one and the younger pending
+// ones stay. All of 127.0.0.0/8 is one peer, and a Unix socket's peer is
+// its uid.
+func TestPendingPerPeerBudget(t *testing.T) {
+	t.Parallel()
+	const budget = 3
+	loop := func(i int) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(i))} }
+	for _, tc := range []struct {
+		name    string
+		network string
+		from    func(i int) net.Addr // the local address of the i-th silent connection
+		peer    string
+	}{
+		{"one address", "tcp", func(int) net.Addr { return nil }, "127.0.0.0/8"},
+		{"across 127/8", "tcp", func(i int) net.Addr { return loop(2 + i) }, "127.0.0.0/8"},
+		{"unix socket", "unix", func(int) net.Addr { return nil }, fmt.Sprintf("uid:%d", os.Getuid())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen(tc.network, map[string]string{"tcp": "127.0.0.1:0", "unix": t.TempDir() + "/s"}[tc.network])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The header timeout never closes a connection within the test.
+			srv := runServerOn(t, ln, web.Config{MaxPendingPerPeer: budget, HeaderTimeout: time.Hour}, 5*time.Second)
+			busy := dialRaw(t, tc.network, srv.addr, nil)
+			fmt.Fprintf(busy, "GET /ws/pty HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer secret-token\r\n\r\n")
+			testkit.Recv(t, 20*time.Second, "the busy request in its handler", srv.entered)
+			idle := dialRaw(t, tc.network, srv.addr, nil)
+			if code, err := idle.get("/healthz"); err != nil || code != 200 {
+				t.Fatalf("/healthz: %d %v", code, err)
+			}
+			// Silent connections, accepted in the order they are dialled (the
+			// listen queue is FIFO), one more each time the poll finds none
+			// closed: a connection is safe from the budget for a grace
+			// after it came, so the one that closes the oldest comes later.
+			var silent []*keepAlive
+			var closed []chan struct{} // closed when the server closed silent[i]
+			var answered []chan byte   // the first byte the server sent on silent[i]
+			dial := func() {
+				i := len(silent)
+				c := dialRaw(t, tc.network, srv.addr, tc.from(i%200))
+				done, got := make(chan struct{}), make(chan byte, 1)
+				go func() { // c's only reader; ends when c is closed or answered
+					if b, err := c.br.ReadByte(); err != nil {
+						close(done)
+					} else {
+						got <- b
+					}
+				}()
+				silent, closed, answered = append(silent, c), append(closed, done), append(answered, got)
+			}
+			isClosed := func(i int) bool {
+				select {
+				case <-closed[i]:
+					return true
+				default:
+					return false
+				}
+			}
+			for range budget {
+				dial()
+			}
+			testkit.WaitFor(t, 20*time.Second, "the oldest silent connection closed", func() bool {
+				if isClosed(0) {
+					return true
+				}
+				dial()
+				return false
+			})
+			// Closed: the oldest ones, never a newer before an older, and
+			// at most as many as took the peer over its budget.
+			n := 0
+			for n < len(silent) && isClosed(n) {
+				n++
+			}
+			if n > len(silent)-budget {
+				t.Fatalf("%d of %d silent connections closed, want at most %d", n, len(silent), len(silent)-budget)
+			}
+			for i := n; i < len(silent); i++ {
+				if isClosed(i) {
+					t.Fatalf("silent connection %d closed before %d: the oldest go first", i, n)
+				}
+			}
+			for i := n; i < len(silent); i++ {
+				fmt.Fprintf(silent[i], "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+				select {
+				case b := <-answered[i]:
+					if b != 'H' {
+						t.Fatalf("silent connection %d answered %q", i, b)
+					}
+				case <-closed[i]:
+					t.Fatalf("silent connection %d closed by the server, want it answered", i)
+				case <-time.After(20 * time.Second): // bounds a failing test only
+					t.Fatalf("silent connection %d: no answer", i)
+				}
+			}
+			if code, err := idle.get("/healthz"); err != nil || code != 200 {
+				t.Fatalf("the idle connection after the silent ones were closed: %d %v", code, err)
+			}
+			recs := logRecords(srv.logs.String(), "connections that sent no request closed")
+			if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["reason"] != "pending_over_peer_budget" ||
+				recs[0]["peer"] != tc.peer || recs[0]["closed"] != 1.0 || recs[0]["max_pending_per_peer"] != float64(budget) {
+				t.Fatalf("records %v, want one WARN (one per interval) of a connection from %s over the budget", recs, tc.peer)
+			}
+			srv.stop() // the busy request's handler returns and answers
+			busy.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if resp, err := http.ReadResponse(busy.br, nil); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("the busy request (its handler ran while the silent ones came): %v %v", resp, err)
+			}
+		})
+	}
+}
+
+// TestHTTPConnCapPendingFirst: a newcomer beyond --max-http-conns closes
+// the oldest connection that sent no request before the one idle the
+// longest, and is served.
+func TestHTTPConnCapPendingFirst(t *testing.T) {
+	t.Parallel()
+	srv := runServer(t, web.Config{MaxHTTPConns: 3, HeaderTimeout: time.Hour}, 5*time.Second)
+	idle := dialKeepAlive(t, srv.addr)
+	if code, err := idle.get("/healthz"); err != nil || code != 200 {
+		t.Fatalf("/healthz: %d %v", code, err)
+	}
+	p0, _ := dialKeepAlive(t, srv.addr), dialKeepAlive(t, srv.addr)
+	newcomer := dialKeepAlive(t, srv.addr)
+	if code, err := newcomer.get("/healthz"); err != nil || code != 200 {
+		t.Fatalf("the newcomer beyond the cap: %d %v, want 200", code, err)
+	}
+	if code, err := idle.get("/healthz"); err != nil || code != 200 {
+		t.Fatalf("the idle connection after the newcomer came: %d %v, want it kept", code, err)
+	}
+	closedByServer(t, p0, 20*time.Second, "the oldest silent connection")
+	recs := logRecords(srv.logs.String(), "connections that sent no request closed")
+	if len(recs) != 1 || recs[0]["reason"] != "pending_at_cap" || recs[0]["max_http_conns"] != 3.0 {
+		t.Fatalf("records %v, want one WARN of a pending connection closed at the cap", recs)
+	}
+}
+
+// BenchmarkHealthzSilentConns measures /healthz on a new connection each
+// time, with no silent connections and with a flood of 300 held (see
+// TestSilentConnectionsFlood), at the defaults of --max-http-conns and
+// --max-pending-per-peer. Run: go test -run '^$' -bench HealthzSilent
+// -benchtime 1000x ./web/
+func BenchmarkHealthzSilentConns(b *testing.B) {
+	for _, n := range []int{0, 300} {
+		b.Run(fmt.Sprintf("silent=%d", n), func(b *testing.B) {
+			srv := runServer(b, web.Config{MaxHTTPConns: 256}, 5*time.Second)
+			if n > 0 {
+				f := startFlood(b, "tcp", srv.addr, n)
+				testkit.WaitFor(b, 30*time.Second, "the flood", func() bool { return f.opened.Load() >= int64(2*n) })
+			}
+			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+			defer client.CloseIdleConnections()
+			var lat []time.Duration
+			failed := 0
+			for b.Loop() {
+				start := time.Now()
+				resp, err := client.Get("http://" + srv.addr + "/healthz")
+				if err == nil {
+					resp.Body.Close()
+				}
+				if err != nil || resp.StatusCode != 200 {
+					failed++
+					continue
+				}
+				lat = append(lat, time.Since(start))
+			}
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			}
+			b.ReportMetric(float64(failed), "failed")
+		})
 	}
 }
