@@ -411,11 +411,13 @@ func TestUnixUsersCapabilities(t *testing.T) {
 		"--reuid=" + svc.Name, "--regid=" + svc.Name, "--clear-groups",
 		"--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=-all," + caps, "--",
 		testkit.ExecutableByAll(t, dashgateBin), "serve",
-		"--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--token", testToken, "--log-format", "json",
+		"--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--log-format", "json",
 		"--log-level", "debug", "--worker-grace", workerGrace.String(),
 		"--users-file", file, "--unix-users", "--cgroup", "auto",
 	}
-	d := launchBin(t, testkit.Options{Bin: setpriv, Args: args, Exact: true, Token: testToken, Dir: dir})
+	// The token in the environment: --unix-users refuses one in argv.
+	d := launchBin(t, testkit.Options{Bin: setpriv, Args: args, Exact: true, Token: testToken, Dir: dir,
+		Env: append(testkit.CleanEnv(), "DASHGATE_TOKEN="+testToken)})
 	d.secrets = append(d.secrets, token)
 	if uid, _, _ := procIDs(t, d.PID()); uid != svc.UID {
 		t.Fatalf("dashgate runs as uid %d, want the service account's %d", uid, svc.UID)
@@ -499,6 +501,19 @@ func TestSystemdUnixUsersUnit(t *testing.T) {
 	if _, ok := flagValue(args, "pty-cmd"); ok {
 		t.Errorf("ExecStart has --pty-cmd: the terminal is the account's login shell without it")
 	}
+	// Every user has a shell here: only nginx's workers may reach dashgate.
+	if v, _ := flagValue(args, "addr"); !strings.HasPrefix(v, "unix:/run/dashgate/") {
+		t.Errorf("ExecStart --addr %q, want a Unix socket in /run/dashgate (RuntimeDirectory=dashgate)", v)
+	}
+	if v, _ := flagValue(args, "proxy-user"); v != "www-data" {
+		t.Errorf("ExecStart --proxy-user %q, want www-data (Debian's nginx workers)", v)
+	}
+	if _, ok := flagValue(args, "trusted-proxies"); ok {
+		t.Errorf("ExecStart trusts an address range: every local account connects from 127.0.0.1")
+	}
+	if got := unit.get("Service", "RuntimeDirectory"); got != "dashgate" {
+		t.Errorf("RuntimeDirectory=%q, want dashgate (the socket's directory)", got)
+	}
 	stopSpan, err := parseTimeSpan(unit.get("Service", "TimeoutStopSec"))
 	if err != nil {
 		t.Fatalf("TimeoutStopSec: %v", err)
@@ -550,7 +565,12 @@ func TestSystemdUnixUsersUnit(t *testing.T) {
 		for i, a := range run {
 			run[i] = strings.NewReplacer("${STATE_DIRECTORY}", stateDir, "$STATE_DIRECTORY", stateDir).Replace(a)
 		}
+		// Over TCP here, so that the test's clients reach it: without the
+		// socket, --proxy-user has nothing to prove.
 		run = setFlag(t, run, "addr", "127.0.0.1:0")
+		if i := slices.Index(run, "--proxy-user"); i >= 0 {
+			run = slices.Delete(run, i, i+2)
+		}
 		run = setFlag(t, run, "users-file", file)
 		if why := cgroupProblem(); why != "" {
 			t.Logf("--cgroup auto instead of on: %s", why)

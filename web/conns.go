@@ -107,7 +107,8 @@ func newConnSet(max, maxPending int, log *slog.Logger) *connSet {
 type trackedConn struct {
 	net.Conn
 	set   *connSet
-	peer  string // connPeer, at accept
+	peer  string      // connPeer, at accept
+	cred  *unix.Ucred // a Unix socket's peer credentials, read at accept (sockCred); nil over TCP
 	once  sync.Once
 	over  atomic.Bool  // beyond the cap with nothing to close: answer 503
 	heard atomic.Int32 // heardNone, heardPart or heardHeaders; written by its reader only
@@ -206,16 +207,17 @@ func (l listener) Accept() (net.Conn, error) {
 		}
 		return nil, err
 	}
-	return &trackedConn{Conn: c, set: l.set, peer: connPeer(c)}, nil
+	cred := sockCred(c)
+	return &trackedConn{Conn: c, set: l.set, cred: cred, peer: connPeer(c, cred)}, nil
 }
 
 // connPeer names who a connection's pending budget is counted against:
 // over TCP its remote address, except that all of 127.0.0.0/8 is one peer
 // (a local account can connect from any of its addresses, not only
 // 127.0.0.1) and an IPv6 address counts as its /64 (what one host is
-// given); over a Unix socket the peer's uid (SO_PEERCRED, one getsockopt
-// at accept), or "unix" when the kernel does not say.
-func connPeer(c net.Conn) string {
+// given); over a Unix socket the peer's uid (cred: SO_PEERCRED, read
+// once at accept), or "unix" when the kernel does not say.
+func connPeer(c net.Conn, cred *unix.Ucred) string {
 	switch a := c.RemoteAddr().(type) {
 	case *net.TCPAddr:
 		ip, ok := netip.AddrFromSlice(a.IP)
@@ -232,16 +234,8 @@ func connPeer(c net.Conn) string {
 		}
 		return ip.String()
 	case *net.UnixAddr:
-		if uc, ok := c.(*net.UnixConn); ok {
-			if raw, err := uc.SyscallConn(); err == nil {
-				var cred *unix.Ucred
-				var cerr error
-				if err := raw.Control(func(fd uintptr) {
-					cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-				}); err == nil && cerr == nil {
-					return "uid:" + strconv.FormatUint(uint64(cred.Uid), 10)
-				}
-			}
+		if cred != nil {
+			return "uid:" + strconv.FormatUint(uint64(cred.Uid), 10)
 		}
 		return "unix"
 	}

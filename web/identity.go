@@ -463,7 +463,9 @@ type identityState struct {
 	seen        *seenUsers
 	badHeaders  atomic.Int64 // refused user headers since the last WARN
 	headerWarn  rate.Sometimes
-	throttle    *throttle // wrong users-file tokens per client (throttle.go)
+	throttle    *throttle    // wrong users-file tokens per client (throttle.go)
+	badSecrets  atomic.Int64 // wrong proxy secrets since the last WARN (peer.go)
+	secretWarn  rate.Sometimes
 
 	smu   sync.Mutex
 	socks map[string]map[*liveSocket]struct{} // open /ws/* requests by user
@@ -500,6 +502,7 @@ func (s *Server) initIdentity() error {
 	}
 	s.seen = newSeenUsers(maxSeenUsers)
 	s.headerWarn = rate.Sometimes{Interval: headerWarnEvery}
+	s.secretWarn = rate.Sometimes{Interval: headerWarnEvery}
 	s.throttle = newThrottle()
 	s.socks = map[string]map[*liveSocket]struct{}{}
 	return nil

@@ -87,8 +87,10 @@ func peerAddr(remote string) (netip.Addr, bool) {
 // when, the peer is a trusted proxy (docs/failure-classes.md #17); from anyone else they
 // are ignored. The client address becomes r.RemoteAddr, the forwarded host
 // r.Host (so origin checks compare against what the browser used). The
-// peer is the connection's own: an address in TrustedProxies, or with
-// TrustUnix any Unix-socket connection. Whether it was trusted stays in
+// peer is the connection's own, proven (peer.go): over TCP an address in
+// TrustedProxies that sends ProxySecret when there is one; over a Unix
+// socket a process ProxyPeer matches, or with TrustUnix alone any one
+// (that sends ProxySecret when there is one). Whether it was trusted stays in
 // the request's context (peerTrusted: the user header's gate), whatever
 // X-Forwarded-For says. A Unix-socket peer's RemoteAddr ("@" or "") becomes
 // "unix": every such peer is one local address.
@@ -96,13 +98,19 @@ func (s *Server) proxy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var trusted bool
 		if isUnixConn(r) {
-			trusted = s.cfg.TrustUnix
 			if r.RemoteAddr == "" || r.RemoteAddr == "@" {
 				r.RemoteAddr = "unix"
 			}
+			switch {
+			case s.cfg.ProxyPeer != nil:
+				r.Header.Del(ProxySecretHeader)
+				trusted = s.cfg.ProxyPeer.Match(peerCred(r))
+			default:
+				trusted = s.proxySecretOK(r) && s.cfg.TrustUnix
+			}
 		} else {
 			peer, ok := peerAddr(r.RemoteAddr)
-			trusted = ok && s.isTrusted(peer)
+			trusted = s.proxySecretOK(r) && ok && s.isTrusted(peer)
 		}
 		r = r.WithContext(context.WithValue(r.Context(), peerKey{}, trusted))
 		if !trusted {

@@ -87,8 +87,19 @@ type Config struct {
 	// 32. "": derived from CookieKey.
 	Instance string
 	// TrustUnix: requests that came over a Unix-socket listener are from a
-	// trusted proxy (X-Forwarded-* and UserHeader honoured).
+	// trusted proxy (X-Forwarded-* and UserHeader honoured): with ProxyPeer,
+	// only those whose peer credentials it matches; without it, and without
+	// ProxySecret, every process that can open the socket.
 	TrustUnix bool
+	// ProxyPeer (--proxy-user) is who may speak as the proxy over a Unix
+	// socket; nil: see TrustUnix.
+	ProxyPeer *ProxyPeer
+	// ProxySecret (--proxy-secret-file), when not empty, is what a proxy
+	// must send in ProxySecretHeader for its request to be trusted: over
+	// TCP besides being in TrustedProxies, over a Unix socket without
+	// ProxyPeer besides TrustUnix. Never logged; the header is removed
+	// from every request.
+	ProxySecret []byte
 
 	// Connections (Run). MaxHTTPConns caps open HTTP connections, WebSockets
 	// not counted (0: no cap); IdleTimeout closes a keep-alive connection
@@ -98,6 +109,16 @@ type Config struct {
 	MaxHTTPConns int
 	IdleTimeout  time.Duration
 	CloseTimeout time.Duration
+	// MaxPendingPerPeer is how many connections one peer (an IP address;
+	// all of 127.0.0.0/8 as one; an IPv6 /64; a Unix socket's uid) may
+	// hold that have not finished their request headers: one more closes
+	// its oldest such connection (0: DefaultMaxPendingPerPeer; negative:
+	// no budget). See connSet.
+	MaxPendingPerPeer int
+	// HeaderTimeout closes a connection whose request headers are not in
+	// that long after its accept, or after the first byte of a keep-alive
+	// connection's next request (0: DefaultHeaderTimeout).
+	HeaderTimeout time.Duration
 }
 
 // Handlers are the endpoints the server routes to.
@@ -121,6 +142,7 @@ type Server struct {
 	sepAdm  bool
 	cop     *http.CrossOriginProtection
 	trusted []netip.Prefix
+	secretH *[32]byte // sha256 of Config.ProxySecret; nil without one
 
 	mu       sync.Mutex
 	inflight int            // requests being served, WebSockets included
@@ -156,6 +178,10 @@ func New(cfg Config, h Handlers) (*Server, error) {
 	}
 	if err := s.initIdentity(); err != nil {
 		return nil, err
+	}
+	if len(cfg.ProxySecret) > 0 {
+		h := sha256.Sum256(cfg.ProxySecret)
+		s.secretH = &h
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if strings.Contains(o, "://") && !strings.ContainsAny(o, "*?[") {
@@ -482,7 +508,18 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.Duration, log *slog.Logger) error {
 	base, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
-	conns := newConnSet(h.cfg.MaxHTTPConns, log)
+	maxPending := h.cfg.MaxPendingPerPeer
+	switch {
+	case maxPending == 0:
+		maxPending = DefaultMaxPendingPerPeer
+	case maxPending < 0:
+		maxPending = 0
+	}
+	conns := newConnSet(h.cfg.MaxHTTPConns, maxPending, log)
+	headerTimeout := h.cfg.HeaderTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = DefaultHeaderTimeout
+	}
 	idle := h.cfg.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
@@ -492,8 +529,8 @@ func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.D
 		closeTimeout = DefaultCloseTimeout
 	}
 	srv := &http.Server{
-		Handler:           conns.refuseOverCap(h),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           conns.serving(conns.refuseOverCap(h)),
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idle,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext:       connContext,
@@ -534,4 +571,19 @@ func Run(ctx context.Context, ln net.Listener, h *Server, shutdownTimeout time.D
 const (
 	DefaultIdleTimeout  = 90 * time.Second
 	DefaultCloseTimeout = time.Second
+	// DefaultHeaderTimeout: a client on a slow link sends its request
+	// headers (a few KiB at most) well within it; a silent connection
+	// holds its descriptor half as long as under the former 10 s.
+	DefaultHeaderTimeout = 5 * time.Second
+	// DefaultMaxPendingPerPeer: a browser opens at most 6 connections to a
+	// host at once, and a client that sends its request at once is pending
+	// for microseconds, so a few dozen browsers behind one NAT or one proxy
+	// seldom have more than a handful pending together; 32 leaves them a
+	// wide margin while one silent client holds at most 32 descriptors and
+	// goroutines, an eighth of the default --max-http-conns (256). A larger
+	// budget would not protect more (a pending connection gives way first
+	// at the cap anyway); a smaller one would let a reconnecting silent
+	// client close a well-behaved neighbour's fresh connection after fewer
+	// of its own.
+	DefaultMaxPendingPerPeer = 32
 )

@@ -22,6 +22,10 @@ func TestMain(m *testing.M) {
 		acceptHelper()
 		return
 	}
+	if os.Getenv(unixGetEnv) != "" {
+		unixGet()
+		return
+	}
 	testkit.VerifyNoLeaks(m)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/web"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -22,11 +23,23 @@ import (
 // as an environment variable: --worker-grace is DASHGATE_WORKER_GRACE; a
 // flag on the command line wins.
 type config struct {
-	Addr             string
-	AddrFile         string
-	Token            string
-	TokenExplicit    bool
-	AdminToken       string
+	Addr            string
+	AddrFile        string
+	Token           string
+	TokenExplicit   bool
+	TokenFile       string
+	AdminToken      string
+	AdminTokenFile  string
+	ProxyUser       string
+	ProxySecretFile string
+	ProxySecret     []byte // read from ProxySecretFile
+	HeaderTimeout   time.Duration
+	MaxPendingPeer  int
+	// ArgvSecrets names the flags given on the command line that carry a
+	// secret (--token, --admin-token, a --store URL with a password): every
+	// local account reads them in /proc/<pid>/cmdline. With --unix-users
+	// that refuses the start; otherwise run logs one WARN.
+	ArgvSecrets      []string
 	WorkerCmd        string
 	PTYCmd           string
 	PTYCwd           string
@@ -121,6 +134,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the bound address to this file once listening")
 	fs.StringVar(&c.Token, "token", "", "dashboard token; when empty a random one is made (kept in <state-dir>/token for the next start) and a login URL printed")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "token of /admin and /metrics (default: the dashboard token)")
+	fs.StringVar(&c.TokenFile, "token-file", "", "read the dashboard token from this file (not readable by others), instead of --token: argv is every local account's to read")
+	fs.StringVar(&c.AdminTokenFile, "admin-token-file", "", "read the admin token from this file (not readable by others), instead of --admin-token")
+	fs.StringVar(&c.ProxyUser, "proxy-user", "", "with --addr unix:PATH, the user or group of the proxy (e.g. www-data): the socket is made for it (its group, 0660) and only its processes' requests (peer credentials) may name a user in --user-header")
+	fs.StringVar(&c.ProxySecretFile, "proxy-secret-file", "", "file holding a secret the proxy sends in X-Dashgate-Proxy-Secret: over TCP, a --trusted-proxies peer's user header and X-Forwarded-* count only with it")
+	fs.DurationVar(&c.HeaderTimeout, "http-header-timeout", 5*time.Second, "a connection must send its request headers within this, else it is closed")
+	fs.IntVar(&c.MaxPendingPeer, "max-pending-per-peer", 32, "connections one peer (an address; all of 127.0.0.0/8 as one; a Unix socket's uid) may hold before its request headers are in; one more closes its oldest (0: no budget)")
 	fs.StringVar(&c.WorkerCmd, "worker-cmd", "", "chat worker command line, split on spaces (default: this binary's worker subcommand)")
 	fs.StringVar(&c.PTYCmd, "pty-cmd", defaultPTYCmd(), "program run in terminals, split on spaces")
 	fs.StringVar(&c.PTYCwd, "pty-cwd", "", "working directory of terminals (default: dashgate's)")
@@ -163,15 +182,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.UserHeader, "user-header", "", "take the user from this request header (e.g. X-Forwarded-User), only from a --trusted-proxies peer; the proxy must overwrite it")
 	fs.StringVar(&c.UsersFile, "users-file", "", "file of name:bcrypt-hash lines, one per user (dashgate user add NAME); reloaded on SIGHUP")
 	fs.StringVar(&c.AdminUsers, "admin-users", "", "comma-separated users who reach /admin and /metrics (and may reap any session, never read or type into one)")
-	fs.IntVar(&c.MaxSessionsUser, "max-sessions-per-user", 0, "live sessions of one user; beyond it the user's least recently active detached one is evicted, else error 4029 (0: no limit)")
-	fs.IntVar(&c.MaxWorkersUser, "max-workers-per-user", 0, "live chat workers of one user's sessions; beyond it error 4029 (0: no limit)")
+	fs.IntVar(&c.MaxSessionsUser, "max-sessions-per-user", 0, "live sessions of one user; beyond it the user's least recently active detached one is evicted, else error 4029 (0: no limit; with users on the default is a quarter of --max-sessions)")
+	fs.IntVar(&c.MaxWorkersUser, "max-workers-per-user", 0, "live chat workers of one user's sessions; beyond it error 4029 (0: no limit; with users on the default is an eighth of --max-workers)")
 	fs.BoolVar(&c.UnixUsers, "unix-users", false, "run each user's worker, agent tools and terminal as the Unix account of the same name (or --unix-users-map's), in a cgroup per user; needs root or CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL")
 	fs.StringVar(&c.UnixUsersMap, "unix-users-map", "", "file of dashgateuser:unixuser lines (with --unix-users); a user not in it is refused")
 	fs.BoolVar(&c.AllowRootUsers, "allow-root-users", false, "let a dashgate user map to uid 0 (with --unix-users)")
 	fs.StringVar(&c.UserMemoryMax, "user-memory-max", "", "memory.max of each user's cgroup, e.g. 4GiB (with --unix-users; needs the memory controller)")
 	fs.IntVar(&c.UserPidsMax, "user-pids-max", 0, "pids.max of each user's cgroup (with --unix-users; 0: no limit; needs the pids controller)")
 	fs.StringVar(&c.UserCPUMax, "user-cpu-max", "", "cpu.max of each user's cgroup as a share of one CPU, e.g. 200% (with --unix-users; needs the cpu controller)")
-	fs.IntVar(&c.MaxTerminalsUser, "max-terminals-per-user", 0, "live terminals of one user; beyond it the terminal is refused with 4029 (0: no limit)")
+	fs.IntVar(&c.MaxTerminalsUser, "max-terminals-per-user", 0, "live terminals of one user; beyond it the terminal is refused with 4029 (0: no limit; with users on the default is an eighth of --max-workers)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated extra origins (host patterns, or scheme://host) for WebSockets and POSTs")
 	fs.StringVar(&c.NodeID, "node-id", "", "this instance's id in a cluster; sets the dashgate_node cookie, and the node holds its sessions under leases in the store (ttl --node-expiry)")
 	fs.StringVar(&c.PassEnv, "pass-env", "", "comma-separated extra environment variables passed to workers and terminals")
@@ -191,10 +210,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
 	fs.IntVar(&c.ChildPidsMax, "child-pids-max", 0, "pids.max of each child's cgroup: processes one worker or terminal may have (0: no limit; needs the pids controller)")
 
+	// The command line first, then the environment for what it left unset:
+	// which flags came from argv is known (ArgvSecrets).
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	argv := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { argv[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "DASHGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" {
+		if v := getenv(name); v != "" && !argv[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil && envErr == nil {
 				envErr = fmt.Errorf("%s: %w", name, err)
 			}
@@ -203,11 +232,33 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if envErr != nil {
 		return c, envErr
 	}
-	if err := fs.Parse(args); err != nil {
+	for _, name := range []string{"token", "admin-token"} {
+		if argv[name] {
+			c.ArgvSecrets = append(c.ArgvSecrets, "--"+name)
+		}
+	}
+	if argv["store"] && urlHasPassword(c.Store) {
+		c.ArgvSecrets = append(c.ArgvSecrets, "--store")
+	}
+	if err := c.readSecretFiles(); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	// With users on, the per-user caps default to shares of the global
+	// ones (sessions.DefaultUserCaps), so that one user cannot take the
+	// box; given (argv or DASHGATE_*), even 0 (no limit), they stay.
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if c.UserHeader != "" || c.UsersFile != "" {
+		s, w, t := sessions.DefaultUserCaps(c.MaxSessions, c.MaxWorkers)
+		if !explicit["max-sessions-per-user"] {
+			c.MaxSessionsUser = s
+		}
+		if !explicit["max-workers-per-user"] {
+			c.MaxWorkersUser = w
+		}
+		if !explicit["max-terminals-per-user"] {
+			c.MaxTerminalsUser = t
+		}
 	}
 	c.TokenExplicit = c.Token != ""
 	fs.Visit(func(f *flag.Flag) {
@@ -272,8 +323,8 @@ func (c config) validate() error {
 	if c.LLMConnectTimeout <= 0 || c.LLMHeaderTimeout <= 0 {
 		errs = append(errs, errors.New("--llm-connect-timeout and --llm-header-timeout must be positive"))
 	}
-	if c.MaxHTTPConns < 0 || c.HTTPIdleTimeout <= 0 || c.WSCloseTimeout <= 0 || c.WSCloseTimeout > c.ShutdownTimeout {
-		errs = append(errs, errors.New("--max-http-conns must not be negative, --http-idle-timeout positive, --ws-close-timeout positive and at most --shutdown-timeout"))
+	if c.MaxHTTPConns < 0 || c.MaxPendingPeer < 0 || c.HTTPIdleTimeout <= 0 || c.HeaderTimeout <= 0 || c.WSCloseTimeout <= 0 || c.WSCloseTimeout > c.ShutdownTimeout {
+		errs = append(errs, errors.New("--max-http-conns and --max-pending-per-peer must not be negative, --http-idle-timeout and --http-header-timeout positive, --ws-close-timeout positive and at most --shutdown-timeout"))
 	}
 	if c.DetachTurnGrace < 0 {
 		errs = append(errs, errors.New("--detach-turn-grace must not be negative"))
@@ -311,9 +362,10 @@ func (c config) validate() error {
 	if c.MaxSessionsUser < 0 || c.MaxWorkersUser < 0 || c.MaxTerminalsUser < 0 {
 		errs = append(errs, errors.New("--max-sessions-per-user, --max-workers-per-user and --max-terminals-per-user must not be negative"))
 	}
+	errs = append(errs, c.validateProxy()...)
 	if c.UserHeader != "" {
-		if strings.TrimSpace(c.TrustedProxies) == "" {
-			errs = append(errs, fmt.Errorf("--user-header %s needs --trusted-proxies: the header is honoured only from those peers", c.UserHeader))
+		if strings.TrimSpace(c.TrustedProxies) == "" && c.ProxyUser == "" {
+			errs = append(errs, fmt.Errorf("--user-header %s needs a proxy to trust: --proxy-user (a Unix socket) or --trusted-proxies: the header is honoured only from it", c.UserHeader))
 		}
 		if strings.ContainsAny(c.UserHeader, " \t:\r\n") {
 			errs = append(errs, fmt.Errorf("--user-header %q is not a header name", c.UserHeader))
@@ -341,6 +393,128 @@ func (c config) validate() error {
 		errs = append(errs, fmt.Errorf("--addr %s is not a loopback address: set --token (or DASHGATE_TOKEN) explicitly", c.Addr))
 	}
 	return errors.Join(errs...)
+}
+
+// safeProxyWays is what a refusal of an unproven proxy suggests.
+const safeProxyWays = "listen on a Unix socket only the proxy may use (--addr unix:/run/dashgate/dashgate.sock --proxy-user www-data), or have the proxy send a secret (--proxy-secret-file)"
+
+// validateProxy checks how the proxy that names users is proven
+// (web/peer.go). With --unix-users every person served has a shell on the
+// box, and a shell connects from 127.0.0.1 like the proxy does: the user
+// header is then believed only from a proven proxy, and no secret may sit
+// in argv.
+func (c config) validateProxy() []error {
+	var errs []error
+	_, unixAddr := unixPath(c.Addr)
+	if c.ProxyUser != "" && !unixAddr {
+		errs = append(errs, fmt.Errorf("--proxy-user %s needs --addr unix:PATH: peer credentials exist only on a Unix socket", c.ProxyUser))
+	}
+	prefixes, trustUnix, err := web.ParseTrustedPeers(c.TrustedProxies)
+	if err != nil {
+		return append(errs, fmt.Errorf("--trusted-proxies: %w", err))
+	}
+	if !c.UnixUsers {
+		return errs
+	}
+	if len(c.ArgvSecrets) > 0 {
+		errs = append(errs, fmt.Errorf("%s on the command line: every local account reads it in /proc/<pid>/cmdline; with --unix-users pass it in the environment (DASHGATE_TOKEN, DASHGATE_ADMIN_TOKEN, DASHGATE_STORE) or with --token-file / --admin-token-file (PGPASSFILE for the store)",
+			strings.Join(c.ArgvSecrets, ", ")))
+	}
+	if c.UserHeader == "" {
+		return errs
+	}
+	if len(prefixes) > 0 && c.ProxySecretFile == "" {
+		errs = append(errs, fmt.Errorf("--user-header with --trusted-proxies %s and --unix-users: an address proves nothing on a shared box (every local account connects from 127.0.0.1 and could name any user); %s", c.TrustedProxies, safeProxyWays))
+	}
+	if trustUnix && c.ProxyUser == "" && c.ProxySecretFile == "" {
+		errs = append(errs, fmt.Errorf("--user-header with --trusted-proxies unix and --unix-users: say who the proxy is with --proxy-user (its processes alone may then name users), or %s", safeProxyWays))
+	}
+	return errs
+}
+
+// proxyWarnings are the WARN records run logs at start for a proxy set-up
+// that lets local processes be any user, without --unix-users (with it,
+// validateProxy refuses them).
+func (c config) proxyWarnings() []string {
+	var out []string
+	if len(c.ArgvSecrets) > 0 {
+		out = append(out, strings.Join(c.ArgvSecrets, ", ")+" given on the command line: every local account can read it in /proc/<pid>/cmdline; use the DASHGATE_* variable or a -file flag")
+	}
+	if c.UserHeader == "" || c.ProxySecretFile != "" {
+		return out
+	}
+	prefixes, _, _ := web.ParseTrustedPeers(c.TrustedProxies)
+	if len(prefixes) > 0 {
+		out = append(out, "--user-header is believed from any process connecting from --trusted-proxies "+c.TrustedProxies+
+			": on this machine every local process (127.0.0.1) can name itself any user; "+safeProxyWays)
+	}
+	return out
+}
+
+// readSecretFiles reads --token-file, --admin-token-file and
+// --proxy-secret-file. Each must be a regular file not readable by others
+// (a secret's file is as secret as the secret), hold one line, and not be
+// given beside the flag it replaces.
+func (c *config) readSecretFiles() error {
+	read := func(flagName, path string) (string, error) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", fmt.Errorf("--%s: %w", flagName, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("--%s %s: not a regular file", flagName, path)
+		}
+		if fi.Mode().Perm()&0o004 != 0 {
+			return "", fmt.Errorf("--%s %s: readable by every account (mode %04o): chmod o-r it", flagName, path, fi.Mode().Perm())
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("--%s: %w", flagName, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" || strings.ContainsAny(v, "\r\n") {
+			return "", fmt.Errorf("--%s %s: want one non-empty line", flagName, path)
+		}
+		return v, nil
+	}
+	var err error
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			return errors.New("--token and --token-file: give one")
+		}
+		if c.Token, err = read("token-file", c.TokenFile); err != nil {
+			return err
+		}
+	}
+	if c.AdminTokenFile != "" {
+		if c.AdminToken != "" {
+			return errors.New("--admin-token and --admin-token-file: give one")
+		}
+		if c.AdminToken, err = read("admin-token-file", c.AdminTokenFile); err != nil {
+			return err
+		}
+	}
+	if c.ProxySecretFile != "" {
+		v, err := read("proxy-secret-file", c.ProxySecretFile)
+		if err != nil {
+			return err
+		}
+		if len(v) < 16 {
+			return fmt.Errorf("--proxy-secret-file %s: the secret is %d bytes; want at least 16 (openssl rand -hex 32)", c.ProxySecretFile, len(v))
+		}
+		c.ProxySecret = []byte(v)
+	}
+	return nil
+}
+
+// urlHasPassword says whether a --store URL carries a password.
+func urlHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.Contains(raw, "@") // unparsable: assume the worst
+	}
+	_, ok := u.User.Password()
+	return ok
 }
 
 // isLoopback reports whether addr only listens on the loopback interface

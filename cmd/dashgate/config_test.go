@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +41,13 @@ func TestConfigRefusals(t *testing.T) {
 		{"unknown cgroup mode", []string{"--cgroup", "yes"}, "--cgroup"},
 		{"memory limit not a size", []string{"--child-memory-max", "lots"}, "--child-memory-max"},
 		{"negative pids limit", []string{"--child-pids-max", "-1"}, "--child-pids-max"},
-		{"user header without trusted proxies", []string{"--user-header", "X-Forwarded-User"}, "needs --trusted-proxies"},
+		{"user header without trusted proxies", []string{"--user-header", "X-Forwarded-User"}, "needs a proxy to trust"},
+		{"unix users trusting an address", []string{"--unix-users", "--user-header", "X-Forwarded-User", "--trusted-proxies", "127.0.0.1"}, "an address proves nothing"},
+		{"unix users trusting any socket peer", []string{"--unix-users", "--user-header", "X-Forwarded-User", "--trusted-proxies", "unix", "--addr", "unix:/run/d.sock"}, "--proxy-user"},
+		{"unix users with the token in argv", []string{"--unix-users", "--users-file", "/u", "--token", "t0k"}, "--token on the command line"},
+		{"unix users with the admin token in argv", []string{"--unix-users", "--users-file", "/u", "--admin-token", "t0k"}, "--admin-token on the command line"},
+		{"unix users with a store password in argv", []string{"--unix-users", "--users-file", "/u", "--store", "postgres://u:pw@h/db"}, "--store on the command line"},
+		{"proxy user over TCP", []string{"--user-header", "X-Forwarded-User", "--proxy-user", "www-data"}, "needs --addr unix:"},
 		{"user header not a name", []string{"--user-header", "X User", "--trusted-proxies", "127.0.0.1"}, "not a header name"},
 		{"admin users without users", []string{"--admin-users", "carol"}, "--admin-users needs users"},
 		{"negative per-user cap", []string{"--max-workers-per-user", "-1"}, "--max-workers-per-user"},
@@ -152,5 +160,90 @@ func TestConfigStoreOutage(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--store-backlog", "0"}, none, io.Discard); err == nil || !strings.Contains(err.Error(), "--store-backlog") {
 		t.Fatalf("--store-backlog 0: %v; want refused", err)
+	}
+}
+
+// TestConfigSecretsOutOfArgv: a secret given in the environment or a file
+// is not in argv (no refusal with --unix-users, no warning); given on the
+// command line it is named in ArgvSecrets (one WARN at start without
+// --unix-users); a secret file readable by others, or given beside its
+// flag, is refused; the proxy is proven by a secret or peer credentials.
+func TestConfigSecretsOutOfArgv(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokFile := write("token", "tok-from-file\n", 0o600)
+	admFile := write("admin", "adm-from-file\n", 0o640)
+	secFile := write("secret", "0123456789abcdef0123\n", 0o600)
+	open := write("open", "tok-readable\n", 0o644)
+	short := write("short", "abc\n", 0o600)
+	env := map[string]string{"HOME": "/home/t", "DASHGATE_STORE": "postgres://u:pw@h/db"}
+	getenv := func(k string) string { return env[k] }
+
+	cfg, err := parseConfig([]string{"--unix-users", "--users-file", "/u", "--token-file", tokFile, "--admin-token-file", admFile,
+		"--user-header", "X-Forwarded-User", "--trusted-proxies", "127.0.0.1", "--proxy-secret-file", secFile}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Token != "tok-from-file" || cfg.AdminToken != "adm-from-file" || string(cfg.ProxySecret) != "0123456789abcdef0123" || !cfg.TokenExplicit {
+		t.Fatalf("secrets from files: %+v", cfg)
+	}
+	if len(cfg.ArgvSecrets) != 0 || len(cfg.proxyWarnings()) != 0 {
+		t.Fatalf("secrets from the environment and files counted as argv: %v %v", cfg.ArgvSecrets, cfg.proxyWarnings())
+	}
+
+	cfg, err = parseConfig([]string{"--token", "t0k", "--store", "postgres://u:pw@h/db", "--user-header", "X-Forwarded-User", "--trusted-proxies", "127.0.0.1"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.ArgvSecrets, " "); got != "--token --store" {
+		t.Fatalf("ArgvSecrets %q, want --token --store", got)
+	}
+	if w := cfg.proxyWarnings(); len(w) != 2 || !strings.Contains(w[0], "/proc/<pid>/cmdline") || !strings.Contains(w[1], "every local process") {
+		t.Fatalf("warnings %q", w)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"token file readable by all", []string{"--token-file", open}, "readable by every account"},
+		{"token and token file", []string{"--token", "x", "--token-file", tokFile}, "give one"},
+		{"short proxy secret", []string{"--proxy-secret-file", short}, "at least 16"},
+		{"missing file", []string{"--admin-token-file", filepath.Join(dir, "nope")}, "--admin-token-file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := parseConfig(tc.args, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestConfigUserCapDefaults: with users on, the per-user caps default to
+// shares of the global ones; given (argv or the environment), even 0, they
+// stay; without users there is no per-user limit.
+func TestConfigUserCapDefaults(t *testing.T) {
+	env := map[string]string{"HOME": "/home/t", "DASHGATE_MAX_TERMINALS_PER_USER": "0"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := parseConfig([]string{"--users-file", "/u", "--max-sessions", "100", "--max-workers", "40", "--max-workers-per-user", "3"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxSessionsUser != 25 || cfg.MaxWorkersUser != 3 || cfg.MaxTerminalsUser != 0 {
+		t.Fatalf("users on: per-user caps %d/%d/%d, want 25 (a quarter of 100), 3 (given), 0 (given)", cfg.MaxSessionsUser, cfg.MaxWorkersUser, cfg.MaxTerminalsUser)
+	}
+	cfg, err = parseConfig([]string{"--max-sessions", "100"}, func(k string) string { return map[string]string{"HOME": "/home/t"}[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxSessionsUser != 0 || cfg.MaxWorkersUser != 0 || cfg.MaxTerminalsUser != 0 {
+		t.Fatalf("users off: per-user caps %d/%d/%d, want none", cfg.MaxSessionsUser, cfg.MaxWorkersUser, cfg.MaxTerminalsUser)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -23,11 +24,13 @@ import (
 // listen opens --addr: a TCP address, or unix:/path for a Unix socket a
 // proxy on the same host connects to. A socket file left by a dashgate
 // that died is removed; one something still listens on, or a file that is
-// not a socket, is refused. The socket is made 0660: its group (put the
-// proxy's user in dashgate's group, or use a directory only both can
-// enter) decides who may connect. The listener removes the file when it
-// is closed.
-func listen(addr string) (net.Listener, error) {
+// not a socket, is refused. A missing parent directory is made (0755:
+// the socket's own mode guards it). The socket is made 0660, owned by
+// dashgate's account and, with proxy (--proxy-user), by the proxy's group,
+// so that the proxy (and dashgate's account) can connect and nobody else
+// can; without proxy, by dashgate's group. The listener removes the file
+// when it is closed.
+func listen(addr string, proxy *web.ProxyPeer) (net.Listener, error) {
 	path, ok := unixPath(addr)
 	if !ok {
 		return net.Listen("tcp", addr)
@@ -44,9 +47,20 @@ func listen(addr string) (net.Listener, error) {
 			return nil, fmt.Errorf("--addr %s: remove the stale socket: %w", addr, err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, &startupError{fmt.Errorf("--addr %s: %w", addr, err)}
+	}
+	// Made with the umask's mode (no write bit for others: nobody else can
+	// connect meanwhile), then given to the proxy's group.
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
+	}
+	if proxy != nil {
+		if err := os.Lchown(path, -1, proxy.SocketGID); err != nil {
+			ln.Close()
+			return nil, &startupError{fmt.Errorf("--addr %s: give the socket to --proxy-user %s's group (gid %d): %w", addr, proxy.Name, proxy.SocketGID, err)}
+		}
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()

@@ -32,7 +32,7 @@ func TestListenUnix(t *testing.T) {
 	if _, err := os.Lstat(path); err != nil {
 		t.Fatalf("the stale socket is not there: %v", err)
 	}
-	ln, err := listen("unix:" + path)
+	ln, err := listen("unix:"+path, nil)
 	if err != nil {
 		t.Fatalf("listen over a stale socket: %v", err)
 	}
@@ -49,7 +49,7 @@ func TestListenUnix(t *testing.T) {
 		}
 	}()
 	var refused *startupError
-	if _, err := listen("unix:" + path); !errors.As(err, &refused) {
+	if _, err := listen("unix:"+path, nil); !errors.As(err, &refused) {
 		t.Fatalf("listen where something listens: %v, want a refusal", err)
 	}
 	ln.Close()
@@ -61,7 +61,7 @@ func TestListenUnix(t *testing.T) {
 	if err := os.WriteFile(plain, []byte("keep me"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := listen("unix:" + plain); !errors.As(err, &refused) {
+	if _, err := listen("unix:"+plain, nil); !errors.As(err, &refused) {
 		t.Fatalf("listen on a regular file: %v, want a refusal", err)
 	}
 	if b, _ := os.ReadFile(plain); string(b) != "keep me" {

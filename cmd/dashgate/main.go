@@ -282,6 +282,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
+	var proxyPeer *web.ProxyPeer
+	if cfg.ProxyUser != "" {
+		p, err := web.LookupProxyPeer(cfg.ProxyUser, os.Geteuid())
+		if err != nil {
+			return &startupError{fmt.Errorf("--proxy-user: %w", err)}
+		}
+		proxyPeer = &p
+	}
+	for _, w := range cfg.proxyWarnings() {
+		log.Warn(w)
+	}
 	userFile, err := openUsers(cfg.UsersFile)
 	if err != nil {
 		return err
@@ -360,7 +371,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	// Listening before the server is built: the login cookie's name comes
 	// from the bound address.
-	ln, err := listen(cfg.Addr)
+	ln, err := listen(cfg.Addr, proxyPeer)
 	if err != nil {
 		return err
 	}
@@ -375,7 +386,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: nodeID, Version: version, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, MaxHTTPConns: cfg.MaxHTTPConns, IdleTimeout: cfg.HTTPIdleTimeout,
 		CloseTimeout: cfg.WSCloseTimeout, TrustUnix: trustUnix, UserHeader: cfg.UserHeader,
-		AdminUsers: splitList(cfg.AdminUsers), CookieKey: signKey, Instance: cookieName,
+		ProxyPeer: proxyPeer, ProxySecret: cfg.ProxySecret, HeaderTimeout: cfg.HeaderTimeout,
+		MaxPendingPerPeer: pendingBudget(cfg.MaxPendingPeer),
+		AdminUsers:        splitList(cfg.AdminUsers), CookieKey: signKey, Instance: cookieName,
 	}
 	nodes, clustered := st.Store.(store.Nodes)
 	clustered = clustered && nodeID != ""
@@ -457,6 +470,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	reg.FlushStore(fctx) // logs what it could not write
 	log.Info("dashgate stopped")
 	return serveErr
+}
+
+// pendingBudget is web.Config.MaxPendingPerPeer for --max-pending-per-peer,
+// whose 0 means no budget (web's 0 means its default).
+func pendingBudget(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // printURLs prints, on stdout for the person who started dashgate (never

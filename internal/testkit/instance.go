@@ -31,7 +31,8 @@ type Options struct {
 	Dir string // an existing directory (the caller removes it) for the address file, the log, stdout and the state dir
 
 	// Args are flags after the defaults (--addr 127.0.0.1:0, --addr-file,
-	// --state-dir <Dir>/state, --token, --log-format json): they come last
+	// --state-dir <Dir>/state, --log-format json, and the token as
+	// DASHGATE_TOKEN appended to Env): they come last
 	// and win. With Exact, Args is the whole argument list and only
 	// --addr-file is appended (the caller then gives the token another
 	// way, e.g. DASHGATE_TOKEN in Env, and asks for JSON logs itself).
@@ -96,12 +97,17 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 		args = append(args, o.Sub)
 	}
 	if !o.Exact {
-		args = []string{"--addr", "127.0.0.1:0", "--state-dir", filepath.Join(o.Dir, "state"),
-			"--token", o.Token, "--log-format", "json"}
+		args = []string{"--addr", "127.0.0.1:0", "--state-dir", filepath.Join(o.Dir, "state"), "--log-format", "json"}
 	}
 	args = append(append(args, o.Args...), "--addr-file", addrFile)
 	if o.Env == nil {
 		o.Env = CleanEnv()
+	}
+	if !o.Exact {
+		// The token travels in the environment, as the README says to pass
+		// secrets: argv is every local account's to read (and --unix-users
+		// refuses a token there). A --token in Args still wins.
+		o.Env = append(slices.Clip(o.Env), "DASHGATE_TOKEN="+o.Token)
 	}
 	logPath := filepath.Join(o.Dir, "dashgate.log")
 	logf, err := os.Create(logPath)
