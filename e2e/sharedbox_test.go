@@ -552,3 +552,96 @@ func neighbourDo(ask neighbourAsk) neighbourAnswer {
 	}
 	return ans
 }
+
+// One user cannot push another out, with the defaults: with users on, the
+// per-user caps are shares of the global ones (--max-sessions 8 and
+// --max-workers 8 give each user 2 sessions, 1 chat worker, 1 terminal),
+// so alice asking for eight sessions and a worker in each gets 4029 naming
+// the per-user flags, and bob's detached session, his worker and his
+// terminal are still there for him. With the per-user caps off (0), the
+// global caps still take only from whoever is over their fair share: at
+// --max-workers alice's idle worker is closed for bob (reason=reclaimed),
+// not bob refused.
+func TestSharedBoxFairShare(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "users")
+	_, aliceToken := userAdd(t, file, "alice", "http://127.0.0.1/")
+	_, bobToken := userAdd(t, file, "bob", "http://127.0.0.1/")
+	is4029 := func(err error, flag string) bool {
+		var rpc *testkit.RPCError
+		return errors.As(err, &rpc) && rpc.Code == 4029 && strings.Contains(rpc.Message, flag)
+	}
+
+	t.Run("the defaults", func(t *testing.T) {
+		d := startDashgate(t, "--users-file", file, "--max-sessions", "8", "--max-workers", "8", "--pty-spare=false")
+		d.secrets = append(d.secrets, aliceToken, bobToken)
+		bob := openChat(t, "bob's chat", d.WSURL("ws/chat"), testkit.DialOptions{Token: bobToken})
+		b1 := bob.createSession("bob's")
+		bob.mustEcho(b1, "before")
+		bob.Close() // detached: what a global LRU evicted for alice on main
+		testkit.WaitFor(t, 10*time.Second, "bob's session detached", func() bool {
+			for _, s := range d.adminSessions() {
+				if s.SessionID == b1 {
+					return s.State == "detached"
+				}
+			}
+			return false
+		})
+
+		alice := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{Token: aliceToken})
+		var mine []string
+		for i := range 8 {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			sid, err := alice.CreateSession(ctx, fmt.Sprintf("a%d", i))
+			cancel()
+			switch {
+			case err == nil:
+				mine = append(mine, sid)
+			case !is4029(err, "--max-sessions-per-user"):
+				t.Fatalf("alice's session %d: %v, want a session or error 4029 naming --max-sessions-per-user", i, err)
+			}
+		}
+		if len(mine) != 2 {
+			t.Fatalf("alice holds %d sessions, want her default share 2 (a quarter of --max-sessions 8)", len(mine))
+		}
+		alice.mustEcho(mine[0], "mine")
+		if _, err := alice.slash(mine[1], "/echo more"); !is4029(err, "--max-workers-per-user") {
+			t.Fatalf("alice's second worker: %v, want error 4029 naming --max-workers-per-user", err)
+		}
+
+		bob = openChat(t, "bob's chat again", d.WSURL("ws/chat"), testkit.DialOptions{Token: bobToken})
+		bob.mustCall("session.resume", map[string]any{"session_id": b1}, nil)
+		bob.mustEcho(b1, "after")
+		pty := openPTY(t, "bob's terminal", d.WSURL("ws/pty?session_id="+b1), testkit.DialOptions{Token: bobToken})
+		if err := pty.run("echo bob-term", exactly("bob-term"), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range d.Log.Records("session closed") {
+			if r.Str("user") == "bob" {
+				t.Errorf("bob's session was closed: %s", r)
+			}
+		}
+	})
+
+	t.Run("the per-user caps off", func(t *testing.T) {
+		d := startDashgate(t, "--users-file", file, "--max-workers", "2", "--pty-spare=false",
+			"--max-sessions-per-user", "0", "--max-workers-per-user", "0", "--max-terminals-per-user", "0")
+		d.secrets = append(d.secrets, aliceToken, bobToken)
+		alice := openChat(t, "alice's chat", d.WSURL("ws/chat"), testkit.DialOptions{Token: aliceToken})
+		a1, a2 := alice.createSession("a1"), alice.createSession("a2")
+		alice.mustEcho(a1, "one")
+		alice.mustEcho(a2, "two") // both workers of the box: alice's, idle
+		bob := openChat(t, "bob's chat", d.WSURL("ws/chat"), testkit.DialOptions{Token: bobToken})
+		b1 := bob.createSession("b1")
+		bob.mustEcho(b1, "mine too")
+		testkit.WaitFor(t, 10*time.Second, "a worker closed record with reason reclaimed", func() bool {
+			for _, r := range d.Log.Records("worker closed") {
+				if r.Str("reason") == "reclaimed" && r.Str("user") == "alice" && r.Str("for_user") == "bob" {
+					return true
+				}
+			}
+			return false
+		})
+		alice.mustEcho(a1, "again") // her session stays; a worker starts again
+	})
+}
