@@ -16,40 +16,15 @@ import (
 )
 
 // checkInvariants asserts, between two operations, what must always hold.
+// What it reads under the registry's lock it judges there but reports after
+// unlocking: t.Fatalf under the lock would leave it held for the cleanup's
+// Shutdown, and the test would hang instead of failing.
 func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, op string) {
 	t.Helper()
-	r := h.r
-	r.mu.Lock()
-	liveWorkers := map[int]bool{}
-	for id, s := range r.sessions {
-		if s.worker != nil {
-			if s.state != StateAttached && s.state != StateCreated {
-				t.Fatalf("step %d (%s): session %s is %s but holds worker %d", step, op, id, s.state, s.worker.PID())
-			}
-			if !s.worker.Closing() {
-				liveWorkers[s.worker.PID()] = true
-			}
-		}
-		if s.state == StateAttached && len(s.viewers) == 0 {
-			t.Fatalf("step %d (%s): session %s attached without viewers", step, op, id)
-		}
-		for v := range s.viewers {
-			if _, ok := r.viewers.byViewer[v][s]; !ok {
-				t.Fatalf("step %d (%s): viewer index out of step for %s", step, op, id)
-			}
-		}
+	liveWorkers, bad := lockedInvariants(h.r)
+	if bad != "" {
+		t.Fatalf("step %d (%s): %s", step, op, bad)
 	}
-	for v, set := range r.viewers.byViewer {
-		if len(set) > r.cfg.MaxViewed {
-			t.Fatalf("step %d (%s): a viewer views %d sessions, over the cap %d", step, op, len(set), r.cfg.MaxViewed)
-		}
-		for s := range set {
-			if _, ok := s.viewers[v]; !ok {
-				t.Fatalf("step %d (%s): viewing index names a session that does not count the viewer", step, op)
-			}
-		}
-	}
-	r.mu.Unlock()
 	for _, w := range h.sp.workers() {
 		if !w.Closing() && !liveWorkers[w.pid] {
 			t.Fatalf("step %d (%s): worker %d alive but owned by no attached session", step, op, w.pid)
@@ -65,6 +40,44 @@ func checkInvariants(t *testing.T, h *harness, ended map[string]bool, step int, 
 		}
 		ended[sid] = true
 	}
+}
+
+// lockedInvariants checks, holding r.mu, what the registry's own state must
+// hold, and returns the pids of the live workers of sessions and the first
+// broken invariant ("" if none).
+func lockedInvariants(r *Registry) (liveWorkers map[int]bool, bad string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	liveWorkers = map[int]bool{}
+	for id, s := range r.sessions {
+		if s.worker != nil {
+			if s.state != StateAttached && s.state != StateCreated {
+				return nil, fmt.Sprintf("session %s is %s but holds worker %d", id, s.state, s.worker.PID())
+			}
+			if !s.worker.Closing() {
+				liveWorkers[s.worker.PID()] = true
+			}
+		}
+		if s.state == StateAttached && len(s.viewers) == 0 {
+			return nil, fmt.Sprintf("session %s attached without viewers", id)
+		}
+		for v := range s.viewers {
+			if _, ok := r.viewers.byViewer[v][s]; !ok {
+				return nil, fmt.Sprintf("viewer index out of step for %s", id)
+			}
+		}
+	}
+	for v, set := range r.viewers.byViewer {
+		if len(set) > r.cfg.MaxViewed {
+			return nil, fmt.Sprintf("a viewer views %d sessions, over the cap %d", len(set), r.cfg.MaxViewed)
+		}
+		for s := range set {
+			if _, ok := s.viewers[v]; !ok {
+				return nil, "viewing index names a session that does not count the viewer"
+			}
+		}
+	}
+	return liveWorkers, ""
 }
 
 func TestRandomizedModel(t *testing.T) {
