@@ -21,9 +21,9 @@ import (
 // echo where this has one (BENCHMARKS.md, issue 28). The cost is a thread
 // per terminal while its reader waits.
 //
-// Read is called by one goroutine at a time; Write, WriteNow and Resize
-// may be called beside it, and one write's bytes go in whole, before or
-// after another's. Close ends a Read or Write that waits (they
+// Read is called by one goroutine at a time; Write, WriteWithin and
+// Resize may be called beside it, and one write's bytes go in whole, before
+// or after another's. Close ends a Read or Write that waits (they
 // return os.ErrClosed) and closes both descriptors once they let go.
 type ptyMaster struct {
 	f    *os.File // the master, O_NONBLOCK but unknown to the poller
@@ -174,16 +174,6 @@ func (m *ptyMaster) Read(b []byte) (n int, err error) {
 	return n, err
 }
 
-// WriteNow writes what the pty takes without waiting and returns how many
-// bytes that was (0 when it takes none now, or after Close).
-func (m *ptyMaster) WriteNow(b []byte) int {
-	m.wmu.Lock()
-	defer m.wmu.Unlock()
-	n := 0
-	m.with(func(fd, _ int) { n, _ = writeNow(fd, b) })
-	return n
-}
-
 func writeNow(fd int, b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
@@ -207,10 +197,20 @@ func writeNow(fd int, b []byte) (int, error) {
 // full, until ctx's deadline (context.DeadlineExceeded; ctx's error when it
 // ended otherwise). It fails with os.ErrClosed after Close.
 func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
+	return m.WriteWithin(ctx, b, -1)
+}
+
+// WriteWithin is Write waiting for room at most d from when it first has
+// to (d < 0: no bound but ctx's). What the pty takes at once is written
+// without reading the clock. The write lock is held once for the whole
+// of b, so another write (a keystroke of another socket) comes before or
+// after it, never inside it; the hold ends with the deadline.
+func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) error {
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
 	var err error
 	werr := m.with(func(fd, wake int) {
+		var deadline time.Time // set when the first wait comes
 		for {
 			var k int
 			k, err = writeNow(fd, b)
@@ -225,9 +225,19 @@ func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
 			if err = ctx.Err(); err != nil {
 				return
 			}
+			if deadline.IsZero() {
+				if dl, ok := ctx.Deadline(); ok {
+					deadline = dl
+				}
+				if d >= 0 {
+					if own := time.Now().Add(d); deadline.IsZero() || own.Before(deadline) {
+						deadline = own
+					}
+				}
+			}
 			timeout := time.Duration(-1)
-			if dl, ok := ctx.Deadline(); ok {
-				timeout = max(time.Until(dl), 0)
+			if !deadline.IsZero() {
+				timeout = max(time.Until(deadline), 0)
 			}
 			if err = wait(fd, wake, unix.POLLOUT, timeout); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/dashgate/dashgate/workers"
 )
@@ -70,10 +71,11 @@ func (p *procPTY) Read(b []byte) (int, error) { return p.master.Read(b) }
 // Write sends input, waiting at most until ctx's deadline.
 func (p *procPTY) Write(ctx context.Context, b []byte) error { return p.master.Write(ctx, b) }
 
-// WriteNow writes what the pty takes without waiting and returns how many
-// bytes that was (0 when it takes none now, or the master is closed: Write
-// then waits for the rest, or says why not). It arms no timer.
-func (p *procPTY) WriteNow(b []byte) int { return p.master.WriteNow(b) }
+// WriteWithin sends input in whole, waiting for room at most d (and until
+// ctx's deadline); what the pty takes at once arms no timer.
+func (p *procPTY) WriteWithin(ctx context.Context, b []byte, d time.Duration) error {
+	return p.master.WriteWithin(ctx, b, d)
+}
 
 // Resize sets the window size in cells.
 func (p *procPTY) Resize(cols, rows uint16) error { return p.master.Resize(cols, rows) }
