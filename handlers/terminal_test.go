@@ -339,6 +339,42 @@ func TestTerminalKeepaliveReplayExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestTerminalHelloReplayEnd: a reattach that asks for the whole buffer
+// (offset 0) is told in hello.replay_end where the replay ends: the bytes
+// before it are what the terminal wrote before the attach, exactly, and
+// live output (the echo of what is typed now) begins there (PROTOCOL.md,
+// issue 27).
+func TestTerminalHelloReplayEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	sid := e.chat().create()
+	q := url.Values{"session_id": {sid}, "keepalive": {"1"}}
+	p := e.pty(q)
+	token := p.waitText("hello")["resume_token"].(string)
+	p.send("echo $((6*7))-before\n")
+	p.expect(`42-before\r\n(?:\x1b\[\?2004h)?[^\n]*[$#] $`, 10*time.Second) // back at the prompt: bash writes nothing more
+	before := p.output()
+	p.drop()
+
+	q.Set("resume_token", token)
+	q.Set("offset", "0")
+	p2 := e.pty(q)
+	hello := p2.waitText("hello")
+	if off, _ := hello["offset"].(float64); off != 0 {
+		t.Fatalf("hello offset %v, want 0 (the buffer holds it all)", hello["offset"])
+	}
+	end, ok := hello["replay_end"].(float64)
+	if !ok || int(end) != len(before) {
+		t.Fatalf("hello replay_end %v, want %d (the output before the reattach)", hello["replay_end"], len(before))
+	}
+	p2.send("echo $((6*8))-after\n")
+	p2.expect(`48-after\r\n`, 10*time.Second)
+	out := p2.output()
+	if replay, live := out[:int(end)], out[int(end):]; replay != before || !strings.HasPrefix(live, "e") || strings.Contains(live, "42-before") {
+		t.Fatalf("replay %q, live %q: want the output before the reattach, then the echo of the new line", replay, live)
+	}
+}
+
 func TestTerminalResetWhenOutputRolledOut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.PTYBuffer = 64 << 10 }})

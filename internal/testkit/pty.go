@@ -13,9 +13,12 @@ import (
 
 // Hello is the first frame of a terminal socket (PROTOCOL.md §3).
 type Hello struct {
-	Type        string `json:"type"` // "hello"
-	SessionID   string `json:"session_id"`
-	Offset      int64  `json:"offset"` // output bytes produced before the first binary frame that follows
+	Type      string `json:"type"` // "hello"
+	SessionID string `json:"session_id"`
+	Offset    int64  `json:"offset"` // output bytes produced before the first binary frame that follows
+	// ReplayEnd is the output offset where the replay of the buffer ends
+	// and live output begins (nil: the hello had none).
+	ReplayEnd   *int64 `json:"replay_end,omitempty"`
 	ResumeToken string `json:"resume_token,omitempty"`
 }
 
