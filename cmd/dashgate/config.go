@@ -130,6 +130,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var c config
 	fs := flag.NewFlagSet("dashgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = serveUsage(fs) // grouped: serveFlagGroups, usage.go
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8787", "address to listen on: host:port (port 0 picks one), or unix:/path for a Unix socket (made 0660) behind a proxy")
 	fs.StringVar(&c.AddrFile, "addr-file", "", "write the bound address to this file once listening")
 	fs.StringVar(&c.Token, "token", "", "dashboard token; when empty a random one is made (kept in <state-dir>/token for the next start) and a login URL printed")
