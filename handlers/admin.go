@@ -94,6 +94,11 @@ type Admin struct {
 	// reaps are forwarded. nil: Sessions, when it is one (sessions.AdminView
 	// is) and has a node id; else the node's own rows only, as alone.
 	Cluster AdminCluster
+	// Users: users are on (--user-header or --users-file), and the admin
+	// token is no user: it sees no session's title (adminInfo). false:
+	// token mode, where the admin token is the one (anonymous) user's and
+	// sees every title.
+	Users bool
 
 	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
@@ -280,17 +285,20 @@ type SessionJSON struct {
 // title was left out. Admins list and reap; they do not read: a session's
 // title is its owner's words (typed by hand, or the first line of their
 // first prompt when nobody titled it), so by sees the title of a session
-// it owns only, by the rule of the registry's reads (a session is read by
-// the principal whose User is its owner). Without users, every session is
-// the anonymous user's ("") and the admin token (sessions.AdminPrincipal,
-// User "") is that one user: it sees every title. With users, an admin
-// user sees their own sessions' titles and the admin token no user's.
+// it owns only, by the registry's rule (sessions.Principal.Owns): an
+// admin user sees their own sessions' titles, and the admin token
+// (sessions.AdminPrincipal), which owns nothing, no one's. Without users
+// (h.Users false) every session is the anonymous user's and the admin
+// token is that one user's: it sees every title, by design.
 //
 // Every admin view of a session (the page, /admin/api/sessions, the other
 // nodes' sessions) is made through it; nothing else of Info is the user's
 // words (model is a setting, not text of theirs).
-func adminInfo(by sessions.Principal, s sessions.Info) (sessions.Info, bool) {
-	if s.Owner == by.User {
+func (h *Admin) adminInfo(by sessions.Principal, s sessions.Info) (sessions.Info, bool) {
+	if by == sessions.AdminPrincipal && !h.Users {
+		by = sessions.Principal{} // the one user's admin token
+	}
+	if by.Owns(s.Owner) {
 		return s, false
 	}
 	s.Title = ""
@@ -299,8 +307,8 @@ func adminInfo(by sessions.Principal, s sessions.Info) (sessions.Info, bool) {
 
 // sessionJSON is s as by may see it (adminInfo), of node (remote: another
 // node's).
-func sessionJSON(by sessions.Principal, s sessions.Info, node string, remote bool) SessionJSON {
-	in, hidden := adminInfo(by, s)
+func (h *Admin) sessionJSON(by sessions.Principal, s sessions.Info, node string, remote bool) SessionJSON {
+	in, hidden := h.adminInfo(by, s)
 	return SessionJSON{Info: in, TitleHidden: hidden, Node: node, Remote: remote}
 }
 
@@ -319,7 +327,7 @@ func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]SessionJSON, 0, len(local))
 	for _, s := range local {
-		out = append(out, sessionJSON(by, s, self, false))
+		out = append(out, h.sessionJSON(by, s, self, false))
 	}
 	body := map[string]any{}
 	if c != nil {
@@ -330,7 +338,7 @@ func (h *Admin) apiSessions(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, s := range remote {
 			if f.keeps(s.Owner) {
-				out = append(out, sessionJSON(by, s.Info, s.Node, true))
+				out = append(out, h.sessionJSON(by, s.Info, s.Node, true))
 			}
 		}
 	}
@@ -600,7 +608,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		}
 	}
 	row := func(s sessions.Info, node string) templates.SessionRow {
-		s, hidden := adminInfo(by, s)
+		s, hidden := h.adminInfo(by, s)
 		return templates.SessionRow{
 			ID: s.ID, Owner: s.Owner, Title: s.Title, TitleHidden: hidden, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
 			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),

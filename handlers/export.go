@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,8 +30,15 @@ import (
 // Errors: 400 for another format, 404 for a session the caller may not
 // use, 503 when the store cannot be read (retrying may succeed).
 type Export struct {
-	Registry *sessions.Registry
+	Registry Transcripts
 	Log      *slog.Logger
+}
+
+// Transcripts is what Export needs of the registry (sessions.Registry):
+// a session's whole conversation, for p, who must own it (ErrNotFound
+// otherwise, as for an unknown id).
+type Transcripts interface {
+	Transcript(ctx context.Context, p sessions.Principal, sid string) (sessions.Transcript, error)
 }
 
 func (h *Export) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -111,7 +111,7 @@ func TestAccountsRunChildrenAsTheOwner(t *testing.T) {
 			if got, _ := h.r.Get(p, in.ID); got.WorkerPID != 0 || got.PTYPID != 0 {
 				t.Errorf("%s's session has children: %+v", user, got)
 			}
-			for _, u := range h.r.UsersSummary() {
+			for _, u := range h.r.Admin().UsersSummary() {
 				if u.User == user && (u.Workers != 0 || u.Terminals != 0) {
 					t.Errorf("%s's counts after the refusals: %+v; want no worker, no terminal", user, u)
 				}

@@ -320,10 +320,16 @@ func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
 	}
 }
 
-// storedSession reads the stored row of sid when p may use it (the store
-// is asked for p's rows only). Errors: ErrNotFound, *StoreError.
+// storedSession is findLocked's step for a session not live here: the
+// stored row of sid when p may use it (the store is asked for p's rows
+// only; the admin token's principal has none). Errors: ErrNotFound,
+// *StoreError.
 func (r *Registry) storedSession(ctx context.Context, p Principal, sid string) (store.Session, error) {
-	row, err := r.cfg.Store.Get(ctx, p.User, sid)
+	owner, ok := p.owner()
+	if !ok {
+		return store.Session{}, ErrNotFound
+	}
+	row, err := r.cfg.Store.Get(ctx, owner, sid)
 	if err != nil {
 		return store.Session{}, storeErr(err)
 	}
@@ -351,7 +357,7 @@ func storeErr(err error) error {
 func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResult, error) {
 	p := principalOf(v)
 	r.mu.Lock()
-	cur := r.sessions[sid]
+	cur := r.findEndingLocked(p, sid, accessUse) // another user's goes on as a missing one
 	r.mu.Unlock()
 	if cur != nil {
 		return r.Resume(v, sid)
@@ -410,11 +416,12 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 // "session deleted" record. Errors: ErrNotFound (neither live nor stored,
 // or another user's), *StoreError.
 func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
-	r.mu.Lock()
-	s := r.sessions[sid]
-	if s != nil && !authorize(p, s.owner, accessUse) {
-		s = nil // the store has none of p's either: not found
+	owner, ok := p.owner()
+	if !ok {
+		return ErrNotFound
 	}
+	r.mu.Lock()
+	s := r.findEndingLocked(p, sid, accessUse) // another user's: the store has none of p's either, not found
 	r.mu.Unlock()
 	if s != nil {
 		r.end(s, EndClientClose)
@@ -427,15 +434,15 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 	if err := r.journal.flush(ctx); err != nil {
 		return &StoreError{err}
 	}
-	found, err := r.cfg.Store.Delete(ctx, p.User, sid)
+	found, err := r.cfg.Store.Delete(ctx, owner, sid)
 	if err != nil {
 		return &StoreError{err}
 	}
 	if !found && s == nil {
 		return ErrNotFound
 	}
-	r.announce(p.User, Change{SessionID: sid, State: StateDeleted})
-	r.log.Info("session deleted", "sid", sid, "user", p.User)
+	r.announce(owner, Change{SessionID: sid, State: StateDeleted})
+	r.log.Info("session deleted", "sid", sid, "user", owner)
 	return nil
 }
 
@@ -443,7 +450,7 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 // ErrNotFound (also another user's), *StoreError.
 func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) error {
 	r.mu.Lock()
-	if s := r.sessions[sid]; s != nil && s.live() && authorize(p, s.owner, accessUse) {
+	if s := r.findLocked(p, sid, accessUse); s != nil {
 		s.title, s.titled = title, true
 		r.saveLocked(s)
 		r.changedLocked(s)
@@ -457,7 +464,7 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 		return err
 	}
 	// Only the title changes: a write beside this one keeps its fields.
-	found, err := r.cfg.Store.Rename(ctx, p.User, sid, title)
+	found, err := r.cfg.Store.Rename(ctx, row.Owner, sid, title)
 	if err != nil {
 		return &StoreError{err}
 	}
@@ -473,14 +480,15 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 // older ones exist. Errors: ErrNotFound (also another user's), *StoreError.
 func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeSeq uint64, limit int) ([]Message, bool, error) {
 	r.mu.Lock()
-	s := r.sessions[sid]
-	if s == nil || !s.live() || !authorize(p, s.owner, accessUse) {
+	s := r.findLocked(p, sid, accessUse)
+	if s == nil {
 		r.mu.Unlock()
 		r.journal.flush(ctx)
-		if _, err := r.storedSession(ctx, p, sid); err != nil {
+		row, err := r.storedSession(ctx, p, sid)
+		if err != nil {
 			return nil, false, err
 		}
-		out, more, err := r.cfg.Store.HistoryFor(ctx, p.User, sid, beforeSeq, limit)
+		out, more, err := r.cfg.Store.HistoryFor(ctx, row.Owner, sid, beforeSeq, limit)
 		if err != nil {
 			return nil, false, &StoreError{err}
 		}
@@ -519,7 +527,7 @@ func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeS
 		return out, false, nil
 	}
 	r.journal.flush(ctx)
-	older, more, err := r.cfg.Store.HistoryFor(ctx, p.User, sid, below, limit-len(out))
+	older, more, err := r.cfg.Store.HistoryFor(ctx, s.owner, sid, below, limit-len(out))
 	if err != nil {
 		return nil, false, &StoreError{err}
 	}
@@ -527,11 +535,16 @@ func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeS
 }
 
 // ListClosed returns p's closed sessions, newest closed first, closed
-// before before (zero: any), at most limit, and whether more exist.
-// Errors: *StoreError.
+// before before (zero: any), at most limit, and whether more exist; none
+// for the admin token's principal, which owns nothing. Errors:
+// *StoreError.
 func (r *Registry) ListClosed(ctx context.Context, p Principal, before time.Time, limit int) ([]store.Session, bool, error) {
+	owner, ok := p.owner()
+	if !ok {
+		return nil, false, nil
+	}
 	r.journal.flush(ctx)
-	out, more, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: p.User, Before: before, Limit: limit})
+	out, more, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Before: before, Limit: limit})
 	if err != nil {
 		return nil, false, &StoreError{err}
 	}
@@ -539,11 +552,16 @@ func (r *Registry) ListClosed(ctx context.Context, p Principal, before time.Time
 }
 
 // Search finds entries of p's live and closed sessions holding every word
-// of query, newest first, at most limit. Any text is a valid query.
-// Errors: *StoreError.
+// of query, newest first, at most limit (none for the admin token's
+// principal, which owns nothing). Any text is a valid query. Errors:
+// *StoreError.
 func (r *Registry) Search(ctx context.Context, p Principal, query string, limit int) ([]store.Hit, error) {
+	owner, ok := p.owner()
+	if !ok {
+		return nil, nil
+	}
 	r.journal.flush(ctx)
-	hits, err := r.cfg.Store.Search(ctx, p.User, query, limit)
+	hits, err := r.cfg.Store.Search(ctx, owner, query, limit)
 	if err != nil {
 		return nil, &StoreError{err}
 	}

@@ -24,7 +24,7 @@
 // lease.go (a node's hold on its sessions), changes.go (session.changed),
 // journal.go (the write-behind queue), reasons.go (the table), usage.go
 // (what each user has live: the per-user caps, the fair shares of the
-// global ones and UsersSummary),
+// global ones and AdminView.UsersSummary),
 // accounts.go (the Unix account a session's children run as).
 //
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
@@ -52,13 +52,17 @@
 // keep no copy.
 //
 // Who is asking. Every call acts for a [Principal] (a [Viewer] carries
-// it; calls without a viewer take it as a parameter) and every method that
-// reads or changes a session goes through the one authorize
-// (viewers.go): another user's session answers exactly as a missing one
-// (ErrNotFound). A session's owner is set when it is made and written with
-// every stored row (the conversation stamps it, in one place); store
-// queries carry it. Admins ([AdminPrincipal],
-// [Registry.Admin]) list and end any session, and read none but their own.
+// it; calls without a viewer take it as a parameter) and every exported
+// method that takes a session id reaches it through one lookup-and-authorize
+// step (findLocked and its kin in viewers.go, storedSession for a stored
+// one): another user's session answers exactly as a missing one
+// (ErrNotFound). authorize_test.go accounts for every exported method of
+// [Registry] and [AdminView] as user, admin or system. A session's owner
+// is set when it is made and written with every stored row (the
+// conversation stamps it, in one place); store queries carry it. Admins
+// ([AdminPrincipal], [Registry.Admin]) list and end any session, and read
+// none but their own; the admin token's principal owns none at all
+// ([Principal.Owns]), not even the anonymous user's.
 //
 // Leases. After Claim (a node of a cluster) every stored row and entry
 // carries its session's epoch; a write the store fences as another node's,

@@ -33,7 +33,7 @@ const MaxTranscriptEntries = 100_000
 func (r *Registry) Transcript(ctx context.Context, p Principal, sid string) (Transcript, error) {
 	var t Transcript
 	r.mu.Lock()
-	if s := r.sessions[sid]; s != nil && s.live() && authorize(p, s.owner, accessUse) {
+	if s := r.findLocked(p, sid, accessUse); s != nil {
 		t = Transcript{ID: sid, Title: s.title, State: string(s.state), CreatedAt: s.createdAt, Model: s.model}
 	}
 	r.mu.Unlock()

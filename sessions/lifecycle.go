@@ -78,17 +78,23 @@ func (r *Registry) endAll(ss []*Session, reason EndReason, p Principal) int {
 // MaxSessionsPerUser, the owner's own least recently active detached
 // session, or fails with a *UserCapacityError (which matches
 // ErrCapacity). Other errors: ErrShuttingDown, ErrNotFound (v is gone),
-// ErrViewerCapacity (v views MaxViewed sessions).
+// ErrViewerCapacity (v views MaxViewed sessions); ErrNotFound too for the
+// admin token's principal, which owns nothing (Principal.Owns).
 func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
 	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
 }
 
 // create makes a session owned by p; v, when not nil, must carry p.
+// ErrNotFound for a principal that owns nothing (the admin token's).
 func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
-	if !terminalOnly {
-		title = r.freeDefaultTitle(p.User, title)
+	owner, ok := p.owner()
+	if !ok {
+		return Info{}, ErrNotFound
 	}
-	return r.register(v, r.newSession(p.User, title, closeOnDisconnect, terminalOnly), nil)
+	if !terminalOnly {
+		title = r.freeDefaultTitle(owner, title)
+	}
+	return r.register(v, r.newSession(owner, title, closeOnDisconnect, terminalOnly), nil)
 }
 
 // titleReadTimeout bounds the store read of freeDefaultTitle: a failing
@@ -269,8 +275,8 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 		return ResumeResult{}, err
 	}
 	r.mu.Lock()
-	s := r.sessions[sid]
-	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+	s := r.findLocked(principalOf(v), sid, accessUse)
+	if s == nil {
 		r.mu.Unlock()
 		return ResumeResult{}, ErrNotFound
 	}
@@ -308,12 +314,8 @@ const storeReadTimeout = 5 * time.Second
 // children's "worker closed" records (by=, see byOf).
 func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error) {
 	r.mu.Lock()
-	s := r.sessions[sid]
-	if s != nil && !authorize(p, s.owner, accessManage) {
-		s = nil
-	}
-	owner, wasEnded := r.ended[sid]
-	wasEnded = wasEnded && authorize(p, owner, accessManage)
+	s := r.findEndingLocked(p, sid, accessManage) // endBy tells an ending one
+	wasEnded := r.endedForLocked(p, sid, accessManage)
 	r.mu.Unlock()
 	if s == nil {
 		if wasEnded {

@@ -427,8 +427,8 @@ func (r *Registry) List(p Principal) []Info {
 func (r *Registry) Get(p Principal, sid string) (Info, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.sessions[sid]
-	if s == nil || !s.live() || !authorize(p, s.owner, accessManage) {
+	s := r.findLocked(p, sid, accessManage)
+	if s == nil {
 		return Info{}, false
 	}
 	return s.info(), true

@@ -337,6 +337,9 @@ func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, 
 	terminalOnly := sid == ""
 	if terminalOnly {
 		// Refused before a spare is taken or a session made for it.
+		if _, ok := p.owner(); !ok { // the admin token's principal owns nothing
+			return nil, ErrNotFound
+		}
 		r.mu.Lock()
 		err := r.usage.room(p.User, kindTerminal)
 		r.mu.Unlock()
@@ -387,9 +390,9 @@ func (r *Registry) attachTerminalOnly(ctx context.Context, p Principal, o Termin
 
 func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	r.mu.Lock()
-	s := r.sessions[sid]
+	s := r.findEndingLocked(p, sid, accessUse) // live or not, told below under spawnMu
 	r.mu.Unlock()
-	if s == nil || !authorize(p, s.owner, accessUse) { // s.owner never changes
+	if s == nil {
 		return nil, ErrNotFound
 	}
 	if err := s.spawnMu.Acquire(ctx, 1); err != nil {

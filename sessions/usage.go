@@ -344,8 +344,11 @@ type UserSummary struct {
 // UsersSummary returns, for every user with something live, what it has,
 // sorted by user; the counts are the ones the per-user caps check. It
 // takes the registry's lock once and scans only the users' own sets (no
-// store read); the caller owns the slices.
-func (r *Registry) UsersSummary() []UserSummary {
+// store read); the caller owns the slices. It acts for no principal and
+// shows every user's counts, so it is the admin view's (the admin page's
+// per-user rows), not the registry's.
+func (a AdminView) UsersSummary() []UserSummary {
+	r := a.r
 	r.mu.Lock()
 	out := make([]UserSummary, 0, len(r.usage.byUser))
 	for user, u := range r.usage.byUser {

@@ -58,7 +58,7 @@ func (h *harness) wantUsage(what string, want map[string]counts) {
 	h.t.Helper()
 	got := h.usageNow()
 	if len(want) == 0 && len(got) == 0 {
-		if sum := h.r.UsersSummary(); len(sum) != 0 {
+		if sum := h.r.Admin().UsersSummary(); len(sum) != 0 {
 			h.t.Fatalf("%s: UsersSummary %+v, want none", what, sum)
 		}
 		return
@@ -71,7 +71,7 @@ func (h *harness) wantUsage(what string, want map[string]counts) {
 			h.t.Fatalf("%s: usage %v, want %v", what, got, want)
 		}
 	}
-	for _, s := range h.r.UsersSummary() {
+	for _, s := range h.r.Admin().UsersSummary() {
 		if c := want[s.User]; (counts{s.Sessions, s.Workers, s.Terminals}) != c {
 			h.t.Fatalf("%s: UsersSummary row %+v, want %v", what, s, c)
 		}

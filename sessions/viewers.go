@@ -9,12 +9,15 @@ import (
 // This file owns who views what and who may: the viewer index, the
 // per-viewer cap (Config.MaxViewed), the fan-out of a session's events to
 // its viewers, a socket leaving; the Principal a call acts for and the one
-// rule (authorize) that says whether it may touch a session. Every
-// registry method that reads or changes a session goes through authorize;
-// a session it refuses answers exactly as a missing one (ErrNotFound), so
-// a caller learns nothing of another user's sessions, not even that they
-// exist. A test of package handlers lists every method the handlers call
-// and fails when one is added without an entry.
+// rule (authorize) that says whether it may touch a session, and the one
+// step from a session id to a *Session (find, findEnding, endedFor): every
+// exported method that takes a session id reaches its session through
+// them, and nothing else reads r.sessions by id for a caller. A session
+// they refuse answers exactly as a missing one (ErrNotFound), so a caller
+// learns nothing of another user's sessions, not even that they exist.
+// TestEveryMethodIsAccounted (authorize_test.go) walks the exported
+// methods of *Registry and AdminView and fails for one without an entry
+// (user, with its two-principal proof; admin; or system).
 
 // viewerIndex is the one record of who views what, both ways: the
 // sessions of each viewer (for the cap and a socket's end) and the viewers
@@ -205,8 +208,8 @@ func (r *Registry) DetachViewer(v Viewer, reason workers.Reason) {
 // unknown or ended session, or one v's principal may not use.
 func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
 	r.mu.Lock()
-	s := r.sessions[sid]
-	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+	s := r.findLocked(principalOf(v), sid, accessUse)
+	if s == nil {
 		r.mu.Unlock()
 		return false, ErrNotFound
 	}
@@ -232,8 +235,8 @@ func (r *Registry) Leave(v Viewer, sid string) (bool, error) {
 func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.sessions[sid]
-	if s == nil || !s.live() || !authorize(principalOf(v), s.owner, accessUse) {
+	s := r.findLocked(principalOf(v), sid, accessUse)
+	if s == nil {
 		return nil, ErrNotFound
 	}
 	if err := r.viewLocked(s, v); err != nil {
@@ -242,20 +245,72 @@ func (r *Registry) use(v Viewer, sid string) (*Session, error) {
 	return s, nil
 }
 
+// findLocked is the one step from a session id to a live *Session for a
+// call acting for p: sid looked up and p authorized for a on it. nil (a
+// missing id, an ended session, another user's) is answered exactly as a
+// missing one, ErrNotFound. r.mu must be held.
+func (r *Registry) findLocked(p Principal, sid string, a access) *Session {
+	if s := r.findEndingLocked(p, sid, a); s != nil && s.live() {
+		return s
+	}
+	return nil
+}
+
+// findEndingLocked is findLocked for the callers that tell a session
+// still ending (or, for one that checks later under its own lock,
+// possibly ending) apart themselves: it may return a session no longer
+// live. r.mu must be held.
+func (r *Registry) findEndingLocked(p Principal, sid string, a access) *Session {
+	s := r.sessions[sid]
+	if s == nil || !authorize(p, s.owner, a) {
+		return nil
+	}
+	return s
+}
+
+// endedForLocked reports whether sid ended recently (r.ended) and p may
+// know it, as a says: a close of one answers "closed": false, not
+// ErrNotFound. r.mu must be held.
+func (r *Registry) endedForLocked(p Principal, sid string, a access) bool {
+	owner, ok := r.ended[sid]
+	return ok && authorize(p, owner, a)
+}
+
 // Principal is who a call acts for, resolved once at the edge (package
 // web) and passed down explicitly: a [Viewer] carries it, calls without a
 // viewer take it as a parameter.
 //
-// Today there is one user: the dashboard token is the anonymous user
-// (User "", the owner of every session stored so far) and the admin token
-// the admin principal ([AdminPrincipal]).
+// Without users, the dashboard token is the anonymous user (User "", the
+// owner of every session made without users) and the admin token the
+// admin principal ([AdminPrincipal]), which is no user: it owns nothing.
 type Principal struct {
-	User  string // the owner of the sessions it makes; "" is the anonymous user
+	User  string // the owner of the sessions it makes; "" is the anonymous user (unless Admin)
 	Admin bool   // may list and end any session, never read or type into another user's
 }
 
-// AdminPrincipal is what the admin token resolves to.
+// AdminPrincipal is what the admin token resolves to: an admin that is no
+// user. Its User is "" like the anonymous user's, yet it owns no session,
+// not even the anonymous user's (see Principal.Owns): it lists and reaps,
+// and cannot make a session of its own.
 var AdminPrincipal = Principal{Admin: true}
+
+// owner is the owner of the sessions p makes and owns, the key of its
+// store rows; false for the admin token's principal, which owns none.
+func (p Principal) owner() (string, bool) {
+	if p == AdminPrincipal {
+		return "", false
+	}
+	return p.User, true
+}
+
+// Owns reports whether p owns the sessions of owner (an Info.Owner): its
+// User is owner and it is a user, not the admin token (whose User "" is
+// not the anonymous user's). authorize decides by it; so does the admin
+// page, for which titles an admin sees.
+func (p Principal) Owns(owner string) bool {
+	u, ok := p.owner()
+	return ok && u == owner
+}
 
 // access is what a call does to a session.
 type access int
@@ -272,7 +327,7 @@ const (
 // authorize reports whether p may act on a session owned by owner as a
 // says. It is the one place that decides; a false answers ErrNotFound.
 func authorize(p Principal, owner string, a access) bool {
-	if p.User == owner {
+	if p.Owns(owner) {
 		return true
 	}
 	return a == accessManage && p.Admin

@@ -354,7 +354,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
-	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version}
+	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version, Users: usersMode(cfg) != ""}
 	if nodes, ok := st.Store.(store.Nodes); ok && isPostgresURL(cfg.Store) {
 		admin.Nodes = func(ctx context.Context) ([]store.Node, error) {
 			return nodes.Nodes(ctx, time.Now(), cfg.NodeExpiry)
