@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,6 +78,8 @@ type Instance struct {
 	exited  chan struct{}
 	waitErr error
 	api     *http.Client
+	secrets []string  // the tokens it was given (Options.Secrets)
+	checked sync.Once // CheckNoSecrets reports once
 }
 
 // Start runs dashgate as o says, waits until it listens (its --addr-file
@@ -109,6 +112,7 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 		// refuses a token there). A --token in Args still wins.
 		o.Env = append(slices.Clip(o.Env), "DASHGATE_TOKEN="+o.Token)
 	}
+	secrets := o.Secrets()
 	logPath := filepath.Join(o.Dir, "dashgate.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -122,7 +126,7 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 	defer outf.Close()
 
 	in := &Instance{
-		Token: o.Token, Dir: o.Dir, Log: LogFile{Path: logPath},
+		Token: o.Token, Dir: o.Dir, Log: LogFile{Path: logPath}, secrets: secrets,
 		exited: make(chan struct{}),
 		api:    &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 	}
@@ -187,7 +191,8 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 // is bounded by 30 s, and an error fails the test. Its cleanup is a safety
 // net for a failing test: it kills the instance if it still runs, then
 // every process still carrying its instance id, and reaps those that came
-// back to the caller.
+// back to the caller. It also fails the test when the instance's whole log
+// or its stdout carries one of its tokens (CheckNoSecrets).
 func StartT(tb testing.TB, o Options) *Instance {
 	tb.Helper()
 	if o.Dir == "" {
@@ -201,6 +206,7 @@ func StartT(tb testing.TB, o Options) *Instance {
 	}
 	tb.Cleanup(func() {
 		in.Kill()
+		in.CheckNoSecrets(tb)
 		left, _ := in.Procs()
 		for _, p := range left {
 			syscall.Kill(p.PID, syscall.SIGKILL)
@@ -216,6 +222,56 @@ func StartT(tb testing.TB, o Options) *Instance {
 		}
 	})
 	return in
+}
+
+// Secrets are the tokens o gives dashgate: Token, and a dashboard or admin
+// token passed as a flag (--token, --admin-token) or in Env
+// (DASHGATE_TOKEN, DASHGATE_ADMIN_TOKEN).
+func (o Options) Secrets() []string {
+	out := []string{o.Token}
+	for i, a := range o.Args {
+		for _, flag := range []string{"--token", "--admin-token"} {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				out = append(out, v)
+			} else if a == flag && i+1 < len(o.Args) {
+				out = append(out, o.Args[i+1])
+			}
+		}
+	}
+	for _, kv := range o.Env {
+		for _, key := range []string{"DASHGATE_TOKEN", "DASHGATE_ADMIN_TOKEN"} {
+			if v, ok := strings.CutPrefix(kv, key+"="); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	return slices.Compact(slices.DeleteFunc(out, func(s string) bool { return s == "" }))
+}
+
+// CheckNoSecrets fails tb for every line of the instance's log, whole (a
+// record of any level, in any of its keys or values, or a line that is no
+// record at all), and of its stdout that carries one of its tokens
+// (Options.Secrets) or of extra (tokens the test gave it another way): a
+// token given to dashgate is never written back, not even in the
+// "dashgate listening" record or the URL it prints. It checks once; later
+// calls do nothing. StartT's cleanup calls it.
+func (in *Instance) CheckNoSecrets(tb testing.TB, extra ...string) {
+	tb.Helper()
+	in.checked.Do(func() {
+		secrets := slices.DeleteFunc(append(slices.Clip(in.secrets), extra...), func(s string) bool { return s == "" })
+		for _, f := range []struct{ name, path string }{{"the log", in.Log.Path}, {"stdout", filepath.Join(in.Dir, "stdout")}} {
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				tb.Errorf("read %s for tokens: %v", f.name, err)
+				continue
+			}
+			for n, line := range strings.Split(string(b), "\n") {
+				if i := slices.IndexFunc(secrets, func(s string) bool { return strings.Contains(line, s) }); i >= 0 {
+					tb.Errorf("%s carries a token (line %d): %s", f.name, n+1, line)
+				}
+			}
+		}
+	})
 }
 
 // PID is the instance's process id.
