@@ -661,27 +661,29 @@ func (a *Attachment) Write(ctx context.Context, p []byte) error {
 	return t.pty.Write(ctx, p)
 }
 
-// WriteWithin is Write waiting at most d (and until ctx ends). What the
+// WriteWithin is Write waiting at most d (and until ctx ends). p goes in
+// whole: another attachment's write comes before or after it. What the
 // pty takes at once is written without a timer: a keystroke arms none.
 func (a *Attachment) WriteWithin(ctx context.Context, p []byte, d time.Duration) error {
 	t := a.t
-	if w, ok := t.pty.(interface{ WriteNow([]byte) int }); ok {
-		t.mu.Lock()
-		var err error
-		if t.sizeBy != a {
-			err = t.resizeLocked(a)
-		}
-		t.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if p = p[w.WriteNow(p):]; len(p) == 0 {
-			return nil
-		}
+	w, ok := t.pty.(interface {
+		WriteWithin(context.Context, []byte, time.Duration) error
+	})
+	if !ok {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return a.Write(wctx, p)
 	}
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return a.Write(wctx, p)
+	t.mu.Lock()
+	var err error
+	if t.sizeBy != a {
+		err = t.resizeLocked(a)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return w.WriteWithin(ctx, p, d)
 }
 
 // Resize records the size a's socket asked for (cols x rows cells) and
