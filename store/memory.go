@@ -84,58 +84,15 @@ func (m *Memory) Apply(ctx context.Context, b Batch) error {
 	return nil
 }
 
-// checkBatchLocked finds what would fail b before anything is written:
-// an entry of an unknown session, a row of another owner, writes under a
-// stale epoch. A session's owner and epoch are the stored ones, or those
-// of its first row in b when it is new (as the SQLite backend inserts it).
+// checkBatchLocked is store.CheckBatch of b against the stored sessions.
 func (m *Memory) checkBatchLocked(b Batch) error {
-	type fence struct {
-		owner string
-		epoch uint64
-	}
-	known := map[string]fence{}
-	var fenced []string
-	for _, s := range b.Sessions {
-		f, ok := known[s.ID]
-		if !ok {
-			f = fence{s.Owner, s.Epoch}
-			if ms := m.sessions[s.ID]; ms != nil {
-				f = fence{ms.row.Owner, ms.row.Epoch}
-			}
-			known[s.ID] = f
-		}
-		if s.Owner != f.owner {
-			return fmt.Errorf("session %q: %w", s.ID, ErrOtherOwner)
-		}
-		if s.Epoch != 0 && s.Epoch != f.epoch {
-			fenced = append(fenced, s.ID)
+	stored := map[string]Fence{}
+	for _, id := range b.FenceIDs() {
+		if ms := m.sessions[id]; ms != nil {
+			stored[id] = Fence{Owner: ms.row.Owner, Epoch: ms.row.Epoch}
 		}
 	}
-	for _, e := range b.Entries {
-		f, ok := known[e.SessionID]
-		if !ok {
-			ms := m.sessions[e.SessionID]
-			if ms == nil {
-				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, ErrNotFound)
-			}
-			f = fence{ms.row.Owner, ms.row.Epoch}
-			known[e.SessionID] = f
-		}
-		if e.Epoch != 0 && e.Epoch != f.epoch {
-			fenced = append(fenced, e.SessionID)
-		}
-	}
-	return fencedError(fenced)
-}
-
-// fencedError is a *FencedError naming ids (sorted, each once), or nil
-// when there are none.
-func fencedError(ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	slices.Sort(ids)
-	return &FencedError{SessionIDs: slices.Compact(ids)}
+	return CheckBatch(b, stored)
 }
 
 // trimLocked forgets the oldest closed sessions beyond MaxClosed.

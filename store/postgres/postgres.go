@@ -303,80 +303,38 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 	return br.Close()
 }
 
-// checkBatch finds, before anything is written, what fails b: an entry
-// of an unknown session (store.ErrNotFound), a row of another owner
-// (store.ErrOtherOwner), writes under a stale epoch (*store.FencedError).
-// A session's owner and epoch are the stored ones, or those of its first
-// row in b when b creates it. It locks the stored rows (FOR UPDATE, in id
-// order, so two batches never deadlock) until tx ends.
+// checkBatch reads the stored owner and epoch of b's sessions in tx and
+// makes store.CheckBatch's decision on them, before anything is written.
+// It locks the stored rows (FOR UPDATE, in id order, so two batches never
+// deadlock) until tx ends.
 func checkBatch(ctx context.Context, tx pgx.Tx, b store.Batch) error {
-	if len(b.Sessions) == 0 && len(b.Entries) == 0 {
+	ids := b.FenceIDs()
+	if len(ids) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(b.Sessions)+len(b.Entries))
-	for _, ss := range b.Sessions {
-		ids = append(ids, ss.ID)
-	}
-	for _, e := range b.Entries {
-		ids = append(ids, e.SessionID)
-	}
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	type fence struct {
-		owner string
-		epoch uint64
-	}
-	known := map[string]fence{}
+	stored := make(map[string]store.Fence, len(ids))
 	rows, err := tx.Query(ctx, `SELECT id, owner, epoch FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var id string
-		var f fence
+		var f store.Fence
 		var epoch int64
-		if err := rows.Scan(&id, &f.owner, &epoch); err != nil {
+		if err := rows.Scan(&id, &f.Owner, &epoch); err != nil {
 			rows.Close()
 			return err
 		}
-		f.epoch = uint64(epoch)
-		known[id] = f
+		f.Epoch = uint64(epoch)
+		stored[id] = f
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	var fenced []string
-	for _, ss := range b.Sessions {
-		f, ok := known[ss.ID]
-		if !ok {
-			f = fence{ss.Owner, ss.Epoch}
-			known[ss.ID] = f
-		}
-		if ss.Owner != f.owner {
-			return fmt.Errorf("session %q: %w", ss.ID, store.ErrOtherOwner)
-		}
-		if ss.Epoch != 0 && ss.Epoch != f.epoch {
-			fenced = append(fenced, ss.ID)
-		}
-	}
-	for _, e := range b.Entries {
-		f, ok := known[e.SessionID]
-		if !ok {
-			return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, store.ErrNotFound)
-		}
-		if e.Epoch != 0 && e.Epoch != f.epoch {
-			fenced = append(fenced, e.SessionID)
-		}
-	}
-	if len(fenced) > 0 {
-		slices.Sort(fenced)
-		return &store.FencedError{SessionIDs: slices.Compact(fenced)}
-	}
-	return nil
+	return store.CheckBatch(b, stored)
 }
 
-// Restorable implements store.Store.
 func (s *Store) Restorable(ctx context.Context) ([]store.Session, error) {
 	return s.sessions(ctx, "restorable", `SELECT `+sessionColumns+`, `+lastSeq+` FROM sessions WHERE state <> 'closed'`)
 }

@@ -408,76 +408,33 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 	return nil
 }
 
-// checkBatch finds, before anything is written, what fails b: an entry
-// of an unknown session (store.ErrNotFound), a row of another owner
-// (store.ErrOtherOwner), writes under a stale epoch (*store.FencedError).
-// A session's owner and epoch are the stored ones, or those of its first
-// row in b when b creates it.
+// checkBatch reads the stored owner and epoch of b's sessions in tx and
+// makes store.CheckBatch's decision on them, before anything is written.
 func checkBatch(ctx context.Context, tx *sql.Tx, b store.Batch) error {
-	if len(b.Sessions) == 0 && len(b.Entries) == 0 {
+	ids := b.FenceIDs()
+	if len(ids) == 0 {
 		return nil
-	}
-	type fence struct {
-		owner string
-		epoch uint64
 	}
 	st, err := tx.PrepareContext(ctx, `SELECT owner, epoch FROM sessions WHERE id = ?`)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	known := map[string]fence{}
-	lookup := func(id string) (fence, bool, error) {
-		if f, ok := known[id]; ok {
-			return f, true, nil
-		}
-		var f fence
+	stored := make(map[string]store.Fence, len(ids))
+	for _, id := range ids {
+		var f store.Fence
 		var epoch int64
-		err := st.QueryRowContext(ctx, id).Scan(&f.owner, &epoch)
+		err := st.QueryRowContext(ctx, id).Scan(&f.Owner, &epoch)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fence{}, false, nil
+			continue
 		}
 		if err != nil {
-			return fence{}, false, fmt.Errorf("session %q: %w", id, err)
+			return fmt.Errorf("session %q: %w", id, err)
 		}
-		f.epoch = uint64(epoch)
-		known[id] = f
-		return f, true, nil
+		f.Epoch = uint64(epoch)
+		stored[id] = f
 	}
-	var fenced []string
-	for _, ss := range b.Sessions {
-		f, ok, err := lookup(ss.ID)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			f = fence{ss.Owner, ss.Epoch}
-			known[ss.ID] = f
-		}
-		if ss.Owner != f.owner {
-			return fmt.Errorf("session %q: %w", ss.ID, store.ErrOtherOwner)
-		}
-		if ss.Epoch != 0 && ss.Epoch != f.epoch {
-			fenced = append(fenced, ss.ID)
-		}
-	}
-	for _, e := range b.Entries {
-		f, ok, err := lookup(e.SessionID)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, store.ErrNotFound)
-		}
-		if e.Epoch != 0 && e.Epoch != f.epoch {
-			fenced = append(fenced, e.SessionID)
-		}
-	}
-	if len(fenced) > 0 {
-		slices.Sort(fenced)
-		return &store.FencedError{SessionIDs: slices.Compact(fenced)}
-	}
-	return nil
+	return store.CheckBatch(b, stored)
 }
 
 // Restorable implements store.Store.
