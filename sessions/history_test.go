@@ -43,7 +43,7 @@ func stored(t *testing.T, h *harness, sid string) []Message {
 	if err := h.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	es, _, err := h.r.cfg.Store.History(t.Context(), sid, 0, 1000)
+	es, _, err := h.r.cfg.Store.HistoryFor(t.Context(), "", sid, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func copyStore(t *testing.T, src, dst *store.Memory) {
 	var b store.Batch
 	for _, row := range append(rows, closed...) {
 		b.Sessions = append(b.Sessions, row)
-		es, _, _ := src.History(t.Context(), row.ID, 0, 1<<20)
+		es, _, _ := src.HistoryFor(t.Context(), row.Owner, row.ID, 0, 1<<20)
 		for _, e := range es {
 			b.Entries = append(b.Entries, store.SessionEntry{SessionID: row.ID, Entry: e})
 		}

@@ -156,7 +156,7 @@ func TestJournalSavesWhatFits(t *testing.T) {
 	if err != nil || a.LastSeq < saved || a.LastSeq != uint64(aFrom)-1 {
 		t.Fatalf("after reopening, a's LastSeq %d, %v; want %v (saved while running: %d)", a.LastSeq, err, aFrom-1, saved)
 	}
-	es, _, err := st2.History(t.Context(), "a", 0, n)
+	es, _, err := st2.HistoryFor(t.Context(), "", "a", 0, n)
 	if err != nil || uint64(len(es)) != a.LastSeq {
 		t.Fatalf("after reopening, a has %d entries, %v; want %d", len(es), err, a.LastSeq)
 	}

@@ -188,16 +188,6 @@ func (m *Memory) Closed(ctx context.Context, q ListQuery) ([]Session, bool, erro
 	return out, false, nil
 }
 
-// History implements Store.
-func (m *Memory) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.check(ctx); err != nil {
-		return nil, false, err
-	}
-	return m.historyLocked(m.sessions[sid], beforeSeq, limit)
-}
-
 // HistoryFor implements Store.
 func (m *Memory) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error) {
 	m.mu.Lock()
@@ -342,15 +332,6 @@ func (m *Memory) Delete(ctx context.Context, owner, id string) (bool, error) {
 
 // Prune implements Store.
 func (m *Memory) Prune(ctx context.Context, cutoff time.Time) (int, error) {
-	return m.prune(ctx, func(Session) bool { return true }, cutoff)
-}
-
-// PruneFor implements Store.
-func (m *Memory) PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error) {
-	return m.prune(ctx, func(s Session) bool { return s.Owner == owner }, cutoff)
-}
-
-func (m *Memory) prune(ctx context.Context, match func(Session) bool, cutoff time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
@@ -358,7 +339,7 @@ func (m *Memory) prune(ctx context.Context, match func(Session) bool, cutoff tim
 	}
 	n := 0
 	for id, s := range m.sessions {
-		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) && match(s.row) {
+		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) {
 			delete(m.sessions, id)
 			n++
 		}

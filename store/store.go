@@ -209,14 +209,10 @@ type Store interface {
 	// Closed returns closed sessions newest closed first, and whether older
 	// ones exist beyond the page.
 	Closed(ctx context.Context, q ListQuery) ([]Session, bool, error)
-	// History returns up to limit entries of a session with Seq < beforeSeq
-	// (0: no bound), oldest first, and whether older ones exist. An unknown
-	// session has no entries (no error).
-	// It reads any owner's session: to be removed once sessions calls
-	// HistoryFor.
-	History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
-	// HistoryFor is History of a session of owner: another owner's session
-	// has no entries, as an unknown one.
+	// HistoryFor returns up to limit entries of owner's session sid with
+	// Seq < beforeSeq (0: no bound), oldest first, and whether older ones
+	// exist. An unknown session, or another owner's, has no entries (no
+	// error).
 	HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]Entry, bool, error)
 	// Search returns up to limit of owner's entries whose text holds, for
 	// every word of query, a word it is a prefix of (case-folded: "Pomegran
@@ -233,8 +229,6 @@ type Store interface {
 	// their entries, and returns how many, across owners (the registry's
 	// retention sweep).
 	Prune(ctx context.Context, cutoff time.Time) (int, error)
-	// PruneFor is Prune of one owner's closed sessions.
-	PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error)
 	// Rename sets the title of owner's session id and nothing else (no read
 	// of the row: a write beside it keeps its fields); it reports whether
 	// the session exists for owner.

@@ -415,21 +415,16 @@ ORDER BY closed_at DESC, id DESC LIMIT $3`, q.Owner, before, limit+1)
 	return out, false, nil
 }
 
-// History implements store.Store. A limit <= 0 returns no entries (more
-// still tells whether there are any).
-func (s *Store) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
-	return s.history(ctx, false, "", sid, beforeSeq, limit)
-}
-
-// HistoryFor implements store.Store, as History.
+// HistoryFor implements store.Store. A limit <= 0 returns no entries
+// (more still tells whether there are any).
 func (s *Store) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
-	return s.history(ctx, true, owner, sid, beforeSeq, limit)
+	return s.history(ctx, owner, sid, beforeSeq, limit)
 }
 
 const entryColumns = `seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data`
 
-// history reads sid's entries; scoped, only when owner owns sid.
-func (s *Store) history(ctx context.Context, scoped bool, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
+// history reads sid's entries when owner owns sid.
+func (s *Store) history(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
 	ctx, done, err := s.call(ctx)
 	if err != nil {
 		return nil, false, err
@@ -440,14 +435,9 @@ func (s *Store) history(ctx context.Context, scoped bool, owner, sid string, bef
 	if beforeSeq > 0 && beforeSeq <= math.MaxInt64 {
 		before = int64(beforeSeq)
 	}
-	query, args := `SELECT `+entryColumns+` FROM entries WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`,
-		[]any{sid, before, limit + 1}
-	if scoped {
-		query, args = `SELECT `+entryColumns+` FROM entries
+	rows, err := s.pool.Query(ctx, `SELECT `+entryColumns+` FROM entries
 WHERE session_id = $1 AND seq < $2 AND EXISTS (SELECT 1 FROM sessions WHERE id = entries.session_id AND owner = $3)
-ORDER BY seq DESC LIMIT $4`, []any{sid, before, owner, limit + 1}
-	}
-	rows, err := s.pool.Query(ctx, query, args...)
+ORDER BY seq DESC LIMIT $4`, sid, before, owner, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("history %q: %w", sid, deadline(ctx, err))
 	}
@@ -579,16 +569,6 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 		return 0, fmt.Errorf("prune: %w", deadline(ctx, err))
 	}
 	n, err := s.exec(ctx, "prune", `DELETE FROM sessions WHERE state = 'closed' AND closed_at < $1`, c)
-	return int(n), err
-}
-
-// PruneFor implements store.Store.
-func (s *Store) PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error) {
-	c, err := toNanos(cutoff)
-	if err != nil {
-		return 0, fmt.Errorf("prune: %w", deadline(ctx, err))
-	}
-	n, err := s.exec(ctx, "prune", `DELETE FROM sessions WHERE state = 'closed' AND closed_at < $1 AND owner = $2`, c, owner)
 	return int(n), err
 }
 

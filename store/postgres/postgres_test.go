@@ -354,7 +354,7 @@ func TestSearchWords(t *testing.T) {
 		}
 	}
 	// NUL and invalid UTF-8, which PostgreSQL text cannot hold, are stored as U+FFFD.
-	es, _, err := s.History(t.Context(), "s", 0, 10)
+	es, _, err := s.HistoryFor(t.Context(), "", "s", 0, 10)
 	if err != nil || len(es) != len(texts) || es[4].Text != "nul\uFFFDbyte and \uFFFD invalid" {
 		t.Errorf("History = %d entries, %v; want entry 5 with U+FFFD for NUL and \\xff", len(es), err)
 	}
@@ -411,7 +411,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 	if err := <-done; !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("Apply under the epoch the claim replaced: %v; want ErrFenced", err)
 	}
-	if es, _, err := s.History(t.Context(), "s", 0, 10); err != nil || len(es) != 0 {
+	if es, _, err := s.HistoryFor(t.Context(), "", "s", 0, 10); err != nil || len(es) != 0 {
 		t.Errorf("History = %d entries, %v; want none written", len(es), err)
 	}
 }

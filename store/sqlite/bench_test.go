@@ -175,7 +175,7 @@ func BenchmarkHistory200(b *testing.B) {
 	path, _ := benchStore(b)
 	s := openBench(b, path)
 	for b.Loop() {
-		es, more, err := s.History(b.Context(), "long", 0, 200)
+		es, more, err := s.HistoryFor(b.Context(), "", "long", 0, 200)
 		if err != nil || len(es) != 200 || !more {
 			b.Fatalf("History = %d entries, more %v, %v", len(es), more, err)
 		}

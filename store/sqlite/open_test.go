@@ -248,7 +248,7 @@ func TestConcurrentApply(t *testing.T) {
 					return
 				}
 				// Reads run beside the writes.
-				if _, _, err := s.History(context.Background(), id, 0, 5); err != nil {
+				if _, _, err := s.HistoryFor(context.Background(), "", id, 0, 5); err != nil {
 					errs <- err
 					return
 				}

@@ -532,19 +532,14 @@ ORDER BY closed_at DESC, id DESC LIMIT ?`, q.Owner, before, limit+1)
 	return out, false, nil
 }
 
-// History implements store.Store. A limit <= 0 returns no entries (more
-// still tells whether there are any).
-func (s *Store) History(ctx context.Context, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
-	return s.history(ctx, false, "", sid, beforeSeq, limit)
-}
-
-// HistoryFor implements store.Store, as History.
+// HistoryFor implements store.Store. A limit <= 0 returns no entries
+// (more still tells whether there are any).
 func (s *Store) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
-	return s.history(ctx, true, owner, sid, beforeSeq, limit)
+	return s.history(ctx, owner, sid, beforeSeq, limit)
 }
 
-// history reads sid's entries; scoped, only when owner owns sid.
-func (s *Store) history(ctx context.Context, scoped bool, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
+// history reads sid's entries when owner owns sid.
+func (s *Store) history(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
 	if err := s.acquire(); err != nil {
 		return nil, false, err
 	}
@@ -554,14 +549,9 @@ func (s *Store) history(ctx context.Context, scoped bool, owner, sid string, bef
 	if beforeSeq > 0 && beforeSeq <= math.MaxInt64 {
 		before = int64(beforeSeq)
 	}
-	query, args := `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
-FROM entries WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, []any{sid, before, limit + 1}
-	if scoped {
-		query, args = `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
 FROM entries WHERE session_id = ? AND seq < ? AND EXISTS (SELECT 1 FROM sessions WHERE id = entries.session_id AND owner = ?)
-ORDER BY seq DESC LIMIT ?`, []any{sid, before, owner, limit + 1}
-	}
-	rows, err := s.r.QueryContext(ctx, query, args...)
+ORDER BY seq DESC LIMIT ?`, sid, before, owner, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("history %q: %w", sid, err)
 	}
@@ -662,11 +652,6 @@ func (s *Store) Delete(ctx context.Context, owner, id string) (bool, error) {
 // Prune implements store.Store.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	return s.prune(ctx, `DELETE FROM sessions WHERE state = 'closed' AND closed_at < ?`, cutoff)
-}
-
-// PruneFor implements store.Store.
-func (s *Store) PruneFor(ctx context.Context, owner string, cutoff time.Time) (int, error) {
-	return s.prune(ctx, `DELETE FROM sessions WHERE state = 'closed' AND closed_at < ? AND owner = ?`, cutoff, owner)
 }
 
 func (s *Store) prune(ctx context.Context, query string, cutoff time.Time, args ...any) (int, error) {

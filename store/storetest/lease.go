@@ -69,17 +69,6 @@ func testOwnerScoped(t *testing.T, st store.Store) {
 			}
 		}
 	})
-	t.Run("PruneFor", func(t *testing.T) {
-		if n, err := st.PruneFor(t.Context(), "ann", at(time.Hour)); err != nil || n != 1 {
-			t.Fatalf("PruneFor(ann) = %d, %v; want 1", n, err)
-		}
-		if _, err := st.Get(t.Context(), "bob", "b-old"); err != nil {
-			t.Errorf("bob's closed session after PruneFor(ann): %v; want kept", err)
-		}
-		if _, err := st.Get(t.Context(), "ann", "a-old"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("ann's closed session after PruneFor(ann): %v; want ErrNotFound", err)
-		}
-	})
 }
 
 func testUpsertKeepsOwner(t *testing.T, st store.Store) {

@@ -152,9 +152,9 @@ func testRoundTrip(t *testing.T, st store.Store) {
 	want.LastSeq = 4
 	sameSession(t, got, want)
 
-	hist, more, err := st.History(t.Context(), "s1", 0, 10)
+	hist, more, err := st.HistoryFor(t.Context(), "ann", "s1", 0, 10)
 	if err != nil || more || len(hist) != len(entries) {
-		t.Fatalf("History = %v entries, more %v, %v; want %d, false, nil", seqs(hist), more, err, len(entries))
+		t.Fatalf("HistoryFor = %v entries, more %v, %v; want %d, false, nil", seqs(hist), more, err, len(entries))
 	}
 	for i := range entries {
 		sameEntry(t, hist[i], entries[i])
@@ -183,7 +183,7 @@ func testUpsert(t *testing.T, st store.Store) {
 	// A session upsert alone keeps LastSeq.
 	apply(t, st, store.Batch{Sessions: []store.Session{s}})
 
-	hist, _, err := st.History(t.Context(), "s1", 0, 10)
+	hist, _, err := st.HistoryFor(t.Context(), "", "s1", 0, 10)
 	if err != nil || len(hist) != 2 {
 		t.Fatalf("History = %v, %v; want 2 entries", seqs(hist), err)
 	}
@@ -322,7 +322,7 @@ func testHistory(t *testing.T, st store.Store) {
 		{"unknown session", "nobody", 0, 10, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, more, err := st.History(t.Context(), tc.sid, tc.before, tc.limit)
+			got, more, err := st.HistoryFor(t.Context(), "", tc.sid, tc.before, tc.limit)
 			if err != nil || !slices.Equal(seqs(got), tc.want) || more != tc.wantMore {
 				t.Fatalf("History(%q, %d, %d) = %v, more %v, %v; want %v, more %v",
 					tc.sid, tc.before, tc.limit, seqs(got), more, err, tc.want, tc.wantMore)
@@ -522,7 +522,7 @@ func testDelete(t *testing.T, st store.Store) {
 	if _, err := st.Get(t.Context(), "ann", "s"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get after Delete: %v; want ErrNotFound", err)
 	}
-	if hist, _, err := st.History(t.Context(), "s", 0, 10); err != nil || len(hist) != 0 {
+	if hist, _, err := st.HistoryFor(t.Context(), "", "s", 0, 10); err != nil || len(hist) != 0 {
 		t.Errorf("History after Delete = %v, %v; want none", seqs(hist), err)
 	}
 	if hits, err := st.Search(t.Context(), "ann", "zebra", 10); err != nil || !slices.Equal(hitKeys(hits), []string{"keep/1"}) {
@@ -552,7 +552,7 @@ func testBatchDeletes(t *testing.T, st store.Store) {
 	if hits, err := st.Search(t.Context(), "", "walrus", 10); err != nil || !slices.Equal(hitKeys(hits), []string{"keep/1"}) {
 		t.Errorf("Search after a batch delete = %v, %v; want [keep/1]", hitKeys(hits), err)
 	}
-	if hist, _, err := st.History(t.Context(), "s", 0, 10); err != nil || len(hist) != 0 {
+	if hist, _, err := st.HistoryFor(t.Context(), "", "s", 0, 10); err != nil || len(hist) != 0 {
 		t.Errorf("History after a batch delete = %v, %v; want none", seqs(hist), err)
 	}
 }
@@ -642,10 +642,6 @@ func testClose(t *testing.T, st store.Store) {
 			_, _, err := st.Closed(ctx, store.ListQuery{})
 			return err
 		},
-		"History": func() error {
-			_, _, err := st.History(ctx, "s", 0, 10)
-			return err
-		},
 		"Search": func() error {
 			_, err := st.Search(ctx, "", "word", 10)
 			return err
@@ -664,10 +660,6 @@ func testClose(t *testing.T, st store.Store) {
 		},
 		"HistoryFor": func() error {
 			_, _, err := st.HistoryFor(ctx, "", "s", 0, 10)
-			return err
-		},
-		"PruneFor": func() error {
-			_, err := st.PruneFor(ctx, "", t0)
 			return err
 		},
 		"Rename": func() error {
