@@ -66,3 +66,35 @@ func BenchmarkChatSocketIdle(b *testing.B) {
 	cancel()
 	reg.Wait()
 }
+
+// BenchmarkChatCall is chatConn.call alone, from a decoded request to its
+// result or error: the routing by method name, the method's params and a
+// registry call that does no I/O (an empty registry's list, a missing
+// session), an input error and an unknown method.
+func BenchmarkChatCall(b *testing.B) {
+	reg := sessions.New(sessions.Config{})
+	defer reg.Wait()
+	c := &chatConn{h: &Chat{Registry: reg}, done: make(chan struct{})}
+	c.h.defaults()
+	c.log = c.h.Log
+	for _, bc := range []struct {
+		name, method, params string
+		wantErr              bool
+	}{
+		{"list", "session.list", `{}`, false},
+		{"interrupt_missing", "session.interrupt", `{"session_id":"0123456789abcdef01234567"}`, true},
+		{"slash_bad_command", "slash.exec", `{"session_id":"0123456789abcdef01234567","command":"echo"}`, true},
+		{"history_bad_limit", "session.history", `{"session_id":"0123456789abcdef01234567","limit":0}`, true},
+		{"unknown_method", "session.nope", `{}`, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := Request{ID: []byte("1"), Method: bc.method, Params: []byte(bc.params)}
+			ctx := b.Context()
+			for b.Loop() {
+				if _, _, err := c.call(ctx, req); (err != nil) != bc.wantErr {
+					b.Fatalf("%s: err %v", bc.method, err)
+				}
+			}
+		})
+	}
+}
