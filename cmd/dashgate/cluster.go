@@ -2,32 +2,93 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/workers"
+	"golang.org/x/sys/unix"
 )
 
-// clusterNodeID is this node's id in a cluster: --node-id, or with a
-// postgres:// store (which several nodes share) the host name and the
-// start of the instance id; "" for a single node on its own store.
-func clusterNodeID(cfg config, instance string) string {
-	if cfg.NodeID != "" || !isPostgresURL(cfg.Store) {
-		return cfg.NodeID
+// nodeIDs returns the id this node holds its sessions under (every node
+// claims them, a node alone too) and the id it shows a cluster (the
+// dashgate_node cookie, its heartbeats; "" for a node alone on its own
+// store). With --node-id both are that. Else the node's id is the one kept
+// in the state dir (keptNodeID), so that a restart claims its own sessions
+// back at once instead of waiting for their leases to lapse; with a
+// postgres:// store (which several nodes share) it is also the cluster's.
+// The caller closes held (nil with --node-id) when it stops.
+func nodeIDs(cfg config) (node, cluster string, held *os.File, err error) {
+	if cfg.NodeID != "" {
+		return cfg.NodeID, cfg.NodeID, nil, nil
 	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "node"
+	node, held, err = keptNodeID(cfg.StateDir)
+	if err != nil {
+		return "", "", nil, err
 	}
-	if len(instance) > 8 {
-		instance = instance[:8]
+	if isPostgresURL(cfg.Store) {
+		cluster = node
 	}
-	return host + "-" + instance
+	return node, cluster, held, nil
+}
+
+// keptNodeID is the node id kept in <state-dir>/node-id (0600, no
+// symlink), made on first use from the host name and a random suffix. The
+// returned file holds an exclusive lock on it for the run: a second
+// dashgate on the same state directory takes the next free one
+// (node-id-2, ...), as with the store files, so two running nodes never
+// share an id.
+func keptNodeID(stateDir string) (string, *os.File, error) {
+	for i := 1; i <= maxStoreSlots; i++ {
+		name := "node-id"
+		if i > 1 {
+			name += "-" + strconv.Itoa(i)
+		}
+		path := filepath.Join(stateDir, name)
+		if err := refuseSymlinks(path); err != nil {
+			return "", nil, err
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return "", nil, fmt.Errorf("node id %s: %w", path, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				continue
+			}
+			return "", nil, fmt.Errorf("node id %s: lock: %w", path, err)
+		}
+		b, err := io.ReadAll(f)
+		if err != nil {
+			f.Close()
+			return "", nil, fmt.Errorf("node id %s: %w", path, err)
+		}
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, f, nil
+		}
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "node"
+		}
+		id := host + "-" + randomToken()[:8]
+		if _, err := f.WriteAt([]byte(id+"\n"), 0); err != nil {
+			f.Close()
+			return "", nil, fmt.Errorf("node id %s: %w", path, err)
+		}
+		return id, f, nil
+	}
+	return "", nil, fmt.Errorf("every node id file in %s is in use (%d dashgates run on it)", stateDir, maxStoreSlots)
 }
 
 // heartbeat writes the node's heartbeat (its id, address and load, see

@@ -14,11 +14,12 @@ import (
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/store/postgres"
+	"github.com/dashgate/dashgate/store/sqlite"
 	"github.com/dashgate/dashgate/workers"
 )
 
 // TestPostgresStoreNode: with a postgres:// --store, dashgate is a node:
-// its id defaults to host and instance, it claims under leases, writes its
+// its id defaults to the one kept in its state dir, it claims under leases, writes its
 // heartbeat (with its load: its live session counted), and a conversation made on it is there for the next node.
 func TestPostgresStoreNode(t *testing.T) {
 	t.Parallel()
@@ -39,8 +40,9 @@ func TestPostgresStoreNode(t *testing.T) {
 		nodes, err = st.Nodes(t.Context(), time.Now(), time.Second)
 		return err == nil && len(nodes) == 1 && nodes[0].Live && nodes[0].Load.Sessions == 1
 	})
-	if !strings.HasSuffix(nodes[0].ID, "-"+a.ID[:8]) || nodes[0].Addr != a.Addr {
-		t.Fatalf("node %+v: want the id to end in the instance's and the address %s", nodes[0], a.Addr)
+	kept, _ := os.ReadFile(filepath.Join(dir, "a", "node-id"))
+	if id := strings.TrimSpace(string(kept)); id == "" || nodes[0].ID != id || nodes[0].Addr != a.Addr {
+		t.Fatalf("node %+v: want the id kept in its state dir (%q) and the address %s", nodes[0], id, a.Addr)
 	}
 	var api struct {
 		Nodes []struct {
@@ -175,4 +177,84 @@ func TestLiveNodes(t *testing.T) {
 	if unread := (&liveNodes{nodes: closed, within: time.Second}); !unread.Live("b") {
 		t.Error("Live before any read succeeded = false; want true (no browser is moved on a guess)")
 	}
+}
+
+// TestNodeIDKept: a node alone claims its sessions too, under the id kept
+// in its state dir: its writes carry that node and an epoch (fenced), and
+// after a crash (no Release: its leases live on for --node-expiry) the
+// next start on the same state dir takes its sessions back at once.
+func TestNodeIDKept(t *testing.T) {
+	t.Parallel()
+	stateDir := t.TempDir()
+	a := startInstance(t, "A", stateDir, "--node-expiry", "1h")
+	c := dialChat(t, a)
+	sid := session(t, c)
+	c.Close()
+	b, err := os.ReadFile(filepath.Join(stateDir, "node-id"))
+	if err != nil {
+		t.Fatalf("the node id is not kept: %v", err)
+	}
+	node := strings.TrimSpace(string(b))
+	dbPath := filepath.Join(stateDir, "dashgate.db")
+	row := func() (store.Session, error) {
+		st, err := sqlite.Open(t.Context(), dbPath, sqlite.Options{})
+		if err != nil {
+			return store.Session{}, err
+		}
+		defer st.Close()
+		return st.Get(t.Context(), "", sid)
+	}
+	var first store.Session
+	testkit.WaitFor(t, 10*time.Second, "the session's row, stored", func() bool {
+		first, err = row()
+		return err == nil
+	})
+	if first.Node != node || first.Epoch == 0 || !first.LeaseUntil.After(time.Now().Add(30*time.Minute)) {
+		t.Fatalf("a node alone stored %+v; want node %q, an epoch and its lease", first, node)
+	}
+	a.Kill()
+
+	a2 := startInstance(t, "A again", stateDir, "--node-expiry", "1h")
+	ss, err := a2.Sessions(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 1 || ss[0].SessionID != sid {
+		t.Fatalf("after a crash the restart lists %+v; want its session %s back at once", ss, sid)
+	}
+	again, err := row()
+	if err != nil || again.Node != node || again.Epoch <= first.Epoch {
+		t.Fatalf("after the restart the row is %+v, %v; want node %q under a newer epoch than %d", again, err, node, first.Epoch)
+	}
+}
+
+func TestKeptNodeID(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	id, f, err := keptNodeID(dir)
+	if err != nil || id == "" {
+		t.Fatalf("keptNodeID = %q, %v", id, err)
+	}
+	// A second dashgate running on the same state dir gets another id.
+	id2, f2, err := keptNodeID(dir)
+	if err != nil || id2 == "" || id2 == id {
+		t.Fatalf("second keptNodeID = %q, %v; want an id other than %q", id2, err, id)
+	}
+	f.Close()
+	f2.Close()
+	if again, f, err := keptNodeID(dir); err != nil || again != id {
+		t.Fatalf("keptNodeID after a restart = %q, %v; want %q", again, err, id)
+	} else {
+		f.Close()
+	}
+	cfg := config{StateDir: dir, NodeID: "given"}
+	if node, cluster, held, err := nodeIDs(cfg); node != "given" || cluster != "given" || held != nil || err != nil {
+		t.Fatalf("nodeIDs with --node-id = %q, %q, %v, %v", node, cluster, held, err)
+	}
+	cfg = config{StateDir: dir}
+	node, cluster, held, err := nodeIDs(cfg)
+	if node != id || cluster != "" || err != nil {
+		t.Fatalf("nodeIDs alone = %q, %q, %v; want %q, no cluster id", node, cluster, err, id)
+	}
+	held.Close()
 }

@@ -344,12 +344,16 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
 	})
 	metrics = handlers.NewMetrics(reg.Admin().List, mgr.CountByKind)
-	restore := reg.Restore
-	nodeID := clusterNodeID(cfg, inst.ID)
-	if nodeID != "" { // a node of a cluster holds its sessions under leases
-		restore = func(ctx context.Context) (int, error) { return reg.Claim(ctx, nodeID, cfg.NodeExpiry) }
+	// Every node holds its sessions under leases, a node alone too: one
+	// ownership mode, every write fenced by its epoch.
+	node, nodeID, nodeIDFile, err := nodeIDs(cfg)
+	if err != nil {
+		return &startupError{err}
 	}
-	if _, err := restore(ctx); err != nil {
+	if nodeIDFile != nil {
+		defer nodeIDFile.Close()
+	}
+	if _, err := reg.Claim(ctx, node, cfg.NodeExpiry); err != nil {
 		return &startupError{fmt.Errorf("restore sessions from %s: %w", st.Path, err)}
 	}
 
