@@ -97,12 +97,11 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 		r.mu.Unlock()
 		return ErrShuttingDown // FlushStore's Release ends the lease just taken
 	}
-	var evict []*Session
-	if !mayEvict && (r.usage.sessionsFull(s.owner) || r.liveCountLocked() >= r.cfg.MaxSessions) {
-		err = ErrCapacity
-	} else {
-		evict, err = r.makeRoomLocked(s.owner)
+	kind := admitAdopt
+	if !mayEvict {
+		kind = admitAdoptList
 	}
+	evict, err := r.admission.admit(s.owner, kind)
 	if err != nil {
 		r.mu.Unlock()
 		r.finishAll(evict)
@@ -157,7 +156,7 @@ func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (re
 func (r *Registry) full(owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.usage.sessionsFull(owner) || r.liveCountLocked() >= r.cfg.MaxSessions
+	return r.admission.full(owner)
 }
 
 // adoptForList adopts, before p's list is taken, p's stored sessions that

@@ -282,12 +282,11 @@ func (r *Registry) restore(rows []store.Session) int {
 	now := time.Now()
 	restored, evicted := 0, 0
 	r.mu.Lock()
-	live := r.liveCountLocked()
 	for _, row := range rows {
 		if r.sessions[row.ID] != nil {
 			continue
 		}
-		if live >= r.cfg.MaxSessions || r.usage.sessionsFull(row.Owner) {
+		if _, err := r.admission.admit(row.Owner, admitRestore); err != nil {
 			row.State, row.EndReason, row.ClosedAt = store.StateClosed, string(EndLRUEvict), now
 			c := conversation{sid: row.ID, owner: row.Owner, journal: r.journal, node: row.Node, epoch: row.Epoch}
 			c.putRow(row)
@@ -301,7 +300,6 @@ func (r *Registry) restore(rows []store.Session) int {
 		r.usage.addSession(s)
 		r.saveLocked(s)
 		restored++
-		live++
 	}
 	r.mu.Unlock()
 	r.log.Info("sessions restored", "count", restored, "evicted", evicted)
@@ -393,7 +391,7 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 		r.mu.Unlock()
 		return ResumeResult{}, err
 	}
-	evict, err := r.makeRoomLocked(s.owner)
+	evict, err := r.admission.admit(s.owner, admitReopen)
 	if err != nil {
 		r.mu.Unlock()
 		r.finishAll(evict)
@@ -401,6 +399,7 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 	}
 	r.sessions[sid] = s
 	r.usage.addSession(s)
+	r.admission.noteTitle(s.owner, s.title)
 	delete(r.ended, sid)
 	r.saveLocked(s)
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
@@ -452,6 +451,7 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	r.mu.Lock()
 	if s := r.findLocked(p, sid, accessUse); s != nil {
 		s.title, s.titled = title, true
+		r.admission.noteTitle(s.owner, title)
 		r.saveLocked(s)
 		r.changedLocked(s)
 		r.mu.Unlock()
@@ -471,6 +471,9 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	if !found { // deleted meanwhile
 		return ErrNotFound
 	}
+	r.mu.Lock()
+	r.admission.noteTitle(row.Owner, title)
+	r.mu.Unlock()
 	r.announce(row.Owner, Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
 	return nil
 }

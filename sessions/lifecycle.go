@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +72,7 @@ func (r *Registry) endAll(ss []*Session, reason EndReason, p Principal) int {
 
 // Create makes a session viewed by v and owned by its principal. When
 // MaxSessions are live it evicts the least recently active detached
-// session of the user most over their fair share (see makeRoomLocked), or
+// session of the user most over their fair share (see admission.admit), or
 // fails with ErrCapacity when no such user has one detached; likewise, at
 // MaxSessionsPerUser, the owner's own least recently active detached
 // session, or fails with a *UserCapacityError (which matches
@@ -92,50 +91,38 @@ func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect
 		return Info{}, ErrNotFound
 	}
 	if !terminalOnly {
-		title = r.freeDefaultTitle(owner, title)
+		title = r.titleFor(owner, title)
 	}
 	return r.register(v, r.newSession(owner, title, closeOnDisconnect, terminalOnly), nil)
 }
 
-// titleReadTimeout bounds the store read of freeDefaultTitle: a failing
-// store costs a new session no more than this.
+// titleReadTimeout bounds the store read of titleFor: a failing store
+// costs a new session no more than this.
 const titleReadTimeout = 500 * time.Millisecond
 
-// freeDefaultTitle is title, unless it is a default one ("session N")
-// that a live or stored session of owner has: then "session M", M beyond
-// every default title of owner's live sessions and of the latest 500
-// closed ones (read from the store outside the lock; when the store
-// fails, the live ones only).
-func (r *Registry) freeDefaultTitle(owner, title string) string {
-	if _, ok := defaultNumber(title); !ok {
-		return title
-	}
-	used, highest := false, 0
-	note := func(t string) {
-		used = used || t == title
-		if n, ok := defaultNumber(t); ok && n > highest {
-			highest = n
-		}
-	}
+// titleFor is the title a new session of owner asking for title takes
+// (admission.title): a default one ("session N") is not given again. The
+// first time owner asks for one, owner's latest 500 closed sessions are
+// read from the store (outside the lock), once; when the store fails, the
+// live ones only count, and the next ask reads again.
+func (r *Registry) titleFor(owner, title string) string {
 	r.mu.Lock()
-	for s := range r.usage.owned(owner) {
-		if s.live() {
-			note(s.title)
-		}
-	}
+	out, known := r.admission.title(owner, title)
 	r.mu.Unlock()
+	if known {
+		return out
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), titleReadTimeout)
 	defer cancel()
 	r.journal.flush(ctx)
-	if rows, _, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Limit: 500}); err == nil {
-		for _, row := range rows {
-			note(row.Title)
-		}
+	rows, _, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Limit: 500})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.admission.loadTitles(owner, rows)
 	}
-	if !used {
-		return title
-	}
-	return "session " + strconv.Itoa(highest+1)
+	out, _ = r.admission.title(owner, title)
+	return out
 }
 
 // newSession returns a session of owner not yet in the registry (see
@@ -190,7 +177,7 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 			return Info{}, err
 		}
 	}
-	evict, err := r.makeRoomLocked(s.owner)
+	evict, err := r.admission.admit(s.owner, admitCreate)
 	if err != nil {
 		r.mu.Unlock()
 		r.finishAll(evict)
@@ -216,46 +203,13 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 	return in, nil
 }
 
-// makeRoomLocked makes room for one more live session of owner: at
-// MaxSessionsPerUser it claims owner's least recently active detached
-// session (never another user's), or fails with a *UserCapacityError when
-// owner has none; then, when MaxSessions are live, the least recently
-// active detached session of the user most over their fair share of
-// MaxSessions, owner counted with the session it asks for (never one of a
-// user at or under it; owner's own when owner is the one over, as when it
-// is alone: usageIndex.fairEvictee), or it fails with ErrCapacity. The
-// caller finishes what it returns outside the lock (see finishAll), even
-// with an error. r.mu must be held.
-func (r *Registry) makeRoomLocked(owner string) ([]*Session, error) {
-	var evict []*Session
-	if r.usage.sessionsFull(owner) {
-		s := r.usage.lruDetached(owner)
-		if s == nil {
-			return nil, &UserCapacityError{Limit: LimitSessionsPerUser, Max: r.cfg.MaxSessionsPerUser}
-		}
-		r.claimLocked(s, EndLRUEvict) // frees both its slots now
-		evict = append(evict, s)
-	}
-	if r.liveCountLocked() < r.cfg.MaxSessions {
-		return evict, nil
-	}
-	lru := r.usage.fairEvictee(owner, r.cfg.MaxSessions)
-	if lru == nil {
-		return evict, ErrCapacity
-	}
-	r.claimLocked(lru, EndLRUEvict) // frees its slot now
-	return append(evict, lru), nil
-}
-
-// finishAll finishes, in the background, the sessions makeRoomLocked
+// finishAll finishes, in the background, the sessions admission.admit
 // claimed.
 func (r *Registry) finishAll(ss []*Session) {
 	for _, s := range ss {
 		r.goTracked(func() { r.finish(s) })
 	}
 }
-
-func (r *Registry) liveCountLocked() int { return r.usage.live }
 
 // ResumeResult is what session.resume answers.
 type ResumeResult struct {

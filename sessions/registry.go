@@ -275,6 +275,9 @@ type Registry struct {
 	// size, shutdown): a spare taken before it changed is not given back.
 	spareGen uint64
 
+	// The session caps and the default-title counter, over usage (admission.go).
+	admission admission
+
 	journal *journal // writes to cfg.Store
 	lease   lease    // this node's hold on its sessions (lease.go), zero until Claim
 	tracked tracker  // teardowns, turns and terminal readers
@@ -326,6 +329,7 @@ func New(cfg Config) *Registry {
 		ended:    map[string]string{},
 		journal:  newJournal(cfg.Store, cfg.Log).withBacklog(cfg.StoreBacklog),
 	}
+	r.admission = newAdmission(cfg.MaxSessions, &r.usage, func(s *Session) { r.claimLocked(s, EndLRUEvict) })
 	r.journal.onFenced = r.leaseLost
 	return r
 }
