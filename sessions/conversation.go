@@ -17,11 +17,11 @@ import (
 // of what memory keeps, what is queued for the store (the one place that
 // stamps the owner on stored rows: Session.row, written by saveLocked and
 // finish), the conversation sent with each prompt and the model a session
-// uses; and the registry's side of the store: restoring sessions at start,
-// reopening, deleting, renaming, paging history, listing closed sessions
-// and searching. Every store read happens outside the registry's lock,
-// after the journal was flushed (so a read sees every write queued before
-// it, unless the store is failing).
+// uses; restoring sessions at start; and the registry's exported calls on
+// the store (reopening, deleting, renaming, paging history, listing closed
+// sessions, searching): each looks its session up and authorizes the call
+// (findLocked, storedSession), then hands the store's part to the archive
+// (archive.go).
 
 // conversation is a session's conversation: the latest entries in memory,
 // their seqs, and the journal its rows and entries are queued to. It is
@@ -118,19 +118,6 @@ func (c *conversation) merge(entries []Message, maxEntries, maxBytes int) {
 		c.histBytes += len(e.Text)
 	}
 	c.trim(maxEntries, maxBytes)
-}
-
-// load reads the latest stored entries of a restored or reopened session
-// into its memory, below the entries it got since. Errors: *StoreError.
-func (r *Registry) load(ctx context.Context, s *Session) error {
-	entries, _, err := r.cfg.Store.HistoryFor(ctx, s.owner, s.id, 0, r.cfg.HistoryMessages)
-	if err != nil {
-		return &StoreError{err}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s.merge(entries, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
-	return nil
 }
 
 // appendLocked adds an entry to the history of s (giving it the next seq
@@ -327,9 +314,9 @@ func (r *Registry) storedSession(ctx context.Context, p Principal, sid string) (
 	if !ok {
 		return store.Session{}, ErrNotFound
 	}
-	row, err := r.cfg.Store.Get(ctx, owner, sid)
+	row, err := r.archive.row(ctx, owner, sid)
 	if err != nil {
-		return store.Session{}, storeErr(err)
+		return store.Session{}, err
 	}
 	if !authorize(p, row.Owner, accessUse) {
 		return store.Session{}, ErrNotFound
@@ -371,7 +358,7 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 	now := time.Now()
 	s := r.fromRow(row, now)
 	s.lastActive = now
-	if err := r.load(ctx, s); err != nil {
+	if err := r.archive.load(ctx, s); err != nil {
 		return ResumeResult{}, err
 	}
 
@@ -430,12 +417,9 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 			return ctx.Err()
 		}
 	}
-	if err := r.journal.flush(ctx); err != nil {
-		return &StoreError{err}
-	}
-	found, err := r.cfg.Store.Delete(ctx, owner, sid)
+	found, err := r.archive.remove(ctx, owner, sid)
 	if err != nil {
-		return &StoreError{err}
+		return err
 	}
 	if !found && s == nil {
 		return ErrNotFound
@@ -463,13 +447,8 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	if err != nil {
 		return err
 	}
-	// Only the title changes: a write beside this one keeps its fields.
-	found, err := r.cfg.Store.Rename(ctx, row.Owner, sid, title)
-	if err != nil {
-		return &StoreError{err}
-	}
-	if !found { // deleted meanwhile
-		return ErrNotFound
+	if err := r.archive.rename(ctx, row.Owner, sid, title); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.admission.noteTitle(row.Owner, title)
@@ -484,57 +463,16 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeSeq uint64, limit int) ([]Message, bool, error) {
 	r.mu.Lock()
 	s := r.findLocked(p, sid, accessUse)
-	if s == nil {
-		r.mu.Unlock()
-		r.journal.flush(ctx)
-		row, err := r.storedSession(ctx, p, sid)
-		if err != nil {
-			return nil, false, err
-		}
-		out, more, err := r.cfg.Store.HistoryFor(ctx, row.Owner, sid, beforeSeq, limit)
-		if err != nil {
-			return nil, false, &StoreError{err}
-		}
-		return out, more, nil
-	}
-	unloaded := s.unloaded
 	r.mu.Unlock()
-	if unloaded {
-		if err := r.load(ctx, s); err != nil {
-			return nil, false, err
-		}
-	}
-
-	// The latest entries come from memory; older ones from the store.
-	r.mu.Lock()
-	cut := s.entrySeq + 1 // the first seq memory holds from
-	if len(s.history) > 0 {
-		cut = s.history[0].Seq
-	}
-	var out []Message
-	for i := len(s.history) - 1; i >= 0 && len(out) < limit; i-- {
-		if beforeSeq == 0 || s.history[i].Seq < beforeSeq {
-			out = append(out, s.history[i])
-		}
-	}
-	r.mu.Unlock()
-	slices.Reverse(out)
-	if len(out) == limit {
-		return out, out[0].Seq > 1, nil
-	}
-	below := cut
-	if beforeSeq != 0 && beforeSeq < cut {
-		below = beforeSeq
-	}
-	if below <= 1 {
-		return out, false, nil
+	if s != nil {
+		return r.archive.history(ctx, s, beforeSeq, limit)
 	}
 	r.journal.flush(ctx)
-	older, more, err := r.cfg.Store.HistoryFor(ctx, s.owner, sid, below, limit-len(out))
+	row, err := r.storedSession(ctx, p, sid)
 	if err != nil {
-		return nil, false, &StoreError{err}
+		return nil, false, err
 	}
-	return append(older, out...), more, nil
+	return r.archive.storedHistory(ctx, row.Owner, sid, beforeSeq, limit)
 }
 
 // ListClosed returns p's closed sessions, newest closed first, closed
@@ -546,12 +484,7 @@ func (r *Registry) ListClosed(ctx context.Context, p Principal, before time.Time
 	if !ok {
 		return nil, false, nil
 	}
-	r.journal.flush(ctx)
-	out, more, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Before: before, Limit: limit})
-	if err != nil {
-		return nil, false, &StoreError{err}
-	}
-	return out, more, nil
+	return r.archive.closed(ctx, owner, before, limit)
 }
 
 // Search finds entries of p's live and closed sessions holding every word
@@ -563,12 +496,7 @@ func (r *Registry) Search(ctx context.Context, p Principal, query string, limit 
 	if !ok {
 		return nil, nil
 	}
-	r.journal.flush(ctx)
-	hits, err := r.cfg.Store.Search(ctx, owner, query, limit)
-	if err != nil {
-		return nil, &StoreError{err}
-	}
-	return hits, nil
+	return r.archive.search(ctx, owner, query, limit)
 }
 
 // FlushStore writes what the registry queued for its store, waiting until

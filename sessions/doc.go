@@ -20,7 +20,11 @@
 // attach, detach and grace, TTL and sweep, the end funnel, shutdown),
 // children.go (the chat worker), terminal.go and spare.go (terminals),
 // turn.go (a prompt's turn and its approvals), commands.go (slash
-// commands), conversation.go (history, entry seqs, the store's side),
+// commands), conversation.go (history, entry seqs, the registry's calls
+// on the store), admission.go (the admission type: the session caps for
+// every way a session becomes live, and the default-title counter),
+// archive.go (the archive type: the store-facing reads behind those
+// calls),
 // lease.go (a node's hold on its sessions), changes.go (session.changed),
 // journal.go (the write-behind queue), reasons.go (the table), usage.go
 // (what each user has live: the per-user caps, the fair shares of the

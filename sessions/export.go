@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -17,9 +16,6 @@ type Transcript struct {
 	Entries   []Message `json:"entries"`
 }
 
-// transcriptPage is how many entries one read of an export takes.
-const transcriptPage = 500
-
 // MaxTranscriptEntries bounds an export: a longer conversation's oldest
 // entries are left out (Transcript.Entries starts later; its first Seq
 // says where).
@@ -27,45 +23,32 @@ const MaxTranscriptEntries = 100_000
 
 // Transcript returns session sid, live or stored, with its whole history
 // for p, who must be allowed to use it (its owner: an admin reaps, never
-// reads). It reads as session.history does, page by page: memory for a
-// live session's latest entries, the store for the rest. Errors:
+// reads). It reads as session.history does, page by page (archive.entries):
+// memory for a live session's latest entries, the store for the rest. Errors:
 // ErrNotFound (unknown, or another user's), *StoreError, ctx's error.
 func (r *Registry) Transcript(ctx context.Context, p Principal, sid string) (Transcript, error) {
 	var t Transcript
+	var owner string
 	r.mu.Lock()
-	if s := r.findLocked(p, sid, accessUse); s != nil {
+	s := r.findLocked(p, sid, accessUse)
+	if s != nil {
 		t = Transcript{ID: sid, Title: s.title, State: string(s.state), CreatedAt: s.createdAt, Model: s.model}
+		owner = s.owner
 	}
 	r.mu.Unlock()
-	if t.ID == "" {
+	if s == nil {
 		r.journal.flush(ctx) // a session closed just now: its last writes first
 		row, err := r.storedSession(ctx, p, sid)
 		if err != nil {
 			return Transcript{}, err
 		}
 		t = Transcript{ID: sid, Title: row.Title, State: row.State, CreatedAt: row.CreatedAt, Model: row.Model}
+		owner = row.Owner
 	}
-	var pages [][]Message
-	n := 0
-	for before := uint64(0); n < MaxTranscriptEntries; {
-		page, more, err := r.History(ctx, p, sid, before, min(transcriptPage, MaxTranscriptEntries-n))
-		if err != nil {
-			return Transcript{}, err
-		}
-		if len(page) == 0 {
-			break
-		}
-		pages = append(pages, page)
-		n += len(page)
-		before = page[0].Seq
-		if !more {
-			break
-		}
+	entries, err := r.archive.entries(ctx, s, owner, sid)
+	if err != nil {
+		return Transcript{}, err
 	}
-	slices.Reverse(pages)
-	t.Entries = slices.Concat(pages...)
-	if t.Entries == nil {
-		t.Entries = []Message{}
-	}
+	t.Entries = entries
 	return t, nil
 }

@@ -114,8 +114,7 @@ func (r *Registry) titleFor(owner, title string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), titleReadTimeout)
 	defer cancel()
-	r.journal.flush(ctx)
-	rows, _, err := r.cfg.Store.Closed(ctx, store.ListQuery{Owner: owner, Limit: 500})
+	rows, _, err := r.archive.closed(ctx, owner, time.Time{}, 500)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
@@ -243,7 +242,7 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	if unloaded {
 		ctx, cancel := context.WithTimeout(context.Background(), storeReadTimeout)
 		defer cancel()
-		if err := r.load(ctx, s); err != nil {
+		if err := r.archive.load(ctx, s); err != nil {
 			// The conversation goes on from memory; the next resume retries.
 			r.log.Warn("history load", "sid", sid, "err", err)
 		}

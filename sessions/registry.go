@@ -277,6 +277,8 @@ type Registry struct {
 
 	// The session caps and the default-title counter, over usage (admission.go).
 	admission admission
+	// The store-facing reads: history, the closed list, search, transcripts (archive.go).
+	archive archive
 
 	journal *journal // writes to cfg.Store
 	lease   lease    // this node's hold on its sessions (lease.go), zero until Claim
@@ -330,6 +332,7 @@ func New(cfg Config) *Registry {
 		journal:  newJournal(cfg.Store, cfg.Log).withBacklog(cfg.StoreBacklog),
 	}
 	r.admission = newAdmission(cfg.MaxSessions, &r.usage, func(s *Session) { r.claimLocked(s, EndLRUEvict) })
+	r.archive = archive{store: cfg.Store, journal: r.journal, mu: &r.mu, maxEntries: cfg.HistoryMessages, maxBytes: cfg.HistoryBytes}
 	r.journal.onFenced = r.leaseLost
 	return r
 }

@@ -101,7 +101,7 @@ func (t *turn) run(ctx context.Context, text string) {
 	unloaded := s.unloaded
 	r.mu.Unlock()
 	if unloaded { // restored: the model gets the earlier conversation too
-		if err := r.load(ctx, s); err != nil {
+		if err := r.archive.load(ctx, s); err != nil {
 			r.log.Warn("history load", "sid", s.id, "err", err)
 		}
 	}
