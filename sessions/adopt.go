@@ -81,7 +81,7 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	if !mayEvict && r.full(row.Owner) {
 		return ErrCapacity
 	}
-	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Now())
+	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Time{}) // the store's clock
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, store.ErrNotFound):
 		return ErrNotFound

@@ -116,7 +116,7 @@ func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (i
 	r.mu.Lock()
 	r.lease.node, r.lease.ttl = node, ttl
 	r.mu.Unlock()
-	rows, err := r.cfg.Store.Claim(ctx, node, ttl, time.Now())
+	rows, err := r.cfg.Store.Claim(ctx, node, ttl, time.Time{}) // the store's clock
 	if err != nil {
 		return 0, fmt.Errorf("claim sessions for node %q: %w", node, err)
 	}
@@ -253,7 +253,7 @@ func (r *Registry) renew(ctx context.Context) bool {
 	queued := r.journal.rowsQueued(held)
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, max(ttl/3, leaseRetry))
-	lost, err := r.cfg.Store.Renew(rctx, node, held, ttl, start)
+	lost, err := r.cfg.Store.Renew(rctx, node, held, ttl, time.Time{}) // the store's clock
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

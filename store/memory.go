@@ -373,11 +373,20 @@ func checkLease(node string, ttl time.Duration) error {
 	return nil
 }
 
+// clock is now, or the process's clock for the zero time (see Store.Claim).
+func clock(now time.Time) time.Time {
+	if now.IsZero() {
+		return time.Now()
+	}
+	return now
+}
+
 // Claim implements Store.
 func (m *Memory) Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]Session, error) {
 	if err := checkLease(node, ttl); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	now = clock(now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
@@ -400,6 +409,7 @@ func (m *Memory) ClaimSession(ctx context.Context, node, sid string, ttl time.Du
 	if err := checkLease(node, ttl); err != nil {
 		return Session{}, fmt.Errorf("claim %q: %w", sid, err)
 	}
+	now = clock(now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {
@@ -422,6 +432,7 @@ func (m *Memory) Renew(ctx context.Context, node string, held map[string]uint64,
 	if err := checkLease(node, ttl); err != nil {
 		return nil, fmt.Errorf("renew: %w", err)
 	}
+	now = clock(now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(ctx); err != nil {

@@ -234,6 +234,13 @@ type Store interface {
 	// the session exists for owner.
 	Rename(ctx context.Context, owner, id, title string) (bool, error)
 
+	// The leases are on one clock: now is the time Claim, ClaimSession
+	// and Renew judge and extend leases by, and the zero time means the
+	// store's own clock, as the registry passes it (PostgreSQL's now(),
+	// which every node of a cluster shares, so that no node's skew moves
+	// another's lease; time.Now() for Memory and SQLite, which one node
+	// has to itself). Tests pass a fixed time.
+	//
 	// Claim gives node the sessions that are not closed and are unowned
 	// (Node ""), already node's, or whose lease ended (LeaseUntil <= now),
 	// all in one transaction: each gets Epoch+1, Node = node and

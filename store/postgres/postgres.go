@@ -592,35 +592,49 @@ func (s *Store) exec(ctx context.Context, what, sql string, args ...any) (int64,
 	return tag.RowsAffected(), nil
 }
 
-// leaseEnd is now+ttl as stored, after checking node and ttl.
-func leaseEnd(node string, ttl time.Duration, now time.Time) (int64, error) {
+// leaseArgs checks node and ttl and returns what a lease statement
+// takes: ttl in nanoseconds and now as stored, nil for the zero time,
+// which the statement reads as dbNow: the database's clock, one for every
+// node (see store.Store.Claim).
+func leaseArgs(node string, ttl time.Duration, now time.Time) (int64, *int64, error) {
 	if node == "" {
-		return 0, errors.New("empty node name")
+		return 0, nil, errors.New("empty node name")
 	}
 	if ttl <= 0 {
-		return 0, fmt.Errorf("ttl %v is not positive", ttl)
+		return 0, nil, fmt.Errorf("ttl %v is not positive", ttl)
 	}
-	return toNanos(now.Add(ttl))
+	if now.IsZero() {
+		return int64(ttl), nil, nil
+	}
+	n, err := toNanos(now)
+	if err != nil {
+		return 0, nil, err
+	}
+	return int64(ttl), &n, nil
 }
+
+// dbNow is the database's clock as stored (nanoseconds; now() counts
+// microseconds), the transaction's start.
+const dbNow = `((extract(epoch FROM now()) * 1000000)::bigint * 1000)`
+
+// leaseNow is the time a lease statement judges by: its parameter p
+// (leaseArgs' now), or dbNow when that is NULL.
+func leaseNow(p string) string { return `COALESCE(` + p + `::bigint, ` + dbNow + `)` }
 
 // Claim implements store.Store: one statement, which locks the claimable
 // rows with FOR UPDATE SKIP LOCKED (a row another transaction holds is
 // left to the next Claim), bumps their epochs and returns them.
 func (s *Store) Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]store.Session, error) {
-	until, err := leaseEnd(node, ttl, now)
+	d, n, err := leaseArgs(node, ttl, now)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", deadline(ctx, err))
 	}
-	n, err := toNanos(now)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", deadline(ctx, err))
-	}
-	return s.sessions(ctx, "claim", `UPDATE sessions SET node = $1, lease_until = $2, epoch = epoch + 1
+	return s.sessions(ctx, "claim", `UPDATE sessions SET node = $1, lease_until = `+leaseNow("$3")+` + $2, epoch = epoch + 1
 WHERE id IN (
 	SELECT id FROM sessions
-	WHERE state <> 'closed' AND (node = '' OR node = $1 OR lease_until <= $3)
+	WHERE state <> 'closed' AND (node = '' OR node = $1 OR lease_until <= `+leaseNow("$3")+`)
 	FOR UPDATE SKIP LOCKED)
-RETURNING `+sessionColumns+`, `+lastSeq, node, until, n)
+RETURNING `+sessionColumns+`, `+lastSeq, node, d, n)
 }
 
 // ClaimSession implements store.Store: one UPDATE of the row when it is
@@ -629,11 +643,7 @@ RETURNING `+sessionColumns+`, `+lastSeq, node, until, n)
 // a closed or unknown session (store.ErrNotFound) from one another node
 // holds (store.ErrLeaseHeld).
 func (s *Store) ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (store.Session, error) {
-	until, err := leaseEnd(node, ttl, now)
-	if err != nil {
-		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
-	}
-	n, err := toNanos(now)
+	d, n, err := leaseArgs(node, ttl, now)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("claim %q: %w", sid, deadline(ctx, err))
 	}
@@ -642,9 +652,9 @@ func (s *Store) ClaimSession(ctx context.Context, node, sid string, ttl time.Dur
 		return store.Session{}, err
 	}
 	defer done()
-	row, err := scanSession(s.pool.QueryRow(ctx, `UPDATE sessions SET node = $2, lease_until = $3, epoch = epoch + 1
-WHERE id = $1 AND (node = '' OR node = $2 OR lease_until <= $4) AND state <> 'closed'
-RETURNING `+sessionColumns+`, `+lastSeq, sid, node, until, n))
+	row, err := scanSession(s.pool.QueryRow(ctx, `UPDATE sessions SET node = $2, lease_until = `+leaseNow("$4")+` + $3, epoch = epoch + 1
+WHERE id = $1 AND (node = '' OR node = $2 OR lease_until <= `+leaseNow("$4")+`) AND state <> 'closed'
+RETURNING `+sessionColumns+`, `+lastSeq, sid, node, d, n))
 	if err == nil {
 		return row, nil
 	}
@@ -665,7 +675,7 @@ RETURNING `+sessionColumns+`, `+lastSeq, sid, node, until, n))
 // Renew implements store.Store: one statement, which locks node's rows of
 // held in id order.
 func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
-	until, err := leaseEnd(node, ttl, now)
+	d, n, err := leaseArgs(node, ttl, now)
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", deadline(ctx, err))
 	}
@@ -688,7 +698,7 @@ func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, 
 	SELECT s.id FROM sessions s JOIN unnest($2::text[], $3::bigint[]) AS h (id, epoch) ON s.id = h.id
 	WHERE s.node = $1 AND s.epoch = h.epoch
 	ORDER BY s.id FOR UPDATE OF s)
-UPDATE sessions SET lease_until = $4 WHERE id IN (SELECT id FROM held) RETURNING id`, node, ids, epochs, until)
+UPDATE sessions SET lease_until = `+leaseNow("$5")+` + $4 WHERE id IN (SELECT id FROM held) RETURNING id`, node, ids, epochs, d, n)
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", deadline(ctx, err))
 	}

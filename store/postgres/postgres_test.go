@@ -534,3 +534,45 @@ func TestSearchWordCap(t *testing.T) {
 		t.Errorf("Search(%d × word, then absent) = %d hits, %v; want 1 (the word past the cap ignored)", store.MaxSearchWords, len(hits), err)
 	}
 }
+
+// TestLeasesOnTheDatabaseClock: with the zero now (the registry's calls)
+// Claim, ClaimSession and Renew extend leases from the database's now()
+// (microseconds), not from this process's clock (nanoseconds): each lease
+// minus its ttl is a whole microsecond, no later than the database's
+// now() read after.
+func TestLeasesOnTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, testkit.Postgres(t), Options{})
+	ctx := t.Context()
+	if err := s.Apply(ctx, store.Batch{Sessions: []store.Session{{ID: "a", State: "detached"}, {ID: "b", State: "detached"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Minute
+	claimed, err := s.Claim(ctx, "n", ttl, time.Time{})
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	one, err := s.ClaimSession(ctx, "m", "b", ttl, time.Time{})
+	if !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("ClaimSession of n's live lease = %+v, %v; want ErrLeaseHeld", one, err)
+	}
+	if _, err := s.Renew(ctx, "n", map[string]uint64{"a": claimed[0].Epoch, "b": claimed[1].Epoch}, ttl, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Release(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if one, err = s.ClaimSession(ctx, "m", "b", ttl, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	var dbNow time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range append(claimed, one) {
+		from := l.LeaseUntil.Add(-ttl)
+		if from.Nanosecond()%1000 != 0 || from.After(dbNow) {
+			t.Errorf("%s: lease from %v (ttl before %v): want a whole microsecond of the database's clock, no later than its now() %v", l.ID, from, l.LeaseUntil, dbNow)
+		}
+	}
+}

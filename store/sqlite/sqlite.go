@@ -691,7 +691,9 @@ func (s *Store) Rename(ctx context.Context, owner, id, title string) (bool, erro
 	return n > 0, nil
 }
 
-// leaseEnd is now+ttl as stored, after checking node and ttl.
+// leaseEnd is now+ttl as stored, after checking node and ttl. The zero
+// now is the process's clock (see store.Store.Claim): the caller makes it
+// time.Now() first, for the rest of its call.
 func leaseEnd(node string, ttl time.Duration, now time.Time) (int64, error) {
 	if node == "" {
 		return 0, errors.New("empty node name")
@@ -705,6 +707,9 @@ func leaseEnd(node string, ttl time.Duration, now time.Time) (int64, error) {
 // Claim implements store.Store: one transaction that updates the
 // claimable rows and reads them back.
 func (s *Store) Claim(ctx context.Context, node string, ttl time.Duration, now time.Time) ([]store.Session, error) {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	until, err := leaseEnd(node, ttl, now)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -762,6 +767,9 @@ WHERE state <> 'closed' AND (node = '' OR node = ? OR lease_until <= ?) RETURNIN
 // transaction tells a closed or unknown session (store.ErrNotFound) from
 // one another node holds (store.ErrLeaseHeld).
 func (s *Store) ClaimSession(ctx context.Context, node, sid string, ttl time.Duration, now time.Time) (store.Session, error) {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	until, err := leaseEnd(node, ttl, now)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("claim %q: %w", sid, err)
@@ -805,6 +813,9 @@ WHERE id = ? AND state <> 'closed' AND (node = '' OR node = ? OR lease_until <= 
 
 // Renew implements store.Store: one transaction.
 func (s *Store) Renew(ctx context.Context, node string, held map[string]uint64, ttl time.Duration, now time.Time) ([]string, error) {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	until, err := leaseEnd(node, ttl, now)
 	if err != nil {
 		return nil, fmt.Errorf("renew: %w", err)

@@ -466,3 +466,46 @@ func ClaimRace(t *testing.T, a, b store.Store) {
 		}
 	}
 }
+
+// testStoreClock: the zero now is the store's clock (the registry's
+// calls): a lease runs ttl from the store's now, a lease live by it is
+// not taken, one that ended by it is. The store's clock is this
+// machine's here (the test's PostgreSQL runs on it), within the calls.
+func testStoreClock(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	far, past := live("far", ""), live("past", "")
+	far.Node, far.LeaseUntil, far.Epoch = "b", time.Now().Add(time.Hour), 1
+	past.Node, past.LeaseUntil, past.Epoch = "b", time.Now().Add(-time.Second), 1
+	apply(t, st, store.Batch{Sessions: []store.Session{far, past, live("free", "")}})
+	const ttl = time.Minute
+	within := func(what string, got, from, to time.Time) {
+		t.Helper()
+		// PostgreSQL's now() counts microseconds: from is rounded down.
+		if got.Before(from.Add(ttl).Truncate(time.Microsecond)) || got.After(to.Add(ttl)) {
+			t.Errorf("%s: lease until %v; want ttl after the store's now, within [%v, %v]", what, got, from.Add(ttl), to.Add(ttl))
+		}
+	}
+	from := time.Now()
+	got, err := st.Claim(ctx, "a", ttl, time.Time{})
+	to := time.Now()
+	if err != nil || !slices.Equal(sortedIDs(got), []string{"free", "past"}) {
+		t.Fatalf("Claim on the store's clock = %v, %v; want free and past (far's lease lives)", ids(got), err)
+	}
+	for _, s := range got {
+		within("Claim of "+s.ID, s.LeaseUntil, from, to)
+	}
+	if _, err := st.ClaimSession(ctx, "a", "far", ttl, time.Time{}); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Errorf("ClaimSession of a live lease on the store's clock: %v; want ErrLeaseHeld", err)
+	}
+	held := map[string]uint64{}
+	for _, s := range got {
+		held[s.ID] = s.Epoch
+	}
+	from = time.Now()
+	lost, err := st.Renew(ctx, "a", held, ttl, time.Time{})
+	to = time.Now()
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("Renew on the store's clock = %v, %v", lost, err)
+	}
+	within("Renew of free", getOK(t, st, "", "free").LeaseUntil, from, to)
+}

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"renew", testRenew},
 		{"release", testRelease},
 		{"fenced writes", testFenced},
+		{"leases on the store's clock", testStoreClock},
 		{"two nodes on one store", func(t *testing.T, st store.Store) { TwoNodes(t, st, st) }},
 		{"claims at once", func(t *testing.T, st store.Store) { ClaimRace(t, st, st) }},
 		{"claim one session", testClaimSession},
