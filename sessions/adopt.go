@@ -48,8 +48,9 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 		r.mu.Unlock()
 		return nil
 	}
-	if wait := r.lease.adopting[sid]; wait != nil {
-		r.mu.Unlock()
+	wait, done := r.lease.startAdopting(sid)
+	r.mu.Unlock()
+	if wait != nil {
 		select {
 		case <-wait:
 			return nil
@@ -57,17 +58,10 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 			return ctx.Err()
 		}
 	}
-	if r.lease.adopting == nil {
-		r.lease.adopting = map[string]chan struct{}{}
-	}
-	done := make(chan struct{})
-	r.lease.adopting[sid] = done
-	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		delete(r.lease.adopting, sid)
+		done()
 		r.mu.Unlock()
-		close(done)
 	}()
 
 	// Authorize first: the store is asked for p's rows only.

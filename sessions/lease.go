@@ -123,21 +123,116 @@ func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (i
 	return r.restore(rows), nil
 }
 
-// heldLocked reports whether s is held under a lease that must be proven:
-// live, stored, with an epoch, in a registry that Claimed. r.mu must be
-// held.
-func (r *Registry) heldLocked(s *Session) bool {
-	return r.lease.node != "" && s.live() && s.journal != nil && s.epoch > 0
+// held reports whether s is held under a lease that must be proven:
+// live, stored, with an epoch, in a registry that Claimed. The registry's
+// lock must be held (as for every method of lease).
+func (l *lease) held(s *Session) bool {
+	return l.node != "" && s.live() && s.journal != nil && s.epoch > 0
 }
 
-// provenUntilLocked is until when the registry has proven its hold on s
-// (see the file's comment). r.mu must be held.
-func (r *Registry) provenUntilLocked(s *Session) time.Time {
+// provenUntil is until when the registry has proven its hold on s (see
+// the file's comment).
+func (l *lease) provenUntil(s *Session) time.Time {
 	since := s.liveSince
-	if p := r.lease.proven[s.id]; p.After(since) {
+	if p := l.proven[s.id]; p.After(since) {
 		since = p
 	}
-	return since.Add(r.lease.ttl)
+	return since.Add(l.ttl)
+}
+
+// heldEpochs is the epoch of each held session of sessions: what Renew
+// asks the store to extend.
+func (l *lease) heldEpochs(sessions map[string]*Session) map[string]uint64 {
+	held := map[string]uint64{}
+	for id, s := range sessions {
+		if l.held(s) {
+			held[id] = s.epoch
+		}
+	}
+	return held
+}
+
+// lapse marks, once, each held session of sessions whose proven time is
+// past now as lapsed and returns them (their viewers are to be told), and
+// whether this is the first lapse since the hold was last proven (the
+// WARN "leases unproven" record is to be logged).
+func (l *lease) lapse(sessions map[string]*Session, now time.Time) (lapsed []*Session, first bool) {
+	for id, s := range sessions {
+		if !l.held(s) || l.lapsed[id] || now.Before(l.provenUntil(s)) {
+			continue
+		}
+		if l.lapsed == nil {
+			l.lapsed = map[string]bool{}
+		}
+		l.lapsed[id] = true
+		lapsed = append(lapsed, s)
+	}
+	if len(lapsed) == 0 || l.unproven {
+		return lapsed, false
+	}
+	l.unproven = true
+	return lapsed, true
+}
+
+// untilLapse is how long from now until the first held session's proven
+// time passes (among those not lapsed yet); at most ttl (a session made
+// later lapses no sooner), at least a millisecond.
+func (l *lease) untilLapse(sessions map[string]*Session, now time.Time) time.Duration {
+	next := l.ttl
+	for id, s := range sessions {
+		if l.held(s) && !l.lapsed[id] {
+			next = min(next, l.provenUntil(s).Sub(now))
+		}
+	}
+	return max(next, time.Millisecond)
+}
+
+// renewed notes a renewal started at start that asked for held and was
+// told notHeld are not the node's: the others are proven from start, and
+// each lapsed one proven again is returned (its viewers are to be told);
+// lapsed ones not held any more (ended, or in gone: counted when they end
+// lease_lost) are left to leaseLost.
+func (l *lease) renewed(sessions map[string]*Session, held map[string]uint64, notHeld map[string]bool, gone []string, start time.Time) (reproven []*Session) {
+	proven := make(map[string]time.Time, len(held))
+	for id := range held {
+		if !notHeld[id] {
+			proven[id] = start
+		} else if p, ok := l.proven[id]; ok {
+			proven[id] = p
+		}
+	}
+	l.proven = proven
+	for id := range l.lapsed {
+		s := sessions[id]
+		switch {
+		case s == nil || !l.held(s): // ended meanwhile
+			delete(l.lapsed, id)
+		case slices.Contains(gone, id): // counted by leaseLost
+		case proven[id].Equal(start):
+			delete(l.lapsed, id)
+			reproven = append(reproven, s)
+			l.reproven++
+		}
+	}
+	return reproven
+}
+
+// startAdopting registers the adoption of sid (adopt.go): wait is nil and
+// done must be called when it is over, or wait is the channel the
+// adoption already running closes when it is over.
+func (l *lease) startAdopting(sid string) (wait <-chan struct{}, done func()) {
+	if w := l.adopting[sid]; w != nil {
+		return w, nil
+	}
+	if l.adopting == nil {
+		l.adopting = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	l.adopting[sid] = ch
+	return nil, func() {
+		delete(l.adopting, sid)
+		close(ch)
+	}
 }
 
 // mayWork is the check, before anything new is started for s (a turn, a
@@ -147,7 +242,7 @@ func (r *Registry) provenUntilLocked(s *Session) time.Time {
 // It takes r.mu.
 func (r *Registry) mayWork(s *Session) error {
 	r.mu.Lock()
-	if !r.heldLocked(s) || time.Now().Before(r.provenUntilLocked(s)) {
+	if !r.lease.held(s) || time.Now().Before(r.lease.provenUntil(s)) {
 		r.mu.Unlock()
 		return nil
 	}
@@ -172,24 +267,15 @@ func (r *Registry) checkLapses() {
 // first lapse since the hold was last proven (the caller calls it
 // outside the lock; a no-op otherwise). r.mu must be held.
 func (r *Registry) lapseLocked(now time.Time) func() {
-	n := 0
-	for id, s := range r.sessions {
-		if !r.heldLocked(s) || r.lease.lapsed[id] || now.Before(r.provenUntilLocked(s)) {
-			continue
-		}
-		if r.lease.lapsed == nil {
-			r.lease.lapsed = map[string]bool{}
-		}
-		r.lease.lapsed[id] = true
+	lapsed, first := r.lease.lapse(r.sessions, now)
+	for _, s := range lapsed {
 		r.noticeLocked(s, leaseLapsedNotice)
-		n++
 	}
-	if n == 0 || r.lease.unproven {
+	if !first {
 		return func() {}
 	}
-	r.lease.unproven = true
-	node, lapsed := r.lease.node, len(r.lease.lapsed)
-	return func() { r.log.Warn("leases unproven", "node", node, "sessions", lapsed) }
+	node, n := r.lease.node, len(r.lease.lapsed)
+	return func() { r.log.Warn("leases unproven", "node", node, "sessions", n) }
 }
 
 // noticeLocked tells s's viewers text (a notice event) and keeps it in
@@ -206,14 +292,7 @@ func (r *Registry) noticeLocked(s *Session, text string) {
 func (r *Registry) untilLapse() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
-	next := r.lease.ttl
-	for id, s := range r.sessions {
-		if r.heldLocked(s) && !r.lease.lapsed[id] {
-			next = min(next, r.provenUntilLocked(s).Sub(now))
-		}
-	}
-	return max(next, time.Millisecond)
+	return r.lease.untilLapse(r.sessions, time.Now())
 }
 
 // Renew extends, by the lease's ttl, the leases of the node's live
@@ -229,12 +308,7 @@ func (r *Registry) Renew(ctx context.Context) { r.renew(ctx) }
 func (r *Registry) renew(ctx context.Context) bool {
 	r.mu.Lock()
 	node, ttl := r.lease.node, r.lease.ttl
-	held := map[string]uint64{}
-	for id, s := range r.sessions {
-		if r.heldLocked(s) {
-			held[id] = s.epoch
-		}
-	}
+	held := r.lease.heldEpochs(r.sessions)
 	r.mu.Unlock()
 	if node == "" || len(held) == 0 {
 		return true
@@ -279,26 +353,8 @@ func (r *Registry) renew(ctx context.Context) bool {
 		}
 	}
 	r.mu.Lock()
-	proven := make(map[string]time.Time, len(held))
-	for id := range held {
-		if !notHeld[id] {
-			proven[id] = start
-		} else if p, ok := r.lease.proven[id]; ok {
-			proven[id] = p
-		}
-	}
-	r.lease.proven = proven
-	for id := range r.lease.lapsed {
-		s := r.sessions[id]
-		switch {
-		case s == nil || !r.heldLocked(s): // ended meanwhile
-			delete(r.lease.lapsed, id)
-		case slices.Contains(gone, id): // counted by leaseLost below
-		case proven[id].Equal(start):
-			delete(r.lease.lapsed, id)
-			r.noticeLocked(s, leaseProvenNotice)
-			r.lease.reproven++
-		}
+	for _, s := range r.lease.renewed(r.sessions, held, notHeld, gone, start) {
+		r.noticeLocked(s, leaseProvenNotice)
 	}
 	failing := r.lease.failing
 	r.lease.failing = false
