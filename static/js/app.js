@@ -166,6 +166,10 @@ function renderLists() {
 async function refresh() {
 	if (!rpc.ready) return;
 	const r = await rpc.call('session.list', { include_closed: true });
+	// Answered while dashgate shuts down (it said so first: session.closed,
+	// suspended): its sessions were being suspended and are not in it, yet
+	// they come back with it. Keep the list as it was until the reconnect.
+	if (restarting) return;
 	const all = Array.isArray(r.sessions) ? r.sessions : [];
 	sessions = all.filter((s) => s.state !== 'closed');
 	const page = all.filter((s) => s.state === 'closed');
