@@ -248,22 +248,13 @@ func (r *Registry) Configure(v Viewer, sid, model string) error {
 	return nil
 }
 
-// Restore brings back every stored session that did not close (suspended
-// by a clean shutdown, or attached or detached when the process died) as
-// detached: resumable, its TTL counted from now, no worker running. Its
-// history is read from the store on its first resume. Beyond MaxSessions,
-// and beyond MaxSessionsPerUser of one owner, the least recently active
-// are stored as closed (end_reason lru_evict).
+// restore brings back rows, the stored sessions Claim took, that did not
+// close (suspended by a clean shutdown, or attached or detached when the
+// process died) as detached: resumable, its TTL counted from now, no
+// worker running. Its history is read from the store on its first
+// resume. Beyond MaxSessions, and beyond MaxSessionsPerUser of one owner,
+// the least recently active are stored as closed (end_reason lru_evict).
 // It logs one INFO "sessions restored" record and returns the count.
-func (r *Registry) Restore(ctx context.Context) (int, error) {
-	rows, err := r.cfg.Store.Restorable(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return r.restore(rows), nil
-}
-
-// restore brings back rows as Restore says and returns the count.
 func (r *Registry) restore(rows []store.Session) int {
 	slices.SortFunc(rows, func(a, b store.Session) int { return b.LastActive.Compare(a.LastActive) })
 	now := time.Now()

@@ -65,8 +65,8 @@ func TestStoredRowsCarryTheOwner(t *testing.T) {
 	}
 	t.Cleanup(func() { st2.Close() })
 	h2 := newHarness(t, func(c *Config) { c.Store = st2; c.DetachedTTL = time.Minute })
-	if n, err := h2.r.Restore(t.Context()); n != 1 || err != nil {
-		t.Fatalf("Restore = %d, %v", n, err)
+	if n, err := h2.r.Claim(t.Context(), "n", time.Hour); n != 1 || err != nil {
+		t.Fatalf("Claim = %d, %v", n, err)
 	}
 	if _, err := h2.r.Resume(&recViewer{}, kept.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the anonymous user resumes alice's restored session: %v", err)

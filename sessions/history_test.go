@@ -166,8 +166,8 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 		copyStore(t, st, snap)
 
 		h2 := newHarness(t, func(c *Config) { c.Store = snap })
-		if n, err := h2.r.Restore(t.Context()); n != 1 || err != nil {
-			t.Fatalf("Restore = %d, %v", n, err)
+		if n, err := h2.r.Claim(t.Context(), "n", time.Hour); n != 1 || err != nil {
+			t.Fatalf("Claim = %d, %v", n, err)
 		}
 		got, ok := h2.r.Get(anon, in.ID)
 		if !ok || got.State != StateDetached || got.WorkerPID != 0 || got.Title != "t" {
@@ -246,8 +246,8 @@ func TestSuspendAndRestore(t *testing.T) {
 		}
 
 		h2 := newHarness(t, func(c *Config) { c.Store = st; c.DetachedTTL = time.Minute })
-		if n, err := h2.r.Restore(t.Context()); n != 2 || err != nil {
-			t.Fatalf("Restore = %d, %v", n, err)
+		if n, err := h2.r.Claim(t.Context(), "n", time.Hour); n != 2 || err != nil {
+			t.Fatalf("Claim = %d, %v", n, err)
 		}
 		res, err := h2.r.Resume(&recViewer{}, a.ID)
 		if err != nil {
@@ -289,7 +289,7 @@ func TestRestoreBeyondCapacity(t *testing.T) {
 	}
 	st.Apply(t.Context(), b)
 	h := newHarness(t, func(c *Config) { c.Store = st; c.MaxSessions = 3 })
-	if n, _ := h.r.Restore(t.Context()); n != 3 {
+	if n, _ := h.r.Claim(t.Context(), "n", time.Hour); n != 3 {
 		t.Fatalf("restored %d, want 3", n)
 	}
 	for _, id := range []string{"s2", "s3", "s4"} {

@@ -18,8 +18,9 @@ import (
 // session writes carries the epoch it holds the session under
 // (conversation.putRow and putEntry); once another node claimed it, the
 // store refuses them (store.ErrFenced), the journal drops them and the
-// session ends here. Without a Claim (Restore) there is no lease: writes
-// carry epoch 0, unfenced, as before leases.
+// session ends here. Every node claims, a node alone too (its id kept in
+// its state dir: a restart takes its own sessions back at once); only a
+// registry that never Claimed (some tests) writes epoch 0, unfenced.
 //
 // Proven hold: the registry knows until when it has proven its hold on
 // each session: provenUntil is ttl after the start of the last Renew that
@@ -103,10 +104,10 @@ func (r *Registry) leaseHeld() (string, time.Duration) {
 // Claim makes node (not "") the holder of the registry's sessions under
 // leases of ttl (> 0): it takes from the store every session not closed
 // that no other node holds under a live lease, each with a new epoch
-// (store.Store.Claim), and brings them back as Restore does. From then on
+// (store.Store.Claim), and brings them back detached (restore). From then on
 // a session made here is stored as node's, every write carries its
 // session's epoch, Run renews the leases every ttl/3 and FlushStore
-// releases them. Call it once, at start, instead of Restore. It logs one
+// releases them. Call it once, at start. It logs one
 // INFO "sessions restored" record and returns the count. Errors: the
 // store's.
 func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (int, error) {

@@ -142,7 +142,7 @@ type Config struct {
 	// their loss is counted in one ERROR record (journal.go).
 	StoreBacklog int
 	// SuspendOnShutdown: Shutdown suspends chat sessions (stored, restored
-	// by the next Restore) instead of closing them. Set it when Store
+	// by the next start's Claim) instead of closing them. Set it when Store
 	// outlives the process.
 	SuspendOnShutdown bool
 	// HistoryRetention: closed sessions older than this are deleted from

@@ -588,7 +588,7 @@ func TestRestoreBeyondUserCap(t *testing.T) {
 	}
 	st.Apply(t.Context(), b)
 	h := newHarness(t, func(c *Config) { c.Store = st; c.MaxSessionsPerUser = 2 })
-	if n, _ := h.r.Restore(t.Context()); n != 3 {
+	if n, _ := h.r.Claim(t.Context(), "n", time.Hour); n != 3 {
 		t.Fatalf("restored %d, want 3", n)
 	}
 	if _, ok := h.r.Get(alice, "s0"); ok {

@@ -199,8 +199,9 @@ type Store interface {
 	// Apply writes b atomically (all of it or nothing).
 	Apply(ctx context.Context, b Batch) error
 	// Restorable returns every session whose State is not closed, with
-	// LastSeq set, in no particular order, across owners. To be removed
-	// once the registry claims its sessions with Claim.
+	// LastSeq set, in no particular order, across owners: the admin
+	// page's view of the sessions other nodes hold (the registry takes
+	// its own with Claim).
 	Restorable(ctx context.Context) ([]Session, error)
 	// RestorableFor is Restorable of one owner's sessions.
 	RestorableFor(ctx context.Context, owner string) ([]Session, error)
