@@ -25,13 +25,11 @@ const Channel = "dashgate_changes"
 // encoding is longer goes as a hint, with only its ids (see Payload).
 const MaxPayload = 7900
 
-// Queue bounds: what Publish holds unsent and what one subscription holds
-// undelivered. Beyond either, announcements are dropped (and counted, see
-// Dropped), as sessions.MemoryBus drops them.
-const (
-	sendQueue = 1024
-	subQueue  = 1024
-)
+// sendQueue bounds what Publish holds unsent; beyond it announcements are
+// dropped (and counted, see Dropped). A subscription holds what
+// sessions.MemoryBus does (the local fan-out) and drops beyond it, counted
+// too.
+const sendQueue = 1024
 
 // Reconnection backoff of the listening connection: the first attempt
 // after a loss waits backoffMin, each failed one doubles the wait up to
@@ -119,18 +117,12 @@ type PGBus struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the listener and the sender
 
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	// local delivers what the listener hears to this bus's subscribers:
+	// the same fan-out as the registries of one process.
+	local sessions.MemoryBus
 
 	dropped atomic.Uint64
 	once    sync.Once
-}
-
-type subscription struct {
-	ch   chan sessions.Announcement
-	quit chan struct{}
-	done chan struct{}
 }
 
 // NewPGBus connects to the database at url (postgres://user:password@host:port/db?…,
@@ -168,7 +160,8 @@ func NewPGBus(ctx context.Context, url string, log *slog.Logger) (*PGBus, error)
 		closeConn(conn)
 		return nil, fmt.Errorf("change bus %s: %w", describe(connCfg), err)
 	}
-	b := &PGBus{log: log, connCfg: connCfg, pool: pool, out: make(chan sessions.Announcement, sendQueue), subs: map[*subscription]struct{}{}}
+	b := &PGBus{log: log, connCfg: connCfg, pool: pool, out: make(chan sessions.Announcement, sendQueue)}
+	b.local.OnDrop = func() { b.dropped.Add(1) }
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.listenLoop(conn) }()
@@ -259,16 +252,7 @@ func (b *PGBus) dispatch(payload string) {
 		b.log.Warn("change bus payload not understood", "err", err, "bytes", len(payload))
 		return
 	}
-	a := sessions.Announcement{Origin: p.Origin, Owner: p.Owner, Change: p.Change, Reap: p.Reap}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for s := range b.subs {
-		select {
-		case s.ch <- a:
-		default: // full: this hint is lost for that subscriber
-			b.dropped.Add(1)
-		}
-	}
+	b.local.Publish(sessions.Announcement{Origin: p.Origin, Owner: p.Owner, Change: p.Change, Reap: p.Reap})
 }
 
 // sendLoop NOTIFYs what Publish queued, one at a time, until Close. A
@@ -323,41 +307,10 @@ func (b *PGBus) Publish(a sessions.Announcement) {
 // Subscribe calls f, on a goroutine of its own and one call at a time, in
 // the order PostgreSQL delivered them, for every announcement heard after
 // it (its own bus's included), until stop, which returns once f no longer
-// runs. Each subscription holds up to subQueue undelivered announcements;
+// runs. Each subscription holds what a sessions.MemoryBus one does;
 // beyond, new ones are dropped for it. After Close, f is never called.
 func (b *PGBus) Subscribe(f func(sessions.Announcement)) (stop func()) {
-	s := &subscription{ch: make(chan sessions.Announcement, subQueue), quit: make(chan struct{}), done: make(chan struct{})}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return func() {}
-	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
-	go func() {
-		defer close(s.done)
-		for {
-			select {
-			case a := <-s.ch:
-				f(a)
-			case <-s.quit:
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			_, live := b.subs[s]
-			delete(b.subs, s)
-			b.mu.Unlock()
-			if live { // else Close stopped it
-				close(s.quit)
-			}
-			<-s.done
-		})
-	}
+	return b.local.Subscribe(f)
 }
 
 // Dropped is how many announcements this bus lost so far: published beyond
@@ -374,15 +327,7 @@ func (b *PGBus) Close() error {
 		b.cancel()
 		b.wg.Wait()
 		b.pool.Close()
-		b.mu.Lock()
-		b.closed = true
-		subs := b.subs
-		b.subs = map[*subscription]struct{}{}
-		b.mu.Unlock()
-		for s := range subs {
-			close(s.quit)
-			<-s.done
-		}
+		b.local.Close()
 	})
 	return nil
 }

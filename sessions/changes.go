@@ -194,12 +194,20 @@ type ChangeBus interface {
 	Subscribe(f func(Announcement)) (stop func())
 }
 
-// MemoryBus is the ChangeBus of the registries of one process. Each
-// subscription queues up to memoryBusQueue announcements; beyond, new
-// ones are dropped for it. The zero value is ready to use.
+// MemoryBus is the ChangeBus of the registries of one process, and the
+// local fan-out of a bus between processes (cluster.PGBus delivers what it
+// hears through one). Each subscription queues up to memoryBusQueue
+// announcements; beyond, new ones are dropped for it. The zero value is
+// ready to use.
 type MemoryBus struct {
-	mu   sync.Mutex
-	subs map[*memorySub]struct{}
+	// OnDrop, when set before the first Subscribe, is called for each
+	// announcement a full subscription loses, under the bus's lock: it
+	// must not block (count it).
+	OnDrop func()
+
+	mu     sync.Mutex
+	subs   map[*memorySub]struct{}
+	closed bool
 }
 
 // memoryBusQueue bounds what one subscription holds undelivered.
@@ -219,15 +227,22 @@ func (b *MemoryBus) Publish(a Announcement) {
 		select {
 		case s.ch <- a:
 		default: // full: this hint is lost for that subscriber
+			if b.OnDrop != nil {
+				b.OnDrop()
+			}
 		}
 	}
 }
 
 // Subscribe calls f on a goroutine of its own, which stop ends and waits
-// for.
+// for. After Close, f is never called.
 func (b *MemoryBus) Subscribe(f func(Announcement)) (stop func()) {
 	s := &memorySub{ch: make(chan Announcement, memoryBusQueue), quit: make(chan struct{}), done: make(chan struct{})}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return func() {}
+	}
 	if b.subs == nil {
 		b.subs = map[*memorySub]struct{}{}
 	}
@@ -248,10 +263,28 @@ func (b *MemoryBus) Subscribe(f func(Announcement)) (stop func()) {
 	return func() {
 		once.Do(func() {
 			b.mu.Lock()
+			_, live := b.subs[s]
 			delete(b.subs, s)
 			b.mu.Unlock()
-			close(s.quit)
+			if live { // else Close stopped it
+				close(s.quit)
+			}
 			<-s.done
 		})
+	}
+}
+
+// Close ends every subscription and returns once none of their f runs;
+// announcements not delivered yet are lost, and later ones go nowhere.
+// It is idempotent; a subscription's stop still works after it.
+func (b *MemoryBus) Close() {
+	b.mu.Lock()
+	b.closed = true
+	subs := b.subs
+	b.subs = nil
+	b.mu.Unlock()
+	for s := range subs {
+		close(s.quit)
+		<-s.done
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +143,46 @@ func TestChangesToldOutsideLock(t *testing.T) {
 	if got[0].Title != "first" {
 		t.Fatalf("changes told %+v; want the creation's first", got)
 	}
+}
+
+// TestMemoryBusCloseAndDrops: a full subscription's loss is counted
+// (OnDrop: cluster.PGBus delivers through a MemoryBus and counts them),
+// Close returns only once no f runs, and after it nothing is delivered.
+func TestMemoryBusCloseAndDrops(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int64
+	b := &MemoryBus{OnDrop: func() { dropped.Add(1) }}
+	block, got := make(chan struct{}), make(chan Announcement, 1)
+	stop := b.Subscribe(func(a Announcement) {
+		select {
+		case got <- a:
+		default:
+		}
+		<-block
+	})
+	b.Publish(Announcement{Origin: "first"})
+	<-got // f holds it: the queue is empty
+	for range memoryBusQueue + 1 {
+		b.Publish(Announcement{Origin: "more"})
+	}
+	if n := dropped.Load(); n != 1 {
+		t.Fatalf("OnDrop called %d times; want 1 (the one beyond the queue)", n)
+	}
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while f runs")
+	default:
+	}
+	close(block)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once f did")
+	}
+	after := b.Subscribe(func(Announcement) { t.Error("f called after Close") })
+	b.Publish(Announcement{Origin: "late"})
+	after()
+	stop()
 }
