@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -68,6 +69,7 @@ const (
 type lease struct {
 	node string
 	ttl  time.Duration
+	log  *slog.Logger // the registry's
 	// adopting holds a channel per sid being adopted (adopt.go), closed
 	// when its adoption is done: one adoption of a session at a time.
 	adopting map[string]chan struct{}
@@ -115,7 +117,7 @@ func (r *Registry) Claim(ctx context.Context, node string, ttl time.Duration) (i
 		return 0, fmt.Errorf("claim sessions: a node (%q) and a lease ttl (%v) are required", node, ttl)
 	}
 	r.mu.Lock()
-	r.lease.node, r.lease.ttl = node, ttl
+	r.lease.node, r.lease.ttl, r.lease.log = node, ttl, r.log
 	r.mu.Unlock()
 	rows, err := r.cfg.Store.Claim(ctx, node, ttl, time.Time{}) // the store's clock
 	if err != nil {
@@ -155,9 +157,10 @@ func (l *lease) heldEpochs(sessions map[string]*Session) map[string]uint64 {
 
 // lapse marks, once, each held session of sessions whose proven time is
 // past now as lapsed and returns them (their viewers are to be told), and
-// whether this is the first lapse since the hold was last proven (the
-// WARN "leases unproven" record is to be logged).
-func (l *lease) lapse(sessions map[string]*Session, now time.Time) (lapsed []*Session, first bool) {
+// what logs the WARN "leases unproven" record when this is the first
+// lapse since the hold was last proven (to be called outside the lock; a
+// no-op otherwise).
+func (l *lease) lapse(sessions map[string]*Session, now time.Time) (lapsed []*Session, warn func()) {
 	for id, s := range sessions {
 		if !l.held(s) || l.lapsed[id] || now.Before(l.provenUntil(s)) {
 			continue
@@ -169,10 +172,28 @@ func (l *lease) lapse(sessions map[string]*Session, now time.Time) (lapsed []*Se
 		lapsed = append(lapsed, s)
 	}
 	if len(lapsed) == 0 || l.unproven {
-		return lapsed, false
+		return lapsed, func() {}
 	}
 	l.unproven = true
-	return lapsed, true
+	log, node, n := l.log, l.node, len(l.lapsed)
+	return lapsed, func() { log.Warn("leases unproven", "node", node, "sessions", n) }
+}
+
+// proved ends the lapse once no session is lapsed any more (each was
+// proven again or ended: a lapsed session whose row was still queued is
+// proven by a later renewal, or fenced by the journal's write): it
+// returns what logs the INFO "leases proven" record (to be called outside
+// the lock), nil when there is no lapse to end or it goes on.
+func (l *lease) proved() func() {
+	if !l.unproven {
+		return nil
+	}
+	if len(l.lapsed) > 0 {
+		return func() {}
+	}
+	log, node, again, lost := l.log, l.node, l.reproven, l.lostLapsed
+	l.unproven, l.reproven, l.lostLapsed = false, 0, 0
+	return func() { log.Info("leases proven", "node", node, "sessions", again, "lost", lost) }
 }
 
 // untilLapse is how long from now until the first held session's proven
@@ -253,30 +274,17 @@ func (r *Registry) mayWork(s *Session) error {
 	return ErrLeaseUnproven
 }
 
-// checkLapses notes the holds whose proven time passed (Run calls it when
-// the first of them is due).
-func (r *Registry) checkLapses() {
-	r.mu.Lock()
-	warn := r.lapseLocked(time.Now())
-	r.mu.Unlock()
-	warn()
-}
-
 // lapseLocked tells the viewers of each held session whose proven time is
 // past now, once, that its hold lapsed (a notice event and entry), and
 // returns what logs the WARN "leases unproven" record when this is the
 // first lapse since the hold was last proven (the caller calls it
 // outside the lock; a no-op otherwise). r.mu must be held.
 func (r *Registry) lapseLocked(now time.Time) func() {
-	lapsed, first := r.lease.lapse(r.sessions, now)
+	lapsed, warn := r.lease.lapse(r.sessions, now)
 	for _, s := range lapsed {
 		r.noticeLocked(s, leaseLapsedNotice)
 	}
-	if !first {
-		return func() {}
-	}
-	node, n := r.lease.node, len(r.lease.lapsed)
-	return func() { r.log.Warn("leases unproven", "node", node, "sessions", n) }
+	return warn
 }
 
 // noticeLocked tells s's viewers text (a notice event) and keeps it in
@@ -284,16 +292,6 @@ func (r *Registry) lapseLocked(now time.Time) func() {
 func (r *Registry) noticeLocked(s *Session, text string) {
 	r.emitLocked(s, "notice", map[string]any{"text": text})
 	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: text})
-}
-
-// untilLapse is how long until the first held session's proven time
-// passes (among those not lapsed yet): when Run checks the lapses next.
-// A session made later lapses no sooner than ttl from now, the most it
-// returns.
-func (r *Registry) untilLapse() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lease.untilLapse(r.sessions, time.Now())
 }
 
 // Renew extends, by the lease's ttl, the leases of the node's live
@@ -362,7 +360,7 @@ func (r *Registry) renew(ctx context.Context) bool {
 	r.mu.Unlock()
 	r.leaseLost(gone)
 	r.mu.Lock()
-	logged := r.provenLocked()
+	logged := r.lease.proved()
 	r.mu.Unlock()
 	if logged != nil {
 		logged()
@@ -372,34 +370,24 @@ func (r *Registry) renew(ctx context.Context) bool {
 	return true
 }
 
-// provenLocked ends the lapse once no session is lapsed any more (each
-// was proven again or ended: a lapsed session whose row was still queued
-// is proven by a later renewal, or fenced by the journal's write): it
-// returns what logs the INFO "leases proven" record, nil when there is
-// no lapse to end or it goes on. r.mu must be held.
-func (r *Registry) provenLocked() func() {
-	if !r.lease.unproven {
-		return nil
-	}
-	if len(r.lease.lapsed) > 0 {
-		return func() {}
-	}
-	node, again, lost := r.lease.node, r.lease.reproven, r.lease.lostLapsed
-	r.lease.unproven, r.lease.reproven, r.lease.lostLapsed = false, 0, 0
-	return func() { r.log.Info("leases proven", "node", node, "sessions", again, "lost", lost) }
-}
-
 // runLeases is Run's part for the lease (after a Claim): it renews every
 // ttl/3, at most leaseRetry after a failed renewal, and notes each lapse
-// when it is due (checkLapses), until ctx ends. It blocks.
+// when it is due (lapseLocked), until ctx ends. It blocks.
 func (r *Registry) runLeases(ctx context.Context) {
 	_, ttl := r.leaseHeld()
 	if ttl <= 0 {
 		return
 	}
+	// untilLapse is when the lapses are checked next: when the first held
+	// session's proven time passes, at most ttl from now.
+	untilLapse := func() time.Duration {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.lease.untilLapse(r.sessions, time.Now())
+	}
 	renew := time.NewTimer(ttl / 3)
 	defer renew.Stop()
-	lapse := time.NewTimer(r.untilLapse())
+	lapse := time.NewTimer(untilLapse())
 	defer lapse.Stop()
 	for {
 		select {
@@ -411,10 +399,13 @@ func (r *Registry) runLeases(ctx context.Context) {
 				next = min(next, leaseRetry)
 			}
 			renew.Reset(next)
-			lapse.Reset(r.untilLapse())
+			lapse.Reset(untilLapse())
 		case <-lapse.C:
-			r.checkLapses()
-			lapse.Reset(r.untilLapse())
+			r.mu.Lock()
+			warn := r.lapseLocked(time.Now())
+			r.mu.Unlock()
+			warn()
+			lapse.Reset(untilLapse())
 		}
 	}
 }
@@ -455,7 +446,7 @@ func (r *Registry) leaseLost(sids []string) {
 	}
 	var proved func()
 	if lapsed { // the last lapsed one may be gone now (a fenced write's)
-		proved = r.provenLocked()
+		proved = r.lease.proved()
 	}
 	r.mu.Unlock()
 	if proved != nil {
