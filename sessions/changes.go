@@ -70,10 +70,9 @@ type told struct {
 	ev    *Event
 }
 
-// tellLoop tells what is queued until the queue is empty. One loop runs at
+// loop tells what is queued until the queue is empty. One loop runs at
 // a time (running), so the changes are told in their order.
-func (r *Registry) tellLoop() {
-	t := &r.tell
+func (t *teller) loop() {
 	for {
 		t.qmu.Lock()
 		batch := t.queue
@@ -99,10 +98,9 @@ func (r *Registry) tellLoop() {
 	}
 }
 
-// stopTelling drops what is queued and tells nothing more; it returns
-// once no change is being told. Shutdown calls it.
-func (r *Registry) stopTelling() {
-	t := &r.tell
+// stop drops what is queued and tells nothing more; it returns once no
+// change is being told. Shutdown calls it.
+func (t *teller) stop() {
 	t.wmu.Lock()
 	t.stopped = true
 	t.wmu.Unlock()
@@ -128,7 +126,7 @@ func (r *Registry) announceLocked(owner string, c Change) {
 	if bus := r.cfg.Changes; bus != nil {
 		bus.Publish(Announcement{Origin: r.id, Owner: owner, Change: c})
 	}
-	r.tellLocked(owner, c)
+	r.tell.queueLocked(owner, c, r.goTracked)
 }
 
 // heard tells the watchers a change another registry published, or,
@@ -147,21 +145,21 @@ func (r *Registry) heard(a Announcement) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closing {
-		r.tellLocked(a.Owner, a.Change)
+		r.tell.queueLocked(a.Owner, a.Change, r.goTracked)
 	}
 }
 
-// tellLocked queues c, a change of a session of owner, for every watcher
-// that may list it (tellLoop delivers it). r.mu must be held: the queue's
-// order is the changes'.
-func (r *Registry) tellLocked(owner string, c Change) {
-	t := &r.tell
+// queueLocked queues c, a change of a session of owner, for every watcher
+// that may list it (loop delivers it, started with goTracked, the
+// registry's). The registry's mutex must be held: the queue's order is the
+// changes'.
+func (t *teller) queueLocked(owner string, c Change, goTracked func(func())) {
 	t.qmu.Lock()
 	defer t.qmu.Unlock()
 	t.queue = append(t.queue, told{owner: owner, ev: NewEvent("session.changed", "", 0, c)})
 	if !t.running {
 		t.running = true
-		r.goTracked(r.tellLoop)
+		goTracked(t.loop)
 	}
 }
 

@@ -324,7 +324,7 @@ func (r *Registry) ReapUser(p Principal, user string) int {
 func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
-	r.stopTelling() // every socket is about to close: no session.changed after this
+	r.tell.stop() // every socket is about to close: no session.changed after this
 	if r.spareIdle != nil {
 		r.spareIdle.Stop()
 	}
