@@ -57,7 +57,7 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	if err == nil {
 		w, err = spawn()
 	}
-	for errors.Is(err, workers.ErrCapacity) && (r.dropSpare() || r.reclaimWorker(s.owner)) {
+	for errors.Is(err, workers.ErrCapacity) && (r.spares.drop() || r.reclaimWorker(s.owner)) {
 		w, err = spawn() // a spare terminal, or an idle worker of a user over their share, held the last slot
 	}
 	if err != nil {

@@ -325,14 +325,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
 	r.tell.stop() // every socket is about to close: no session.changed after this
-	if r.spareIdle != nil {
-		r.spareIdle.Stop()
-	}
-	for _, sp := range r.spares {
-		r.goTracked(func() { sp.end(workers.ReasonShutdown) })
-	}
-	r.spares = nil
-	r.spareGen++
+	r.spares.shutdownLocked()
 	all := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		all = append(all, s)

@@ -266,14 +266,9 @@ type Registry struct {
 	usage    usageIndex        // what each user has live, for the per-user caps (usage.go)
 	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
 	endedQ   []string
-	closing  bool     // Shutdown started
-	tell     teller   // the sockets told of every session change, and its queue (changes.go)
-	spares   []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
-	// spareIdle ends the spares PTYSpareIdle after the last refill.
-	spareIdle *time.Timer
-	// spareGen counts the times the spares were all ended (idle, another
-	// size, shutdown): a spare taken before it changed is not given back.
-	spareGen uint64
+	closing  bool   // Shutdown started
+	tell     teller // the sockets told of every session change, and its queue (changes.go)
+	spares   spares // terminals started ahead (spare.go)
 
 	// The session caps and the default-title counter, over usage (admission.go).
 	admission admission
@@ -333,6 +328,13 @@ func New(cfg Config) *Registry {
 	}
 	r.admission = newAdmission(cfg.MaxSessions, &r.usage, func(s *Session) { r.claimLocked(s, EndLRUEvict) })
 	r.archive = archive{store: cfg.Store, journal: r.journal, mu: &r.mu, maxEntries: cfg.HistoryMessages, maxBytes: cfg.HistoryBytes}
+	r.spares = spares{
+		mu: &r.mu, closing: func() bool { return r.closing }, goTracked: r.goTracked, idleAfter: cfg.PTYSpareIdle,
+		newSession: func() *Session { return r.newSession("", "terminal", false, true) },
+		start: func(s *Session, cols, rows uint16) (*Terminal, error) {
+			return r.startTerminal(s, TerminalOptions{Cols: cols, Rows: rows}, true)
+		},
+	}
 	r.journal.onFenced = r.leaseLost
 	return r
 }

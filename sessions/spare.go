@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime/trace"
+	"sync"
 	"time"
 
 	"github.com/dashgate/dashgate/workers"
@@ -32,7 +33,7 @@ type spare struct {
 	s          *Session // not registered until taken
 	cols, rows uint16
 	ready      chan struct{} // closed once t or err is set
-	gen        uint64        // r.spareGen when it was taken
+	gen        uint64        // spares.gen when it was taken
 	t          *Terminal
 	err        error
 }
@@ -58,27 +59,53 @@ func (o TerminalOptions) size() (cols, rows uint16) {
 // BENCHMARKS.md, issue 28).
 const spareCount = 1
 
-// takeSpare returns the oldest spare when it has o's size (nil otherwise:
+// spares is the registry's pool of spares, a view under its lock as
+// admission is. Every method takes the registry's mutex itself.
+type spares struct {
+	mu        *sync.Mutex // the registry's
+	closing   func() bool // the registry's closing (Shutdown began), read under mu
+	goTracked func(func())
+	// newSession makes the unregistered terminal-only session a spare
+	// serves (called under mu); start starts its terminal (outside it).
+	newSession func() *Session
+	start      func(s *Session, cols, rows uint16) (*Terminal, error)
+	idleAfter  time.Duration // Config.PTYSpareIdle
+
+	list []*spare // terminals started ahead for the next new terminal sessions, oldest first (Config.PTYSpare)
+	// idle ends the spares idleAfter after the last refill.
+	idle *time.Timer
+	// gen counts the times the spares were all ended (idle, another
+	// size, shutdown): a spare taken before it changed is not given back.
+	gen uint64
+}
+
+// take returns the oldest spare when it has o's size (nil otherwise:
 // spares of another size are ended). The one returned may still be
 // starting: see (*spare).wait. It starts no new one: see refill.
-func (r *Registry) takeSpare(o TerminalOptions) *spare {
+func (ps *spares) take(o TerminalOptions) *spare {
 	cols, rows := o.size()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing || len(r.spares) == 0 {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closing() || len(ps.list) == 0 {
 		return nil
 	}
-	if sp := r.spares[0]; sp.cols == cols && sp.rows == rows {
-		r.spares = r.spares[1:]
-		sp.gen = r.spareGen
+	if sp := ps.list[0]; sp.cols == cols && sp.rows == rows {
+		ps.list = ps.list[1:]
+		sp.gen = ps.gen
 		return sp
 	}
-	for _, sp := range r.spares {
-		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
-	}
-	r.spares = nil
-	r.spareGen++
+	ps.endLocked(workers.ReasonSpareUnused)
 	return nil
+}
+
+// endLocked ends every spare with reason (on tracked goroutines) and
+// counts the generation. The registry's mutex must be held.
+func (ps *spares) endLocked(reason workers.Reason) {
+	for _, sp := range ps.list {
+		ps.goTracked(func() { sp.end(reason) })
+	}
+	ps.list = nil
+	ps.gen++
 }
 
 // refill starts spares of cols×rows until there are spareCount (unless
@@ -88,44 +115,49 @@ func (r *Registry) takeSpare(o TerminalOptions) *spare {
 // the spawn thread's P until exec, and the request's goroutines wait
 // behind it: 1.7 ms of the WebSocket accept in BenchmarkTerminalConnect),
 // and would hold up a request that has to spawn its own terminal.
-func (r *Registry) refill(cols, rows uint16) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.spares) > 0 && (r.spares[0].cols != cols || r.spares[0].rows != rows) {
+func (ps *spares) refill(cols, rows uint16) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.list) > 0 && (ps.list[0].cols != cols || ps.list[0].rows != rows) {
 		return // the next request of that size takes them or ends them
 	}
-	for !r.closing && len(r.spares) < spareCount {
-		next := &spare{s: r.newSession("", "terminal", false, true), cols: cols, rows: rows, ready: make(chan struct{})}
-		r.spares = append(r.spares, next)
-		r.goTracked(func() {
-			next.t, next.err = r.startTerminal(next.s, TerminalOptions{Cols: cols, Rows: rows}, true)
+	for !ps.closing() && len(ps.list) < spareCount {
+		next := &spare{s: ps.newSession(), cols: cols, rows: rows, ready: make(chan struct{})}
+		ps.list = append(ps.list, next)
+		ps.goTracked(func() {
+			next.t, next.err = ps.start(next.s, cols, rows)
 			close(next.ready)
 		})
 	}
-	if r.closing {
+	if ps.closing() {
 		return
 	}
-	if r.spareIdle == nil {
-		r.spareIdle = time.AfterFunc(r.cfg.PTYSpareIdle, r.expireSpares)
+	if ps.idle == nil {
+		ps.idle = time.AfterFunc(ps.idleAfter, ps.expire)
 	} else {
-		r.spareIdle.Reset(r.cfg.PTYSpareIdle)
+		ps.idle.Reset(ps.idleAfter)
 	}
 }
 
-// expireSpares ends the spares (reason spare_unused): no terminal was asked
+// expire ends the spares (reason spare_unused): no terminal was asked
 // for without a session for PTYSpareIdle. The next such attach starts its
 // own terminal, and spares again once its first output went out.
-func (r *Registry) expireSpares() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing {
+func (ps *spares) expire() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closing() {
 		return // Shutdown ends them
 	}
-	for _, sp := range r.spares {
-		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	ps.endLocked(workers.ReasonSpareUnused)
+}
+
+// shutdownLocked stops the idle timer and ends the spares (reason
+// shutdown). The registry's mutex must be held.
+func (ps *spares) shutdownLocked() {
+	if ps.idle != nil {
+		ps.idle.Stop()
 	}
-	r.spares = nil
-	r.spareGen++
+	ps.endLocked(workers.ReasonShutdown)
 }
 
 // wait returns the spare's terminal once started, or nil when it could
@@ -148,36 +180,36 @@ func (sp *spare) end(reason workers.Reason) {
 	}
 }
 
-// giveBack returns sp, taken by takeSpare but not given to a session (a
-// cap refused it), to the front of the spares: it is still the oldest.
-// When the spares were all ended since it was taken (dashgate is shutting
+// giveBack returns sp, taken by take but not given to a session (a cap
+// refused it), to the front of the spares: it is still the oldest. When
+// the spares were all ended since it was taken (dashgate is shutting
 // down, they were ended idle or for another size), or others fill their
 // number again or have another size, it is ended instead.
-func (r *Registry) giveBack(sp *spare) {
-	r.mu.Lock()
-	fits := !r.closing && sp.gen == r.spareGen && len(r.spares) < spareCount &&
-		(len(r.spares) == 0 || r.spares[0].cols == sp.cols && r.spares[0].rows == sp.rows)
+func (ps *spares) giveBack(sp *spare) {
+	ps.mu.Lock()
+	fits := !ps.closing() && sp.gen == ps.gen && len(ps.list) < spareCount &&
+		(len(ps.list) == 0 || ps.list[0].cols == sp.cols && ps.list[0].rows == sp.rows)
 	if fits {
 		sp.s.owner = ""
-		r.spares = append([]*spare{sp}, r.spares...)
+		ps.list = append([]*spare{sp}, ps.list...)
 	}
-	r.mu.Unlock()
+	ps.mu.Unlock()
 	if !fits {
-		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+		ps.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 	}
 }
 
-// dropSpare ends a spare, if there is one (the newest), and reports
-// whether it held a slot: a spawn that met workers.ErrCapacity may then
-// try again. Spares come back with the next attach without a session.
-func (r *Registry) dropSpare() bool {
-	r.mu.Lock()
+// drop ends a spare, if there is one (the newest), and reports whether
+// it held a slot: a spawn that met workers.ErrCapacity may then try
+// again. Spares come back with the next attach without a session.
+func (ps *spares) drop() bool {
+	ps.mu.Lock()
 	var sp *spare
-	if n := len(r.spares); n > 0 {
-		sp = r.spares[n-1]
-		r.spares = r.spares[:n-1]
+	if n := len(ps.list); n > 0 {
+		sp = ps.list[n-1]
+		ps.list = ps.list[:n-1]
 	}
-	r.mu.Unlock()
+	ps.mu.Unlock()
 	if sp == nil {
 		return false
 	}
@@ -186,7 +218,7 @@ func (r *Registry) dropSpare() bool {
 }
 
 // attachSpare registers a new terminal-only session with the spare sp
-// (taken by takeSpare) and attaches to it. It returns ok false, with
+// (taken by spares.take) and attaches to it. It returns ok false, with
 // nothing registered, when the spare cannot serve: it did not start, or
 // its program ended already; the caller then starts a terminal as usual.
 func (r *Registry) attachSpare(ctx context.Context, p Principal, sp *spare, o TerminalOptions) (a *Attachment, ok bool, err error) {
@@ -205,7 +237,7 @@ func (r *Registry) attachSpare(ctx context.Context, p Principal, sp *spare, o Te
 		return nil, false, nil
 	}
 	if errors.Is(err, ErrCapacity) { // p's caps, or the global one: the spare waits for the next
-		r.giveBack(sp)
+		r.spares.giveBack(sp)
 		return nil, true, err
 	}
 	if err != nil {

@@ -351,7 +351,7 @@ func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, 
 		a, err := r.attachTerminalOnly(ctx, p, o)
 		if a != nil {
 			cols, rows := o.size()
-			a.setOnFirst(func() { r.refill(cols, rows) })
+			a.setOnFirst(func() { r.spares.refill(cols, rows) })
 		}
 		return a, err
 	}
@@ -372,7 +372,7 @@ func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, 
 // attachTerminalOnly is AttachTerminal without a session when spares are
 // on: the spare when it fits, else a terminal started now.
 func (r *Registry) attachTerminalOnly(ctx context.Context, p Principal, o TerminalOptions) (*Attachment, error) {
-	if sp := r.takeSpare(o); sp != nil {
+	if sp := r.spares.take(o); sp != nil {
 		if a, ok, err := r.attachSpare(ctx, p, sp, o); ok || ctx.Err() != nil {
 			return a, errors.Join(err, ctx.Err())
 		}
@@ -528,7 +528,7 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 		req.Account = acct
 		pty, err = r.cfg.Spawner.SpawnPTY(req)
 	}
-	for errors.Is(err, workers.ErrCapacity) && !isSpare && (r.dropSpare() || r.reclaimWorker(s.owner)) {
+	for errors.Is(err, workers.ErrCapacity) && !isSpare && (r.spares.drop() || r.reclaimWorker(s.owner)) {
 		pty, err = r.cfg.Spawner.SpawnPTY(req) // a spare, or an idle worker of a user over their share, held the last slot
 	}
 	if err != nil {

@@ -282,13 +282,13 @@ func TestUserCapKeepsTheSpare(t *testing.T) {
 		}
 		// Past the first check (two attaches at once): the spare taken is
 		// given back, first in line again.
-		sp := h.r.takeSpare(TerminalOptions{})
+		sp := h.r.spares.take(TerminalOptions{})
 		if _, ok, err := h.r.attachSpare(t.Context(), alice, sp, TerminalOptions{}); !ok || !errors.As(err, new(*UserCapacityError)) {
 			t.Fatalf("attachSpare at the cap: %v, %v", ok, err)
 		}
 		synctest.Wait()
 		h.r.mu.Lock()
-		first := h.r.spares[0]
+		first := h.r.spares.list[0]
 		h.r.mu.Unlock()
 		if got := h.sparesOf(spareCount, a1, a); first != sp || !slices.Equal(got, left) {
 			t.Fatal("the spare refused by the cap was not given back")
@@ -323,17 +323,17 @@ func TestUserCapEndsSpareEndedMeanwhile(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		sp := h.r.takeSpare(TerminalOptions{})
+		sp := h.r.spares.take(TerminalOptions{})
 		if sp == nil {
 			t.Fatal("no spare after alice's first output")
 		}
-		h.r.expireSpares()
+		h.r.spares.expire()
 		if _, ok, err := h.r.attachSpare(t.Context(), alice, sp, TerminalOptions{}); !ok || !errors.As(err, new(*UserCapacityError)) {
 			t.Fatalf("attachSpare at the cap: %v, %v", ok, err)
 		}
 		synctest.Wait()
 		h.r.mu.Lock()
-		n := len(h.r.spares)
+		n := len(h.r.spares.list)
 		h.r.mu.Unlock()
 		if n != 0 {
 			t.Fatalf("%d spares after they were ended idle, want 0 (the refused one given back)", n)
