@@ -65,15 +65,20 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	}()
 
 	// Authorize first: the store is asked for p's rows only.
-	row, err := r.storedSession(ctx, p, sid)
+	row, err := r.archive.stored(ctx, p, sid)
 	if err != nil {
 		return err
 	}
 	if row.State == store.StateClosed {
 		return errStoredClosed
 	}
-	if !mayEvict && r.full(row.Owner) {
-		return ErrCapacity
+	if !mayEvict {
+		r.mu.Lock()
+		full := r.admission.full(row.Owner)
+		r.mu.Unlock()
+		if full {
+			return ErrCapacity
+		}
 	}
 	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Time{}) // the store's clock
 	switch {
@@ -84,7 +89,7 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	}
 
 	now := time.Now()
-	s := r.fromRow(claimed, now)
+	s := r.archive.live(claimed, now)
 	s.state, s.detachedAt = StateDetached, now
 	r.mu.Lock()
 	if r.closing {
@@ -144,13 +149,6 @@ func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (re
 	}
 	res, err = r.Resume(v, sid)
 	return res, true, err
-}
-
-// full reports whether a session of owner would need room made for it.
-func (r *Registry) full(owner string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.admission.full(owner)
 }
 
 // adoptForList adopts, before p's list is taken, p's stored sessions that

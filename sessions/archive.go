@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dashgate/dashgate/store"
+	"golang.org/x/sync/semaphore"
 )
 
 // This file owns the archive: the registry's reads (and the rename and
@@ -15,7 +16,7 @@ import (
 // reopened session's latest entries, the closed list, search, a whole
 // transcript. It is a view beside the registry's lock: the registry's
 // exported methods look the session up and authorize the call first
-// (findLocked, storedSession) and hand it only what passed; the archive
+// (findLocked, archive.stored) and hand it only what passed; the archive
 // reads the store outside the lock, after the journal was flushed (so a
 // read sees every write queued before it, unless the store is failing),
 // and takes the registry's lock only to read or merge a live session's
@@ -30,8 +31,38 @@ type archive struct {
 	maxBytes   int         // Config.HistoryBytes
 }
 
+// stored is findLocked's step for a session not live here: the stored
+// row of sid when p may use it (the store is asked for p's rows only; the
+// admin token's principal has none). Errors: ErrNotFound, *StoreError.
+func (a *archive) stored(ctx context.Context, p Principal, sid string) (store.Session, error) {
+	owner, ok := p.owner()
+	if !ok {
+		return store.Session{}, ErrNotFound
+	}
+	row, err := a.row(ctx, owner, sid)
+	if err != nil {
+		return store.Session{}, err
+	}
+	if !authorize(p, row.Owner, accessUse) {
+		return store.Session{}, ErrNotFound
+	}
+	return row, nil
+}
+
+// live makes the live form of a stored session, in state created, its
+// history still in the store, its writes queued on the journal.
+func (a *archive) live(row store.Session, now time.Time) *Session {
+	return &Session{
+		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
+		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
+		finished: make(chan struct{}), model: row.Model,
+		conversation: conversation{sid: row.ID, owner: row.Owner, journal: a.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0,
+			node: row.Node, epoch: row.Epoch},
+	}
+}
+
 // row is sid's stored row when owner has it. Errors: ErrNotFound,
-// *StoreError. It does not authorize: storedSession does.
+// *StoreError. It does not authorize: stored does.
 func (a *archive) row(ctx context.Context, owner, sid string) (store.Session, error) {
 	row, err := a.store.Get(ctx, owner, sid)
 	if err != nil {

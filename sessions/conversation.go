@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/dashgate/dashgate/store"
 )
 
@@ -20,7 +18,7 @@ import (
 // uses; restoring sessions at start; and the registry's exported calls on
 // the store (reopening, deleting, renaming, paging history, listing closed
 // sessions, searching): each looks its session up and authorizes the call
-// (findLocked, storedSession), then hands the store's part to the archive
+// (findLocked, archive.stored), then hands the store's part to the archive
 // (archive.go).
 
 // conversation is a session's conversation: the latest entries in memory,
@@ -271,7 +269,7 @@ func (r *Registry) restore(rows []store.Session) int {
 			evicted++
 			continue
 		}
-		s := r.fromRow(row, now)
+		s := r.archive.live(row, now)
 		s.state, s.detachedAt = StateDetached, now
 		s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 		r.sessions[s.id] = s
@@ -282,37 +280,6 @@ func (r *Registry) restore(rows []store.Session) int {
 	r.mu.Unlock()
 	r.log.Info("sessions restored", "count", restored, "evicted", evicted)
 	return restored
-}
-
-// fromRow makes the live form of a stored session, in state created, its
-// history still in the store.
-func (r *Registry) fromRow(row store.Session, now time.Time) *Session {
-	return &Session{
-		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
-		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
-		finished: make(chan struct{}), model: row.Model,
-		conversation: conversation{sid: row.ID, owner: row.Owner, journal: r.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0,
-			node: row.Node, epoch: row.Epoch},
-	}
-}
-
-// storedSession is findLocked's step for a session not live here: the
-// stored row of sid when p may use it (the store is asked for p's rows
-// only; the admin token's principal has none). Errors: ErrNotFound,
-// *StoreError.
-func (r *Registry) storedSession(ctx context.Context, p Principal, sid string) (store.Session, error) {
-	owner, ok := p.owner()
-	if !ok {
-		return store.Session{}, ErrNotFound
-	}
-	row, err := r.archive.row(ctx, owner, sid)
-	if err != nil {
-		return store.Session{}, err
-	}
-	if !authorize(p, row.Owner, accessUse) {
-		return store.Session{}, ErrNotFound
-	}
-	return row, nil
 }
 
 // storeErr wraps a store failure as a *StoreError and ErrNotFound as is.
@@ -342,12 +309,12 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 		return res, err
 	}
 	r.journal.flush(ctx)
-	row, err := r.storedSession(ctx, p, sid)
+	row, err := r.archive.stored(ctx, p, sid)
 	if err != nil {
 		return ResumeResult{}, err
 	}
 	now := time.Now()
-	s := r.fromRow(row, now)
+	s := r.archive.live(row, now)
 	s.lastActive = now
 	if err := r.archive.load(ctx, s); err != nil {
 		return ResumeResult{}, err
@@ -434,7 +401,7 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	}
 	r.mu.Unlock()
 	r.journal.flush(ctx)
-	row, err := r.storedSession(ctx, p, sid)
+	row, err := r.archive.stored(ctx, p, sid)
 	if err != nil {
 		return err
 	}
@@ -459,7 +426,7 @@ func (r *Registry) History(ctx context.Context, p Principal, sid string, beforeS
 		return r.archive.history(ctx, s, beforeSeq, limit)
 	}
 	r.journal.flush(ctx)
-	row, err := r.storedSession(ctx, p, sid)
+	row, err := r.archive.stored(ctx, p, sid)
 	if err != nil {
 		return nil, false, err
 	}

@@ -58,7 +58,7 @@
 // Who is asking. Every call acts for a [Principal] (a [Viewer] carries
 // it; calls without a viewer take it as a parameter) and every exported
 // method that takes a session id reaches it through one lookup-and-authorize
-// step (findLocked and its kin in viewers.go, storedSession for a stored
+// step (findLocked and its kin in viewers.go, archive.stored for a stored
 // one): another user's session answers exactly as a missing one
 // (ErrNotFound). authorize_test.go accounts for every exported method of
 // [Registry] and [AdminView] as user, admin or system. A session's owner

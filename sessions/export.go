@@ -38,7 +38,7 @@ func (r *Registry) Transcript(ctx context.Context, p Principal, sid string) (Tra
 	r.mu.Unlock()
 	if s == nil {
 		r.journal.flush(ctx) // a session closed just now: its last writes first
-		row, err := r.storedSession(ctx, p, sid)
+		row, err := r.archive.stored(ctx, p, sid)
 		if err != nil {
 			return Transcript{}, err
 		}
