@@ -136,7 +136,7 @@ func (r *Registry) adoptForResume(v Viewer, sid string) error {
 // one epoch). ok is false when Reopen goes on itself: no lease, or the
 // session is stored closed.
 func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (res ResumeResult, ok bool, err error) {
-	if node, _ := r.leaseHeld(); node == "" {
+	if node, _ := r.lease.heldBy(); node == "" {
 		return ResumeResult{}, false, nil
 	}
 	switch err := r.adopt(ctx, principalOf(v), sid, true); {
@@ -161,7 +161,7 @@ func (r *Registry) reopenAdopting(ctx context.Context, v Viewer, sid string) (re
 // adopted on their resume). Bounded by storeReadTimeout; a failure is
 // logged at WARN and the list is what is live here.
 func (r *Registry) adoptForList(p Principal) {
-	node, _ := r.leaseHeld()
+	node, _ := r.lease.heldBy()
 	if node == "" || p.Admin {
 		return
 	}

@@ -24,7 +24,7 @@ func (r *Registry) Exec(ctx context.Context, v Viewer, sid, command string) (str
 	if err != nil {
 		return "", err
 	}
-	if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
+	if err := r.lease.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
 		return "", err
 	}
 	// A slash command and its output, or its error, are part of the

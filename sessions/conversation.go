@@ -469,5 +469,5 @@ func (r *Registry) FlushStore(ctx context.Context) error {
 	if err := r.journal.close(ctx); err != nil {
 		return err
 	}
-	return r.release(ctx)
+	return r.lease.release(ctx)
 }

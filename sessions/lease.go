@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dashgate/dashgate/store"
@@ -64,9 +65,16 @@ const (
 	leaseProvenNotice = "the store is reachable again: this session takes new work again"
 )
 
-// lease is the node's hold, zero until Claim. Guarded by the registry's
-// mutex.
+// lease is the node's hold, node "" until Claim. Guarded by the
+// registry's mutex: heldBy, mayWork and release take it themselves.
 type lease struct {
+	mu       *sync.Mutex         // the registry's
+	sessions map[string]*Session // the registry's: what is live here
+	store    store.Store         // Config.Store
+	// notice tells a session's viewers text and keeps it in its history
+	// (Registry.noticeLocked); the mutex must be held.
+	notice func(s *Session, text string)
+
 	node string
 	ttl  time.Duration
 	log  *slog.Logger // the registry's
@@ -95,12 +103,12 @@ func (l lease) newRowLocked() (node string, epoch uint64, until time.Time) {
 	return l.node, 1, time.Now().Add(l.ttl)
 }
 
-// leaseHeld is the node and the ttl of the registry's lease ("" and 0
-// before Claim).
-func (r *Registry) leaseHeld() (string, time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lease.node, r.lease.ttl
+// heldBy is the node and the ttl of the registry's lease ("" and 0
+// before Claim). It takes the registry's mutex.
+func (l *lease) heldBy() (string, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.node, l.ttl
 }
 
 // Claim makes node (not "") the holder of the registry's sessions under
@@ -261,15 +269,15 @@ func (l *lease) startAdopting(sid string) (wait <-chan struct{}, done func()) {
 // slash command, a terminal program), that the node still proves its
 // hold on s: ErrLeaseUnproven past its proven time (the lapse is noted
 // and told first, see lapseLocked), else nil. Without a lease it is nil.
-// It takes r.mu.
-func (r *Registry) mayWork(s *Session) error {
-	r.mu.Lock()
-	if !r.lease.held(s) || time.Now().Before(r.lease.provenUntil(s)) {
-		r.mu.Unlock()
+// It takes the registry's mutex.
+func (l *lease) mayWork(s *Session) error {
+	l.mu.Lock()
+	if !l.held(s) || time.Now().Before(l.provenUntil(s)) {
+		l.mu.Unlock()
 		return nil
 	}
-	warn := r.lapseLocked(time.Now())
-	r.mu.Unlock()
+	warn := l.lapseLocked(time.Now())
+	l.mu.Unlock()
 	warn()
 	return ErrLeaseUnproven
 }
@@ -278,11 +286,12 @@ func (r *Registry) mayWork(s *Session) error {
 // past now, once, that its hold lapsed (a notice event and entry), and
 // returns what logs the WARN "leases unproven" record when this is the
 // first lapse since the hold was last proven (the caller calls it
-// outside the lock; a no-op otherwise). r.mu must be held.
-func (r *Registry) lapseLocked(now time.Time) func() {
-	lapsed, warn := r.lease.lapse(r.sessions, now)
+// outside the lock; a no-op otherwise). The registry's mutex must be
+// held.
+func (l *lease) lapseLocked(now time.Time) func() {
+	lapsed, warn := l.lapse(l.sessions, now)
 	for _, s := range lapsed {
-		r.noticeLocked(s, leaseLapsedNotice)
+		l.notice(s, leaseLapsedNotice)
 	}
 	return warn
 }
@@ -374,7 +383,7 @@ func (r *Registry) renew(ctx context.Context) bool {
 // ttl/3, at most leaseRetry after a failed renewal, and notes each lapse
 // when it is due (lapseLocked), until ctx ends. It blocks.
 func (r *Registry) runLeases(ctx context.Context) {
-	_, ttl := r.leaseHeld()
+	_, ttl := r.lease.heldBy()
 	if ttl <= 0 {
 		return
 	}
@@ -402,7 +411,7 @@ func (r *Registry) runLeases(ctx context.Context) {
 			lapse.Reset(untilLapse())
 		case <-lapse.C:
 			r.mu.Lock()
-			warn := r.lapseLocked(time.Now())
+			warn := r.lease.lapseLocked(time.Now())
 			r.mu.Unlock()
 			warn()
 			lapse.Reset(untilLapse())
@@ -410,13 +419,14 @@ func (r *Registry) runLeases(ctx context.Context) {
 	}
 }
 
-// release ends the node's leases after its last write (FlushStore).
-func (r *Registry) release(ctx context.Context) error {
-	node, _ := r.leaseHeld()
+// release ends the node's leases after its last write (FlushStore). It
+// takes the registry's mutex.
+func (l *lease) release(ctx context.Context) error {
+	node, _ := l.heldBy()
 	if node == "" {
 		return nil
 	}
-	if _, err := r.cfg.Store.Release(ctx, node); err != nil {
+	if _, err := l.store.Release(ctx, node); err != nil {
 		return fmt.Errorf("release the leases of node %q: %w", node, err)
 	}
 	return nil

@@ -335,6 +335,7 @@ func New(cfg Config) *Registry {
 			return r.startTerminal(s, TerminalOptions{Cols: cols, Rows: rows}, true)
 		},
 	}
+	r.lease = lease{mu: &r.mu, sessions: r.sessions, store: cfg.Store, notice: r.noticeLocked}
 	r.journal.onFenced = r.leaseLost
 	return r
 }

@@ -41,7 +41,7 @@ type RemoteSession struct {
 // Node is the id of this node in its cluster ("" before Claim: a node
 // alone).
 func (a AdminView) Node() string {
-	node, _ := a.r.leaseHeld()
+	node, _ := a.r.lease.heldBy()
 	return node
 }
 
@@ -105,7 +105,7 @@ func (a AdminView) ForwardReap(by Principal, rr RemoteReap) error {
 // (from_node, by, target, result). One naming nothing held here is
 // ignored with a DEBUG record.
 func (r *Registry) remoteReap(origin string, rr RemoteReap) {
-	node, _ := r.leaseHeld()
+	node, _ := r.lease.heldBy()
 	by := Principal{User: rr.By, Admin: true}
 	if rr.By == adminName(AdminPrincipal) {
 		by = AdminPrincipal

@@ -409,7 +409,7 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	r.mu.Unlock()
 	fresh := false
 	if t == nil {
-		if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
+		if err := r.lease.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
 			return nil, err
 		}
 		var err error

@@ -34,7 +34,7 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 	if err := r.checkAccount(s); err != nil {
 		return "", nil, err
 	}
-	if err := r.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
+	if err := r.lease.mayWork(s); err != nil { // ErrLeaseUnproven (lease.go)
 		return "", nil, err
 	}
 	r.mu.Lock()
