@@ -72,6 +72,15 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	if row.State == store.StateClosed {
 		return errStoredClosed
 	}
+	r.mu.Lock()
+	_, endedHere := r.ended[sid]
+	r.mu.Unlock()
+	if endedHere && row.Node == node {
+		// It ended here, and its closed row is still on its way to the
+		// store (the journal): closed, never this node's to bring back (a
+		// list taken meanwhile adopted it again, alive).
+		return errStoredClosed
+	}
 	if !mayEvict {
 		r.mu.Lock()
 		full := r.admission.full(row.Owner)
@@ -178,7 +187,7 @@ func (r *Registry) adoptForList(p Principal) {
 			continue // its node lives: it serves it
 		}
 		switch err := r.adopt(ctx, p, row.ID, false); {
-		case err == nil, errors.Is(err, ErrNotFound):
+		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, errStoredClosed):
 		case errors.Is(err, ErrCapacity), errors.Is(err, ErrShuttingDown):
 			return
 		default:
