@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -392,14 +391,7 @@ func TestAdminAuditRecords(t *testing.T) {
 			}
 
 			// An orphan adopted by dashgate (the subreaper) that no worker owns.
-			out, err := exec.Command("/bin/sh", "-c", "setsid sleep 331 </dev/null >/dev/null 2>&1 & echo $!").Output()
-			if err != nil {
-				t.Fatal(err)
-			}
-			orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
-			if err != nil {
-				t.Fatalf("pid %q: %v", out, err)
-			}
+			orphan := startOrphan(t, 331)
 			t.Cleanup(func() {
 				syscall.Kill(orphan, syscall.SIGKILL)
 				var ws syscall.WaitStatus

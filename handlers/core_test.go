@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,14 +34,7 @@ func TestAdminReapUnownedOrphan(t *testing.T) {
 	s := newStack(t)
 	// sh starts a sleep in its own session and exits: the sleep is
 	// reparented to this process, the subreaper, and no worker owns it.
-	out, err := exec.Command("/bin/sh", "-c", "setsid sleep 330 </dev/null >/dev/null 2>&1 & echo $!").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("pid %q: %v", out, err)
-	}
+	orphan := startOrphan(t, 330)
 	t.Cleanup(func() {
 		syscall.Kill(orphan, syscall.SIGKILL)
 		var ws syscall.WaitStatus

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,4 +228,23 @@ func (e *env) workerRecords(pid int) []map[string]any {
 		}
 	}
 	return out
+}
+
+// startOrphan starts `sleep secs` in a session of its own through a shell
+// that exits at once, so that the sleep is reparented to this process (the
+// subreaper) and no worker owns it; it returns the sleep's pid. Another
+// test's orphan reaper (workers.Manager.RunReaper, in parallel in this
+// process) may reap the exited shell before exec's Wait does: its
+// "waitid: no child processes" (ECHILD) is no failure, its output was read.
+func startOrphan(t *testing.T, secs int) int {
+	t.Helper()
+	out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("setsid sleep %d </dev/null >/dev/null 2>&1 & echo $!", secs)).Output()
+	if err != nil && !errors.Is(err, syscall.ECHILD) {
+		t.Fatal(err)
+	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("pid %q: %v", out, err)
+	}
+	return orphan
 }
