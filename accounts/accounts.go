@@ -57,6 +57,12 @@ type Options struct {
 	// TTL is how long a successful lookup is reused; 0 means DefaultTTL.
 	// Refusals are not cached: an account made meanwhile is seen at once.
 	TTL time.Duration
+	// Output runs a lookup command (id(1), getent(1)) and returns its
+	// standard output, as exec.Cmd.Output does; nil: exec.Cmd.Output.
+	// dashgate gives workers.Output, which keeps the orphan reaper from
+	// taking the command's exit status (its Wait would fail with ECHILD
+	// and the lookup fall back to /etc files).
+	Output func(*exec.Cmd) ([]byte, error)
 }
 
 // DefaultTTL is how long Lookup reuses an account it found, so that a
@@ -87,6 +93,9 @@ type cached struct {
 func New(o Options) (*Map, error) {
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
+	}
+	if o.Output == nil {
+		o.Output = (*exec.Cmd).Output
 	}
 	m := &Map{opts: o, cache: map[string]cached{}}
 	if o.MapFile != "" {
@@ -213,23 +222,23 @@ func (m *Map) lookup(u string) (*Account, error) {
 		return nil, &RefusedError{User: u, Reason: fmt.Sprintf("dashgate user %q maps to uid 0: refused (--allow-root-users)", u)}
 	}
 	a := &Account{Name: name, UID: uint32(uid), GID: uint32(gid), Home: pw.HomeDir}
-	if a.Groups, err = groups(name, pw); err != nil {
+	if a.Groups, err = groups(name, pw, m.opts.Output); err != nil {
 		return nil, err
 	}
-	a.Shell = shell(name)
+	a.Shell = shell(name, m.opts.Output)
 	if a.Shell == "" {
 		a.Shell = "/bin/sh"
 	}
 	return a, nil
 }
 
-// groups is the account's group list: id -G, or os/user's when id cannot
-// run. The primary group comes first.
-func groups(name string, pw *user.User) ([]uint32, error) {
+// groups is the account's group list: id -G (run by output), or os/user's
+// when id cannot run. The primary group comes first.
+func groups(name string, pw *user.User, output func(*exec.Cmd) ([]byte, error)) ([]uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	var ids []string
-	out, err := exec.CommandContext(ctx, "id", "-G", "--", name).Output()
+	out, err := output(exec.CommandContext(ctx, "id", "-G", "--", name))
 	if err == nil {
 		ids = strings.Fields(string(out))
 	} else if ids, err = pw.GroupIds(); err != nil {
@@ -251,12 +260,12 @@ func groups(name string, pw *user.User) ([]uint32, error) {
 	return gs, nil
 }
 
-// shell is passwd field 7 of name: from getent (NSS), else /etc/passwd;
-// "" when neither has it.
-func shell(name string) string {
+// shell is passwd field 7 of name: from getent (NSS, run by output), else
+// /etc/passwd; "" when neither has it.
+func shell(name string, output func(*exec.Cmd) ([]byte, error)) string {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "getent", "passwd", "--", name).Output(); err == nil {
+	if out, err := output(exec.CommandContext(ctx, "getent", "passwd", "--", name)); err == nil {
 		if sh, ok := passwdShell(string(out), name); ok {
 			return sh
 		}

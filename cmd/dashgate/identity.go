@@ -19,6 +19,7 @@ import (
 	"github.com/dashgate/dashgate/accounts"
 	"github.com/dashgate/dashgate/users"
 	"github.com/dashgate/dashgate/web"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // listen opens --addr: a TCP address, or unix:/path for a Unix socket a
@@ -152,7 +153,7 @@ func openAccounts(cfg config) (*accounts.Map, error) {
 		return nil, &startupError{fmt.Errorf("--unix-users: dashgate runs as uid %d without %s: run it as root, or grant them (deploy/systemd/dashgate-unix-users.service)",
 			os.Geteuid(), strings.Join(missing, ", "))}
 	}
-	m, err := accounts.New(accounts.Options{MapFile: cfg.UnixUsersMap, AllowRoot: cfg.AllowRootUsers})
+	m, err := accounts.New(accounts.Options{MapFile: cfg.UnixUsersMap, AllowRoot: cfg.AllowRootUsers, Output: workers.Output})
 	if err != nil {
 		return nil, &startupError{fmt.Errorf("--unix-users-map: %w", err)}
 	}

@@ -1,0 +1,50 @@
+package workers
+
+import (
+	"bytes"
+	"os/exec"
+)
+
+// Output runs cmd and returns its standard output, as exec.Cmd.Output
+// does (stderr kept in an *exec.ExitError), with cmd's child registered
+// as one dashgate waits for itself: the orphan reaper (RunReaper) leaves
+// its zombie to this Wait. Any short helper dashgate runs while the reaper
+// may run (id(1) and getent(1) for a Unix account) goes through it; plain
+// exec would race the reaper, whose wait4 could take the exit status first
+// (Wait then fails with ECHILD). cmd must not have been started and its
+// Stdout must be nil; the caller owns nothing afterwards.
+func Output(cmd *exec.Cmd) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	if cmd.Stderr == nil {
+		cmd.Stderr = &stderr
+	}
+	spawnMu.Lock()
+	beginFork()
+	err := cmd.Start()
+	if err != nil {
+		endFork(nil)
+		spawnMu.Unlock()
+		return nil, err
+	}
+	pid := cmd.Process.Pid
+	endFork(func() { unreaped[pid]++ })
+	spawnMu.Unlock()
+	if outputStarted != nil {
+		outputStarted(pid)
+	}
+	err = cmd.Wait()
+	regMu.Lock()
+	if unreaped[pid]--; unreaped[pid] <= 0 {
+		delete(unreaped, pid)
+	}
+	regMu.Unlock()
+	if ee, ok := err.(*exec.ExitError); ok && stderr.Len() > 0 {
+		ee.Stderr = stderr.Bytes()
+	}
+	return stdout.Bytes(), err
+}
+
+// outputStarted, when set (by a test), runs between Output's Start and its
+// Wait.
+var outputStarted func(pid int)
