@@ -74,6 +74,12 @@ type lease struct {
 	// notice tells a session's viewers text and keeps it in its history
 	// (Registry.noticeLocked); the mutex must be held.
 	notice func(s *Session, text string)
+	// queued reports which of held still have their row on its way to the
+	// store (journal.rowsQueued); called without the mutex.
+	queued func(held map[string]uint64) map[string]bool
+	// lost ends the sessions another node holds now (Registry.leaseLost);
+	// called without the mutex.
+	lost func(sids []string)
 
 	node string
 	ttl  time.Duration
@@ -310,14 +316,15 @@ func (r *Registry) noticeLocked(s *Session, text string) {
 // succeeds proves the hold on the sessions it renewed again (their
 // viewers told, when it had lapsed). Run calls it every ttl/3 (sooner
 // after a failure); without a Claim it does nothing.
-func (r *Registry) Renew(ctx context.Context) { r.renew(ctx) }
+func (r *Registry) Renew(ctx context.Context) { r.lease.renew(ctx) }
 
-// renew is Renew; false when the store failed.
-func (r *Registry) renew(ctx context.Context) bool {
-	r.mu.Lock()
-	node, ttl := r.lease.node, r.lease.ttl
-	held := r.lease.heldEpochs(r.sessions)
-	r.mu.Unlock()
+// renew is Registry.Renew; false when the store failed. It takes the
+// registry's mutex.
+func (l *lease) renew(ctx context.Context) bool {
+	l.mu.Lock()
+	node, ttl := l.node, l.ttl
+	held := l.heldEpochs(l.sessions)
+	l.mu.Unlock()
 	if node == "" || len(held) == 0 {
 		return true
 	}
@@ -332,23 +339,23 @@ func (r *Registry) renew(ctx context.Context) bool {
 	// is fenced, which ends them lease_lost (onFenced). The rows are noted
 	// before the store is asked, so that one written meanwhile counts as
 	// queued, never as lost.
-	queued := r.journal.rowsQueued(held)
+	queued := l.queued(held)
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, max(ttl/3, leaseRetry))
-	lost, err := r.cfg.Store.Renew(rctx, node, held, ttl, time.Time{}) // the store's clock
+	lost, err := l.store.Renew(rctx, node, held, ttl, time.Time{}) // the store's clock
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return true // stopping: not the store's failure
 		}
-		r.mu.Lock()
-		first := !r.lease.failing
-		r.lease.failing = true
-		r.mu.Unlock()
+		l.mu.Lock()
+		first := !l.failing
+		l.failing = true
+		l.mu.Unlock()
 		if first {
-			r.log.Warn("store unreachable", "node", node, "sessions", len(held), "err", err)
+			l.log.Warn("store unreachable", "node", node, "sessions", len(held), "err", err)
 		} else {
-			r.log.Debug("lease renewal", "node", node, "sessions", len(held), "err", err)
+			l.log.Debug("lease renewal", "node", node, "sessions", len(held), "err", err)
 		}
 		return false
 	}
@@ -360,39 +367,39 @@ func (r *Registry) renew(ctx context.Context) bool {
 			gone = append(gone, id)
 		}
 	}
-	r.mu.Lock()
-	for _, s := range r.lease.renewed(r.sessions, held, notHeld, gone, start) {
-		r.noticeLocked(s, leaseProvenNotice)
+	l.mu.Lock()
+	for _, s := range l.renewed(l.sessions, held, notHeld, gone, start) {
+		l.notice(s, leaseProvenNotice)
 	}
-	failing := r.lease.failing
-	r.lease.failing = false
-	r.mu.Unlock()
-	r.leaseLost(gone)
-	r.mu.Lock()
-	logged := r.lease.proved()
-	r.mu.Unlock()
+	failing := l.failing
+	l.failing = false
+	l.mu.Unlock()
+	l.lost(gone)
+	l.mu.Lock()
+	logged := l.proved()
+	l.mu.Unlock()
 	if logged != nil {
 		logged()
 	} else if failing {
-		r.log.Info("store reachable", "node", node, "sessions", len(held)-len(lost), "lost", len(gone))
+		l.log.Info("store reachable", "node", node, "sessions", len(held)-len(lost), "lost", len(gone))
 	}
 	return true
 }
 
-// runLeases is Run's part for the lease (after a Claim): it renews every
-// ttl/3, at most leaseRetry after a failed renewal, and notes each lapse
-// when it is due (lapseLocked), until ctx ends. It blocks.
-func (r *Registry) runLeases(ctx context.Context) {
-	_, ttl := r.lease.heldBy()
+// run is Registry.Run's part for the lease (after a Claim): it renews
+// every ttl/3, at most leaseRetry after a failed renewal, and notes each
+// lapse when it is due (lapseLocked), until ctx ends. It blocks.
+func (l *lease) run(ctx context.Context) {
+	_, ttl := l.heldBy()
 	if ttl <= 0 {
 		return
 	}
 	// untilLapse is when the lapses are checked next: when the first held
 	// session's proven time passes, at most ttl from now.
 	untilLapse := func() time.Duration {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.lease.untilLapse(r.sessions, time.Now())
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.untilLapse(l.sessions, time.Now())
 	}
 	renew := time.NewTimer(ttl / 3)
 	defer renew.Stop()
@@ -404,15 +411,15 @@ func (r *Registry) runLeases(ctx context.Context) {
 			return
 		case <-renew.C:
 			next := ttl / 3
-			if !r.renew(ctx) {
+			if !l.renew(ctx) {
 				next = min(next, leaseRetry)
 			}
 			renew.Reset(next)
 			lapse.Reset(untilLapse())
 		case <-lapse.C:
-			r.mu.Lock()
-			warn := r.lease.lapseLocked(time.Now())
-			r.mu.Unlock()
+			l.mu.Lock()
+			warn := l.lapseLocked(time.Now())
+			l.mu.Unlock()
 			warn()
 			lapse.Reset(untilLapse())
 		}

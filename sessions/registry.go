@@ -335,7 +335,7 @@ func New(cfg Config) *Registry {
 			return r.startTerminal(s, TerminalOptions{Cols: cols, Rows: rows}, true)
 		},
 	}
-	r.lease = lease{mu: &r.mu, sessions: r.sessions, store: cfg.Store, notice: r.noticeLocked}
+	r.lease = lease{mu: &r.mu, sessions: r.sessions, store: cfg.Store, notice: r.noticeLocked, queued: r.journal.rowsQueued, lost: r.leaseLost}
 	r.journal.onFenced = r.leaseLost
 	return r
 }
@@ -373,7 +373,7 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 	var leases sync.WaitGroup // after Claim: the renewals (lease.go)
 	defer leases.Wait()
-	leases.Go(func() { r.runLeases(ctx) })
+	leases.Go(func() { r.lease.run(ctx) })
 	r.Prune(ctx)
 	for {
 		select {
