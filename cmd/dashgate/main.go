@@ -58,6 +58,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "agent" {
 		return agent.Main()
 	}
+	if len(args) > 0 && args[0] == "acp" {
+		return runACP(args[1:])
+	}
 	if len(args) > 0 && args[0] == "user" {
 		return userMain(args[1:], stdout, stderr)
 	}
