@@ -25,7 +25,7 @@ func BenchmarkAdminPage(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		reg := sessions.New(sessions.Config{MaxSessions: n + 1})
 		for range n {
-			if _, err := reg.Create(nil, "bench", false); err != nil {
+			if _, err := reg.Create(nil, sessions.NewSession{Title: "bench"}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -149,7 +149,7 @@ func BenchmarkSessionListManyUsers(b *testing.B) {
 	for u := range benchUsers {
 		v := &benchViewer{p: sessions.Principal{User: benchUser(u)}, done: make(chan struct{})}
 		for range benchPerUser {
-			if _, err := reg.Create(v, "bench", false); err != nil {
+			if _, err := reg.Create(v, sessions.NewSession{Title: "bench"}); err != nil {
 				b.Fatal(err)
 			}
 		}

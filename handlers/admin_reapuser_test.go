@@ -45,7 +45,7 @@ func TestAdminReapUser(t *testing.T) {
 	withWorker := func(p sessions.Principal) sessions.Info {
 		t.Helper()
 		v := newViewer(p)
-		in, err := e.reg.Create(v, p.User+"'s", false)
+		in, err := e.reg.Create(v, sessions.NewSession{Title: p.User + "'s"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,11 +132,11 @@ func TestAdminReapAnonymousUser(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	h := &handlers.Admin{Sessions: e.reg.Admin(), Procs: e.mgr, Log: e.log}
 	srv := adminAs(t, h, sessions.AdminPrincipal)
-	anon, err := e.reg.Create(nil, "", false)
+	anon, err := e.reg.Create(nil, sessions.NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := e.reg.Create(newViewer(alice), "", false)
+	in, err := e.reg.Create(newViewer(alice), sessions.NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}

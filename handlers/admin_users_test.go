@@ -344,7 +344,7 @@ func TestAdminAuditRecords(t *testing.T) {
 				return resp.StatusCode
 			}
 			av := newViewer(alice)
-			in, err := e.reg.Create(av, "alice's", false)
+			in, err := e.reg.Create(av, sessions.NewSession{Title: "alice's"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -369,7 +369,7 @@ func TestAdminAuditRecords(t *testing.T) {
 				if st.action == "reap_detached" {
 					// one detached session of bob's to reap
 					bv := newViewer(bob)
-					if _, err := e.reg.Create(bv, "bob's", false); err != nil {
+					if _, err := e.reg.Create(bv, sessions.NewSession{Title: "bob's"}); err != nil {
 						t.Fatal(err)
 					}
 					e.reg.DetachViewer(bv, workers.ReasonDetach)
@@ -430,7 +430,7 @@ func TestAdminUsersOnRealSessions(t *testing.T) {
 	srv := adminAs(t, h, sessions.AdminPrincipal)
 	newSession := func(v *authViewer, worker bool) string {
 		t.Helper()
-		in, err := e.reg.Create(v, "", false)
+		in, err := e.reg.Create(v, sessions.NewSession{Title: ""})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +443,7 @@ func TestAdminUsersOnRealSessions(t *testing.T) {
 	}
 	av, bv := newViewer(alice), newViewer(bob)
 	a1, a2, b1 := newSession(av, true), newSession(av, false), newSession(bv, false)
-	anon, err := e.reg.Create(nil, "", false)
+	anon, err := e.reg.Create(nil, sessions.NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}

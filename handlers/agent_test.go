@@ -54,7 +54,7 @@ func TestAgentMethodsBadInput(t *testing.T) {
 		params map[string]any
 		code   int
 	}{
-		{"bad choice", "approval.respond", map[string]any{"session_id": sid, "request_id": "r", "choice": "always"}, handlers.CodeInvalidParams},
+		{"bad choice", "approval.respond", map[string]any{"session_id": sid, "request_id": "r", "choice": "sometimes"}, handlers.CodeInvalidParams},
 		{"no request_id", "approval.respond", map[string]any{"session_id": sid, "choice": "once"}, handlers.CodeInvalidParams},
 		{"unknown session", "approval.respond", map[string]any{"session_id": "nope", "request_id": "r", "choice": "once"}, handlers.CodeNotFound},
 		{"model too long", "session.configure", map[string]any{"session_id": sid, "model": strings.Repeat("m", 201)}, handlers.CodeInvalidParams},

@@ -107,7 +107,7 @@ func newTwoUsers(t *testing.T) *twoUsers {
 // ran command.
 func (f *twoUsers) aliceSession(t *testing.T, v *authViewer, command string) string {
 	t.Helper()
-	in, err := f.reg.Create(v, "alice's", false)
+	in, err := f.reg.Create(v, sessions.NewSession{Title: "alice's"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // the principal as a parameter. Another user's session answers as a
 // missing one (sessions.ErrNotFound).
 type ChatRegistry interface {
-	Create(v sessions.Viewer, title string, closeOnDisconnect bool) (sessions.Info, error)
+	Create(v sessions.Viewer, o sessions.NewSession) (sessions.Info, error)
 	Resume(v sessions.Viewer, sid string) (sessions.ResumeResult, error)
 	Close(p sessions.Principal, sid string, reason sessions.EndReason) (bool, error)
 	List(p sessions.Principal) []sessions.Info
@@ -52,6 +52,16 @@ type SessionWatcher interface {
 // ids and the default. Errors are *workers.Error (5004) naming why.
 type ModelLister func(ctx context.Context) (models []string, def string, err error)
 
+// AgentInfo is an agent as agent.list names it: Name is what
+// session.create's agent takes (sessions.BuiltinAgent for the built-in
+// worker), Kind "builtin" or "acp", Default whether a session.create
+// without an agent gets it.
+type AgentInfo struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Default bool   `json:"default"`
+}
+
 // SocketConfig bounds a WebSocket's liveness and writes.
 type SocketConfig struct {
 	PingInterval time.Duration // a ping every interval (0: none)
@@ -70,6 +80,9 @@ type Chat struct {
 	SendQueue       int         // frames queued per socket before it is a slow consumer
 	MaxInflight     int         // requests one socket may have running
 	Models          ModelLister // nil: model.list answers no models
+	// Agents is what agent.list answers: the agents a session may talk
+	// to, the built-in worker first (nil: that one alone).
+	Agents []AgentInfo
 	OnConn          func(delta int)
 	connSeq         atomic.Uint64
 	defaultsApplied sync.Once

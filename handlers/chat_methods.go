@@ -19,6 +19,7 @@ type chatMethod func(c *chatConn, ctx context.Context, params json.RawMessage) (
 // answers -32601 (chatConn.call). It holds exactly the methods
 // docs/PROTOCOL.md documents (TestChatMethodsDocumented).
 var chatMethods = map[string]chatMethod{
+	"agent.list":        (*chatConn).agentList,
 	"approval.respond":  (*chatConn).approvalRespond,
 	"model.list":        (*chatConn).modelList,
 	"prompt.submit":     (*chatConn).promptSubmit,
@@ -62,6 +63,7 @@ func (p *sessionParams) check() *RPCError { return requireSession(p.SessionID) }
 type createParams struct {
 	Title             string `json:"title"`
 	CloseOnDisconnect bool   `json:"close_on_disconnect"`
+	Agent             string `json:"agent"` // a name agent.list gives; "": the default one
 }
 
 func (p *createParams) check() *RPCError { return checkTitle(p.Title) }
@@ -73,7 +75,7 @@ func (c *chatConn) sessionCreate(_ context.Context, raw json.RawMessage) (any, f
 	if err := readParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
-	in, err := c.h.Registry.Create(c, p.Title, p.CloseOnDisconnect)
+	in, err := c.h.Registry.Create(c, sessions.NewSession{Title: p.Title, CloseOnDisconnect: p.CloseOnDisconnect, Agent: p.Agent})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,8 +194,10 @@ func (p *approvalParams) check() *RPCError {
 	if p.RequestID == "" {
 		return invalidParams("invalid params: request_id is required")
 	}
-	if p.Choice != sessions.ChoiceOnce && p.Choice != sessions.ChoiceDeny {
-		return invalidParams(`invalid params: choice must be "once" or "deny"`)
+	switch p.Choice {
+	case sessions.ChoiceOnce, sessions.ChoiceDeny, sessions.ChoiceAlways, sessions.ChoiceDenyAlways:
+	default:
+		return invalidParams(`invalid params: choice must be "once", "always", "deny" or "deny_always"`)
 	}
 	return nil
 }
@@ -238,6 +242,17 @@ func (c *chatConn) sessionConfigure(_ context.Context, raw json.RawMessage) (any
 		return nil, nil, err
 	}
 	return map[string]any{"model": p.Model}, nil, nil
+}
+
+// agentList lists the agents a session may talk to: {"agents":
+// [{"name","kind","default"}]}, the built-in worker first. It reads no
+// params.
+func (c *chatConn) agentList(context.Context, json.RawMessage) (any, func(), error) {
+	agents := c.h.Agents
+	if len(agents) == 0 {
+		agents = []AgentInfo{{Name: sessions.BuiltinAgent, Kind: "builtin", Default: true}}
+	}
+	return map[string]any{"agents": agents}, nil, nil
 }
 
 // modelList lists the model server's models (Chat.Models): {"models",
@@ -449,8 +464,18 @@ func resumeResult(res sessions.ResumeResult) map[string]any {
 	if pending == nil {
 		pending = []sessions.Approval{}
 	}
-	return map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running,
+	out := map[string]any{"session_id": res.ID, "state": res.State, "history": hist, "running": res.Running,
 		"title": res.Title, "model": res.Model, "pending_approvals": pending}
+	if res.Agent != "" { // an ACP agent's session (issue 40)
+		out["agent"] = res.Agent
+	}
+	if res.Plan != nil {
+		out["plan"] = res.Plan
+	}
+	if res.Commands != nil {
+		out["commands"] = res.Commands
+	}
+	return out
 }
 
 // closedInfo is a closed session as session.list shows it.

@@ -35,9 +35,12 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var vc *sessions.ViewerCapacityError
 	var uc *sessions.UserCapacityError
 	var se *sessions.StoreError
+	var ua *sessions.UnknownAgentError
 	switch {
 	case errors.As(err, &rpc):
 		return rpc
+	case errors.As(err, &ua):
+		return invalidParams(ua.Error())
 	case errors.Is(err, sessions.ErrNotFound):
 		return &RPCError{Code: CodeNotFound, Message: "session not found or already closed"}
 	case errors.Is(err, sessions.ErrBusy):

@@ -79,7 +79,7 @@ func TestAccountsRunChildrenAsTheOwner(t *testing.T) {
 			}
 			mark := len(h.logs.Records("unix account refused"))
 			v := viewerOf(p)
-			in, err := h.r.Create(v, "", false)
+			in, err := h.r.Create(v, NewSession{Title: ""})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func TestAccountsRunChildrenAsTheOwner(t *testing.T) {
 	}
 
 	v := viewerOf(alice)
-	in, err := h.r.Create(v, "", false)
+	in, err := h.r.Create(v, NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestAccountRefusedWhenTheTurnStarts(t *testing.T) {
 			}
 		})
 		v := viewerOf(Principal{User: "alice"})
-		in, err := h.r.Create(v, "", false)
+		in, err := h.r.Create(v, NewSession{Title: ""})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func TestDefaultTitleCounter(t *testing.T) {
 	alice, bob := Principal{User: "alice"}, Principal{User: "bob"}
 	create := func(r *Registry, p Principal, title, want string) Info {
 		t.Helper()
-		in, err := r.Create(&recViewer{p: p}, title, false)
+		in, err := r.Create(&recViewer{p: p}, NewSession{Title: title})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -73,7 +73,7 @@ func annOn(t *testing.T, h *harness) (string, []Message) {
 func userOn(t *testing.T, h *harness, user string) (string, []Message) {
 	t.Helper()
 	v := &recViewer{p: Principal{User: user}}
-	in, err := h.r.Create(v, "ann's", false)
+	in, err := h.r.Create(v, NewSession{Title: "ann's"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestAdoptOnList(t *testing.T) {
 			const ttl = 2 * time.Second
 			a, b, _, sb := twoNodes(t, backend.open, ttl, func(c *Config) { c.MaxSessionsPerUser = 2 })
 			annP := Principal{User: "ann"}
-			own, err := b.r.Create(&recViewer{p: annP}, "made on b", false)
+			own, err := b.r.Create(&recViewer{p: annP}, NewSession{Title: "made on b"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -80,7 +80,7 @@ func TestApprovalOnceEver(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v1, v2 := &recViewer{}, &recViewer{}
-	in, _ := h.r.Create(v1, "", false)
+	in, _ := h.r.Create(v1, NewSession{Title: ""})
 	h.r.Resume(v2, in.ID)
 	agentTurn(t, h, v1, in.ID)
 	r1 := askApproval(h, "r1")
@@ -148,7 +148,7 @@ func TestApprovalDenied(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness(t, nil)
 				v := &recViewer{}
-				in, _ := h.r.Create(v, "", false)
+				in, _ := h.r.Create(v, NewSession{Title: ""})
 				agentTurn(t, h, v, in.ID)
 				rid := askApproval(h, "r")
 				tt.end(h, v, in.ID)
@@ -210,7 +210,7 @@ func TestUnansweredRunReachesModel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.mu.Lock()
 	s := h.r.sessions[in.ID]
 	for _, m := range []Message{
@@ -246,7 +246,7 @@ func TestConversationReachesNewWorker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.AgentContext = 30 })
 	v := leavingViewer()
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	for _, p := range []string{"one", "two", "three"} {
 		_, start, _ := h.r.Prompt(v, in.ID, p)
 		start()
@@ -313,7 +313,7 @@ func TestDetachTurnGrace(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness(t, func(c *Config) { c.DetachTurnGrace = 10 * time.Second })
 				v := leavingViewer()
-				in, _ := h.r.Create(v, "", false)
+				in, _ := h.r.Create(v, NewSession{Title: ""})
 				agentTurn(t, h, v, in.ID)
 				send(h, workers.Event{Name: "delta", Text: "first"})
 				v.leave()
@@ -358,7 +358,7 @@ func TestApprovalIDsUniqueAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	agentTurn(t, h, v, in.ID)
 	first := askApproval(h, "a1")
 	h.r.RespondApproval(t.Context(), v, in.ID, first, ChoiceDeny)
@@ -390,7 +390,7 @@ func TestSlashCarriesTheModel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	for _, model := range []string{"", "qwen3:8b"} {
 		if err := h.r.Configure(v, in.ID, model); err != nil {
 			t.Fatal(err)
@@ -409,7 +409,7 @@ func TestDetachGraceKeepsPendingApproval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.DetachTurnGrace = 10 * time.Second })
 		v := leavingViewer()
-		in, _ := h.r.Create(v, "", false)
+		in, _ := h.r.Create(v, NewSession{Title: ""})
 		agentTurn(t, h, v, in.ID)
 		rid := askApproval(h, "r")
 		v.leave()

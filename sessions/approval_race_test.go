@@ -15,7 +15,7 @@ func TestApprovalAnsweredAtOnceByTwo(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v1, v2 := &recViewer{}, &recViewer{}
-	in, _ := h.r.Create(v1, "", false)
+	in, _ := h.r.Create(v1, NewSession{Title: ""})
 	if _, err := h.r.Resume(v2, in.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (a *archive) live(row store.Session, now time.Time) *Session {
 	return &Session{
 		id: row.ID, title: row.Title, createdAt: row.CreatedAt, liveSince: now, lastActive: row.LastActive,
 		state: StateCreated, viewers: map[Viewer]struct{}{}, spawnMu: semaphore.NewWeighted(1),
-		finished: make(chan struct{}), model: row.Model,
+		finished: make(chan struct{}), model: row.Model, agent: row.Agent, agentSession: row.AgentSession,
 		conversation: conversation{sid: row.ID, owner: row.Owner, journal: a.journal, entrySeq: row.LastSeq, unloaded: row.LastSeq > 0,
 			node: row.Node, epoch: row.Epoch},
 	}

@@ -98,7 +98,7 @@ func newAuthFixture(t *testing.T) *authFixture {
 func (f *authFixture) session(t *testing.T, p Principal, title, command string) string {
 	t.Helper()
 	v := viewerOf(p)
-	in, err := f.r.Create(v, title, false)
+	in, err := f.r.Create(v, NewSession{Title: title})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func listed(list []Info, sid string) bool {
 func (f *authFixture) detachedOf(t *testing.T, p Principal) string {
 	t.Helper()
 	v := viewerOf(p)
-	in, err := f.r.Create(v, "", false)
+	in, err := f.r.Create(v, NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ var accounting = map[string]entry{
 	// A user's own, without an id.
 	"Registry.Create": {class: classUser, proof: func(t *testing.T, f *authFixture) {
 		bv := viewerOf(bob)
-		in, err := f.r.Create(bv, "bob's", false)
+		in, err := f.r.Create(bv, NewSession{Title: "bob's"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,7 +465,7 @@ var accounting = map[string]entry{
 		_, absent := f.r.Resume(viewerOf(alice), missingID)
 		sameAnswer(t, "alice resumes bob's new session", nil, nil, foreign, absent)
 		n := len(f.r.Admin().List())
-		if _, err := f.r.Create(viewerOf(AdminPrincipal), "the admin token's", false); !errors.Is(err, ErrNotFound) {
+		if _, err := f.r.Create(viewerOf(AdminPrincipal), NewSession{Title: "the admin token's"}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("the admin token makes a session: %v; want %v (it owns nothing)", err, ErrNotFound)
 		}
 		if got := len(f.r.Admin().List()); got != n {

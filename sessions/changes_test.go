@@ -51,7 +51,7 @@ func TestChangesReachOtherRegistries(t *testing.T) {
 	defer b.r.Watch(mineOnB)()
 	defer b.r.Watch(bobsOnB)()
 
-	in, err := a.r.Create(&recViewer{p: alice}, "made on a", false)
+	in, err := a.r.Create(&recViewer{p: alice}, NewSession{Title: "made on a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,10 @@ func TestChangesToldOutsideLock(t *testing.T) {
 	}
 	defer release()
 	made := make(chan Info, 1)
-	go func() { in, _ := h.r.Create(&recViewer{}, "first", false); made <- in }()
+	go func() {
+		in, _ := h.r.Create(&recViewer{}, NewSession{Title: "first"})
+		made <- in
+	}()
 	select {
 	case <-v.telling:
 	case <-time.After(5 * time.Second):

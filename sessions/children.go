@@ -49,7 +49,7 @@ func (r *Registry) ensureWorker(ctx context.Context, s *Session) (Worker, error)
 	acct, err := r.accountOf(s)
 	spawn := func() (Worker, error) {
 		return r.cfg.Spawner.SpawnWorker(SpawnRequest{
-			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace, Owner: s.owner, Account: acct,
+			SessionID: s.id, CancelGrace: r.cfg.InterruptGrace, Owner: s.owner, Account: acct, Agent: s.agent,
 			OnClose: func(res workers.CloseResult) { r.workerGone(s, c, res) },
 		})
 	}

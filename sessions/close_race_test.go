@@ -32,7 +32,7 @@ func TestClosePathsRace(t *testing.T) {
 		hold := hs.next()
 		t.Cleanup(hold.let) // a failure before the release must not hang the cleanup's Shutdown
 		v := leavingViewer()
-		in, err := h.r.Create(v, "", false)
+		in, err := h.r.Create(v, NewSession{Title: ""})
 		if err != nil {
 			t.Fatal(err)
 		}

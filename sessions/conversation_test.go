@@ -25,11 +25,11 @@ func TestStoredRowsCarryTheOwner(t *testing.T) {
 	alice := Principal{User: "alice"}
 	h := newHarness(t, func(c *Config) { c.Store = st; c.SuspendOnShutdown = true })
 	av := &recViewer{p: alice}
-	kept, err := h.r.Create(av, "kept", false)
+	kept, err := h.r.Create(av, NewSession{Title: "kept"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, _ := h.r.Create(av, "gone", false)
+	gone, _ := h.r.Create(av, NewSession{Title: "gone"})
 	if err := h.r.Configure(av, kept.ID, "m1"); err != nil {
 		t.Fatal(err)
 	}

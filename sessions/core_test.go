@@ -169,19 +169,19 @@ func TestViewerCapFreedByCloseElsewhere(t *testing.T) {
 	v := &recViewer{}
 	var ids []string
 	for range 3 {
-		in, err := h.r.Create(v, "", false)
+		in, err := h.r.Create(v, NewSession{Title: ""})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, in.ID)
 	}
-	_, err := h.r.Create(v, "", false)
+	_, err := h.r.Create(v, NewSession{Title: ""})
 	var vc *ViewerCapacityError
 	if !errors.Is(err, ErrViewerCapacity) || !errors.As(err, &vc) || vc.Limit != 3 || !strings.Contains(err.Error(), "(3)") {
 		t.Fatalf("Create at the cap: %v", err)
 	}
 	// Another viewer's sessions can still be resumed by v? No: v is full.
-	other, _ := h.r.Create(&recViewer{}, "", false)
+	other, _ := h.r.Create(&recViewer{}, NewSession{Title: ""})
 	if _, err := h.r.Resume(v, other.ID); !errors.Is(err, ErrViewerCapacity) {
 		t.Fatalf("Resume at the cap: %v", err)
 	}
@@ -190,7 +190,7 @@ func TestViewerCapFreedByCloseElsewhere(t *testing.T) {
 			t.Fatalf("admin reap: %v %v", closed, err)
 		}
 	}
-	if _, err := h.r.Create(v, "", false); err != nil {
+	if _, err := h.r.Create(v, NewSession{Title: ""}); err != nil {
 		t.Fatalf("Create after the reaps: %v", err)
 	}
 	if _, err := h.r.Resume(v, other.ID); err != nil {
@@ -203,7 +203,7 @@ func TestViewerCapFreedByCloseElsewhere(t *testing.T) {
 func TestIllegalMoveIsLoud(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	in, _ := h.r.Create(&recViewer{}, "", false)
+	in, _ := h.r.Create(&recViewer{}, NewSession{Title: ""})
 	h.r.mu.Lock()
 	s := h.r.sessions[in.ID]
 	func() {
@@ -252,7 +252,7 @@ func TestShutdownTeardownIsTracked(t *testing.T) {
 		gate := make(chan struct{})
 		h := newHarness(t, func(c *Config) { c.Spawner = gatedSpawner{&fakeSpawner{}, gate} })
 		v := &recViewer{}
-		in, _ := h.r.Create(v, "", false)
+		in, _ := h.r.Create(v, NewSession{Title: ""})
 		if _, err := h.r.Exec(t.Context(), v, in.ID, "/x"); err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +283,7 @@ func TestInterruptGraceReachesWorker(t *testing.T) {
 	sp := &graceSpawner{fakeSpawner: &fakeSpawner{}, got: &got}
 	h := newHarness(t, func(c *Config) { c.Spawner = sp; c.InterruptGrace = 1234 * time.Millisecond })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/x"); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestEventEncodedOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	a, b := &recViewer{}, &recViewer{}
-	in, _ := h.r.Create(a, "", false)
+	in, _ := h.r.Create(a, NewSession{Title: ""})
 	h.r.Resume(b, in.ID)
 	h.r.Close(anon, in.ID, EndClientClose)
 	ea, eb := a.ofType("session.closed"), b.ofType("session.closed")

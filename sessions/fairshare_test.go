@@ -57,7 +57,7 @@ func TestFairShareEviction(t *testing.T) {
 			}
 			sids := make([]string, len(tt.made))
 			for i, st := range tt.made {
-				in, err := h.r.Create(viewer(st.p), "", false)
+				in, err := h.r.Create(viewer(st.p), NewSession{Title: ""})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -66,7 +66,7 @@ func TestFairShareEviction(t *testing.T) {
 					h.r.Leave(viewer(st.p), in.ID)
 				}
 			}
-			_, err := h.r.Create(viewer(tt.asker), "", false)
+			_, err := h.r.Create(viewer(tt.asker), NewSession{Title: ""})
 			h.r.Wait()
 			if tt.evict < 0 {
 				if !errors.Is(err, ErrCapacity) || errors.As(err, new(*UserCapacityError)) {
@@ -152,13 +152,13 @@ func TestFairShareReclaimsIdleWorker(t *testing.T) {
 	va, vb := viewerOf(alice), viewerOf(bob)
 	var mine [2]Info
 	for i := range mine {
-		mine[i], _ = h.r.Create(va, "", false)
+		mine[i], _ = h.r.Create(va, NewSession{Title: ""})
 		if _, err := h.r.Exec(ctx, va, mine[i].ID, "/echo hi"); err != nil {
 			t.Fatal(err)
 		}
 		mine[i], _ = h.r.Get(alice, mine[i].ID)
 	}
-	b1, _ := h.r.Create(vb, "", false)
+	b1, _ := h.r.Create(vb, NewSession{Title: ""})
 	if out, err := h.r.Exec(ctx, vb, b1.ID, "/echo bob"); err != nil || out != "bob" {
 		t.Fatalf("bob's /echo beside alice's idle workers: %q, %v", out, err)
 	}
@@ -177,7 +177,7 @@ func TestFairShareReclaimsIdleWorker(t *testing.T) {
 
 	// One each: bob's second worker would put him over his share.
 	b1, _ = h.r.Get(bob, b1.ID)
-	b2, _ := h.r.Create(vb, "", false)
+	b2, _ := h.r.Create(vb, NewSession{Title: ""})
 	if out, err := h.r.Exec(ctx, vb, b2.ID, "/echo again"); err != nil || out != "again" {
 		t.Fatalf("bob's second /echo: %q, %v", out, err)
 	}
@@ -198,7 +198,7 @@ func TestFairShareTerminalReclaimsIdleWorker(t *testing.T) {
 	va := viewerOf(alice)
 	var mine [2]Info
 	for i := range mine {
-		mine[i], _ = h.r.Create(va, "", false)
+		mine[i], _ = h.r.Create(va, NewSession{Title: ""})
 		if _, err := h.r.Exec(ctx, va, mine[i].ID, "/echo hi"); err != nil {
 			t.Fatal(err)
 		}
@@ -231,14 +231,14 @@ func TestFairShareNeverCutsARunningTurn(t *testing.T) {
 	h, mgr := realHarnessOf(t, workers.Config{Grace: time.Second, MaxWorkers: 2}, nil)
 	ctx := t.Context()
 	va, vb := viewerOf(alice), viewerOf(bob)
-	turn, _ := h.r.Create(va, "", false)
+	turn, _ := h.r.Create(va, NewSession{Title: ""})
 	_, start, err := h.r.Prompt(va, turn.ID, strings.Repeat("word ", 500)) // 20 s of streaming
 	if err != nil {
 		t.Fatal(err)
 	}
 	start()
 	testkit.WaitFor(t, 5*time.Second, "alice's reply streaming", func() bool { return len(va.ofType("message.delta")) > 0 })
-	slash, _ := h.r.Create(va, "", false)
+	slash, _ := h.r.Create(va, NewSession{Title: ""})
 	slept := make(chan error, 1)
 	go func() { _, err := h.r.Exec(ctx, va, slash.ID, "/sleep 30"); slept <- err }()
 	testkit.WaitFor(t, 5*time.Second, "alice's second worker", func() bool {
@@ -246,7 +246,7 @@ func TestFairShareNeverCutsARunningTurn(t *testing.T) {
 		return in.WorkerPID != 0 && len(mgr.Procs()) == 2
 	})
 
-	b1, _ := h.r.Create(vb, "", false)
+	b1, _ := h.r.Create(vb, NewSession{Title: ""})
 	_, err = h.r.Exec(ctx, vb, b1.ID, "/echo bob")
 	if !errors.Is(err, workers.ErrCapacity) || errors.As(err, new(*UserCapacityError)) {
 		t.Fatalf("bob at --max-workers with alice's workers busy: %v, want workers.ErrCapacity", err)

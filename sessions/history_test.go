@@ -60,7 +60,7 @@ func TestCompleteHistory(t *testing.T) {
 		c.DescribeError = func(err error) (int, string) { return 5004, "worker failed: " + err.Error() }
 	})
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	sid := in.ID
 
 	_, start, _ := h.r.Prompt(v, sid, "hi")
@@ -114,7 +114,7 @@ func streamingTurn(t *testing.T) (*harness, *recViewer, Info) {
 	h := newHarness(t, nil)
 	h.sp.stream = make(chan string)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	_, start, _ := h.r.Prompt(v, in.ID, "q")
 	start()
 	return h, v, in
@@ -151,7 +151,7 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.Store = st; c.SuspendOnShutdown = true })
 		h.sp.stream = make(chan string)
 		v := &recViewer{}
-		in, _ := h.r.Create(v, "t", false)
+		in, _ := h.r.Create(v, NewSession{Title: "t"})
 		_, start, _ := h.r.Prompt(v, in.ID, "tell me")
 		start()
 		h.sp.stream <- "once upon"
@@ -219,8 +219,8 @@ func TestSuspendAndRestore(t *testing.T) {
 		st := store.NewMemory()
 		h := newHarness(t, func(c *Config) { c.Store = st; c.SuspendOnShutdown = true })
 		v := &recViewer{}
-		a, _ := h.r.Create(v, "a", false)
-		b, _ := h.r.Create(v, "b", false)
+		a, _ := h.r.Create(v, NewSession{Title: "a"})
+		b, _ := h.r.Create(v, NewSession{Title: "b"})
 		h.r.DetachViewer(v, workers.ReasonDetach)
 		h.r.Exec(t.Context(), &recViewer{}, a.ID, "/x")
 		term, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
@@ -311,7 +311,7 @@ func TestClosedIsNotDeleted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "first", false)
+	in, _ := h.r.Create(v, NewSession{Title: "first"})
 	sid := in.ID
 	h.r.Exec(t.Context(), v, sid, "/one")
 	h.r.Close(anon, sid, EndAdminReap)
@@ -377,7 +377,7 @@ func TestHistoryPaging(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.HistoryMessages = 10 })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	for range 30 {
 		h.r.Exec(t.Context(), v, in.ID, "/x")
 	}
@@ -418,9 +418,9 @@ func TestRetention(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.HistoryRetention = time.Hour; c.PruneInterval = 10 * time.Minute })
 		v := &recViewer{}
-		old, _ := h.r.Create(v, "old", false)
+		old, _ := h.r.Create(v, NewSession{Title: "old"})
 		h.r.Close(anon, old.ID, EndClientClose)
-		live, _ := h.r.Create(v, "live", false)
+		live, _ := h.r.Create(v, NewSession{Title: "live"})
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
 		wg.Go(func() { h.r.Run(ctx) })
@@ -471,7 +471,7 @@ func TestStoreFailureKeepsChat(t *testing.T) {
 	fs := &flakyStore{Memory: store.NewMemory()}
 	h := newHarness(t, func(c *Config) { c.Store = fs })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.journal.flush(t.Context())
 	fs.setDown(true)
 	for range 20 {
@@ -502,7 +502,7 @@ func TestFlushStoreReportsLoss(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Store = fs })
 	fs.setDown(true)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.Exec(t.Context(), v, in.ID, "/x")
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
@@ -538,7 +538,7 @@ func TestCommandErrorBeforeWorkerExit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/crash"); err == nil {
 		t.Fatal("/crash succeeded")
 	}

@@ -36,7 +36,7 @@ func TestLeaseLostToAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &recViewer{}
-	in, err := a.r.Create(v, "made on a", false)
+	in, err := a.r.Create(v, NewSession{Title: "made on a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestReleaseHandsSessionsOver(t *testing.T) {
 	if _, err := a.r.Claim(t.Context(), "a", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	in, _ := a.r.Create(&recViewer{}, "made on a", false)
+	in, _ := a.r.Create(&recViewer{}, NewSession{Title: "made on a"})
 	if err := a.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestRenewEndsWhatAnotherNodeClaimed(t *testing.T) {
 	if _, err := a.r.Claim(t.Context(), "a", time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	lost, _ := a.r.Create(&recViewer{}, "taken by b", false)
+	lost, _ := a.r.Create(&recViewer{}, NewSession{Title: "taken by b"})
 	if err := a.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRenewEndsWhatAnotherNodeClaimed(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("b claims a's session: %v", err)
 	}
-	kept, _ := a.r.Create(&recViewer{}, "a's still", false) // made after b's claim: a's
+	kept, _ := a.r.Create(&recViewer{}, NewSession{Title: "a's still"}) // made after b's claim: a's
 
 	a.r.Renew(t.Context())
 	a.wantOneClose(lost.ID, EndLeaseLost)

@@ -2,6 +2,9 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -79,21 +82,67 @@ func (r *Registry) endAll(ss []*Session, reason EndReason, p Principal) int {
 // ErrCapacity). Other errors: ErrShuttingDown, ErrNotFound (v is gone),
 // ErrViewerCapacity (v views MaxViewed sessions); ErrNotFound too for the
 // admin token's principal, which owns nothing (Principal.Owns).
-func (r *Registry) Create(v Viewer, title string, closeOnDisconnect bool) (Info, error) {
-	return r.create(principalOf(v), v, title, closeOnDisconnect, false)
+// An agent Config.Agents does not name is an *UnknownAgentError.
+func (r *Registry) Create(v Viewer, o NewSession) (Info, error) {
+	return r.create(principalOf(v), v, o, false)
+}
+
+// NewSession is what Create makes: its title ("" or a default one
+// "session N": the next free number), whether it closes with its last
+// viewer instead of detaching, and the agent it talks to (a name of
+// Config.Agents; "" for Config.DefaultAgent, BuiltinAgent for the
+// built-in worker).
+type NewSession struct {
+	Title             string
+	CloseOnDisconnect bool
+	Agent             string
+}
+
+// BuiltinAgent names the built-in worker (--worker-cmd, or dashgate's own
+// agent) among the agents; sessions and their rows keep it as "".
+const BuiltinAgent = "dashgate"
+
+// UnknownAgentError: session.create named an agent that is not
+// configured (--agent); the caller answers -32602.
+type UnknownAgentError struct{ Name string }
+
+func (e *UnknownAgentError) Error() string {
+	return fmt.Sprintf("invalid params: no agent %q is configured (agent.list names them)", e.Name)
+}
+
+// agentFor is the agent a new session asking for name talks to, as
+// sessions keep it ("" for the built-in worker).
+func (c *Config) agentFor(name string) (string, error) {
+	if name == "" {
+		name = c.DefaultAgent
+	}
+	switch {
+	case name == "" || name == BuiltinAgent:
+		return "", nil
+	case slices.Contains(c.Agents, name):
+		return name, nil
+	}
+	return "", &UnknownAgentError{Name: name}
 }
 
 // create makes a session owned by p; v, when not nil, must carry p.
 // ErrNotFound for a principal that owns nothing (the admin token's).
-func (r *Registry) create(p Principal, v Viewer, title string, closeOnDisconnect, terminalOnly bool) (Info, error) {
+func (r *Registry) create(p Principal, v Viewer, o NewSession, terminalOnly bool) (Info, error) {
 	owner, ok := p.owner()
 	if !ok {
 		return Info{}, ErrNotFound
 	}
+	agent, err := r.cfg.agentFor(o.Agent)
+	if err != nil {
+		return Info{}, err
+	}
+	title := o.Title
 	if !terminalOnly {
 		title = r.titleFor(owner, title)
 	}
-	return r.register(v, r.newSession(owner, title, closeOnDisconnect, terminalOnly), nil)
+	s := r.newSession(owner, title, o.CloseOnDisconnect, terminalOnly)
+	s.agent = agent
+	return r.register(v, s, nil)
 }
 
 // titleReadTimeout bounds the store read of titleFor: a failing store
@@ -215,6 +264,9 @@ type ResumeResult struct {
 	Info
 	History          []Message
 	PendingApprovals []Approval
+	// Plan and Commands are an ACP agent's last plan and slash commands as
+	// its worker gave them (nil: none yet, in this process).
+	Plan, Commands json.RawMessage
 }
 
 // Resume attaches s to v and returns its history. Errors: ErrNotFound
@@ -252,7 +304,7 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	if !s.live() {
 		return ResumeResult{}, ErrNotFound
 	}
-	return ResumeResult{Info: s.info(), History: s.historyLocked(), PendingApprovals: s.pendingLocked()}, nil
+	return ResumeResult{Info: s.info(), History: s.historyLocked(), PendingApprovals: s.pendingLocked(), Plan: s.plan, Commands: s.commands}, nil
 }
 
 // storeReadTimeout bounds a store read on a path that has no context of

@@ -39,7 +39,7 @@ func TestEntriesReachEveryOtherViewer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v1, v2 := &recViewer{}, &recViewer{}
-	in, _ := h.r.Create(v1, "", false)
+	in, _ := h.r.Create(v1, NewSession{Title: ""})
 	if _, err := h.r.Resume(v2, in.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestResumeMidTurnHasTheReplySoFar(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	agentTurn(t, h, v, in.ID)
 	send(h, workers.Event{Name: "delta", Text: "so "})
 	send(h, workers.Event{Name: "delta", Text: "far"})
@@ -127,7 +127,7 @@ func TestTurnOutcomes(t *testing.T) {
 				c.Spawner = reasonSpawner{c.Spawner.(*fakeSpawner)}
 			})
 			v := &recViewer{}
-			in, _ := h.r.Create(v, "", false)
+			in, _ := h.r.Create(v, NewSession{Title: ""})
 			agentTurn(t, h, v, in.ID)
 			if tt.delta != "" {
 				send(h, workers.Event{Name: "delta", Text: tt.delta})
@@ -204,7 +204,7 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 		start()
 		testkit.WaitFor(t, 5*time.Second, "turn done", func() bool { got, _ := h.r.Get(anon, sid); return !got.Running })
 	}
-	a, _ := h.r.Create(nil, "session 1", false)
+	a, _ := h.r.Create(nil, NewSession{Title: "session 1"})
 	prompt(a.ID, "Plan the quarterly offsite for the whole engineering team please")
 	prompt(a.ID, "something else")
 	const want = "Plan the quarterly offsite for the…"
@@ -224,7 +224,7 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 		t.Errorf("stored title %q, %v", row.Title, err)
 	}
 
-	b, _ := h.r.Create(nil, "session 2", false)
+	b, _ := h.r.Create(nil, NewSession{Title: "session 2"})
 	if err := h.r.Rename(t.Context(), anon, b.ID, "mine"); err != nil {
 		t.Fatal(err)
 	}
@@ -233,13 +233,13 @@ func TestFirstPromptTitlesTheSession(t *testing.T) {
 		t.Errorf("a renamed session's title became %q", got.Title)
 	}
 
-	c, _ := h.r.Create(nil, "session 3", false)
+	c, _ := h.r.Create(nil, NewSession{Title: "session 3"})
 	h.r.Close(anon, c.ID, EndClientClose)
-	d, _ := h.r.Create(nil, "session 3", false)
+	d, _ := h.r.Create(nil, NewSession{Title: "session 3"})
 	if d.Title != "session 4" {
 		t.Errorf("a new session took the title %q of a closed one, want session 4", d.Title)
 	}
-	e, _ := h.r.Create(nil, "session 7", false)
+	e, _ := h.r.Create(nil, NewSession{Title: "session 7"})
 	if e.Title != "session 7" {
 		t.Errorf("a free default title became %q", e.Title)
 	}

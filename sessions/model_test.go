@@ -118,7 +118,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		switch rng.IntN(11) {
 		case 0:
 			op = "create"
-			if in, err := h.r.Create(v, "", rng.IntN(4) == 0); err == nil {
+			if in, err := h.r.Create(v, NewSession{Title: "", CloseOnDisconnect: rng.IntN(4) == 0}); err == nil {
 				sids = append(sids, in.ID)
 			}
 		case 1:
@@ -222,7 +222,7 @@ func realHarnessOf(t *testing.T, wc workers.Config, mod func(*Config)) (*harness
 func TestRealWorkerDetachResume(t *testing.T) {
 	h, mgr := realHarness(t, time.Second)
 	v := leavingViewer()
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	out, err := h.r.Exec(t.Context(), v, in.ID, "/echo hi")
 	if err != nil || out != "hi" {
 		t.Fatalf("Exec = %q, %v", out, err)
@@ -279,7 +279,7 @@ func TestRealWorkerDetachResume(t *testing.T) {
 func TestRealWorkerCrashIsNoticed(t *testing.T) {
 	h, _ := realHarness(t, time.Second)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.Exec(t.Context(), v, in.ID, "/echo")
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/exit 3"); err == nil {
 		t.Fatal("/exit answered")
@@ -315,7 +315,7 @@ func TestRandomizedModelRealWorkers(t *testing.T) {
 		switch rng.IntN(6) {
 		case 0:
 			op = "create"
-			if in, err := h.r.Create(v, "", false); err == nil {
+			if in, err := h.r.Create(v, NewSession{Title: ""}); err == nil {
 				sids = append(sids, in.ID)
 			}
 		case 1:

@@ -86,7 +86,7 @@ func TestLeaseLapseRefusesNewWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &recViewer{}
-	in, err := h.r.Create(v, "chat", false)
+	in, err := h.r.Create(v, NewSession{Title: "chat"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestLeaseLostDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &recViewer{}
-	in, _ := a.r.Create(v, "taken by b", false)
+	in, _ := a.r.Create(v, NewSession{Title: "taken by b"})
 	if err := a.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRenewWhileRowsQueued(t *testing.T) {
 	if _, err := h.r.Claim(t.Context(), "a", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	stored, _ := h.r.Create(&recViewer{}, "stored", false)
+	stored, _ := h.r.Create(&recViewer{}, NewSession{Title: "stored"})
 	if err := h.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestRenewWhileRowsQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.applyDown.Store(true)
-	queued, _ := h.r.Create(&recViewer{}, "queued", false)
+	queued, _ := h.r.Create(&recViewer{}, NewSession{Title: "queued"})
 	testkit.WaitFor(t, 10*time.Second, "the failed write", func() bool { return len(h.logs.Records("store write failed")) > 0 })
 
 	h.r.Renew(t.Context())
@@ -257,7 +257,7 @@ func TestBacklogLossCountedOnce(t *testing.T) {
 	st := &downStore{Store: openShared(t, filepath.Join(t.TempDir(), "dashgate.db"))}
 	h := newHarness(t, func(c *Config) { c.Store = st; c.StoreBacklog = 3 })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "chat", false)
+	in, _ := h.r.Create(v, NewSession{Title: "chat"})
 	if err := h.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestFlushRightAfterOutage(t *testing.T) {
 	st := &downStore{Store: openShared(t, filepath.Join(t.TempDir(), "dashgate.db"))}
 	h := newHarness(t, func(c *Config) { c.Store = st })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "chat", false)
+	in, _ := h.r.Create(v, NewSession{Title: "chat"})
 	st.applyDown.Store(true)
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/echo"); err != nil {
 		t.Fatal(err)

@@ -93,6 +93,9 @@ type SpawnRequest struct {
 	// anonymous user and for a spare not yet attached): ProcSpawner logs it
 	// as user on the child's "worker closed" record.
 	Owner string
+	// Agent is the agent a chat worker is for ("" the built-in worker,
+	// else a name of Config.Agents).
+	Agent string
 	// Account is the Unix account the child runs as (Config.Accounts'
 	// answer for Owner); nil: it runs as dashgate. ProcSpawner gives it to
 	// workers.Spec.Account. The spawner reads it and never changes it.
@@ -195,6 +198,12 @@ type Config struct {
 	// failure. nil: children run as dashgate. With it set PTYSpare is off:
 	// a spare would start before anyone asked, as nobody's account.
 	Accounts func(user string) (*accounts.Account, error)
+	// Agents names the agents a session may talk to besides the built-in
+	// worker (--agent; the Spawner knows how to start each, see
+	// SpawnRequest.Agent). DefaultAgent is the one a session.create that
+	// names none gets ("" or BuiltinAgent: the built-in worker).
+	Agents       []string
+	DefaultAgent string
 }
 
 // DefaultSpareIdle is Config.PTYSpareIdle's default.

@@ -38,7 +38,7 @@ func BenchmarkRegistryCreateClose(b *testing.B) {
 	r, _ := benchRegistry(b, nil)
 	v := benchViewer()
 	for b.Loop() {
-		in, err := r.Create(v, "bench", false)
+		in, err := r.Create(v, NewSession{Title: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func BenchmarkRegistryChurn(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		v := benchViewer()
-		in, err := r.Create(v, "bench", false)
+		in, err := r.Create(v, NewSession{Title: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,14 +80,14 @@ func BenchmarkRegistryCreateAtCapacity(b *testing.B) {
 			r, _ := benchRegistry(b, func(c *Config) { c.MaxSessions = n })
 			for range n {
 				v := benchViewer()
-				r.Create(v, "bench", false)
+				r.Create(v, NewSession{Title: "bench"})
 				v.leave()
 				r.DetachViewer(v, workers.ReasonDetach)
 			}
 			b.ResetTimer()
 			for b.Loop() {
 				v := benchViewer()
-				if _, err := r.Create(v, "bench", false); err != nil {
+				if _, err := r.Create(v, NewSession{Title: "bench"}); err != nil {
 					b.Fatal(err)
 				}
 				v.leave()
@@ -104,7 +104,7 @@ func BenchmarkRegistryCreateAtCapacity(b *testing.B) {
 func BenchmarkRegistryExecWarm(b *testing.B) {
 	r, _ := benchRegistry(b, nil)
 	v := benchViewer()
-	in, _ := r.Create(v, "bench", false)
+	in, _ := r.Create(v, NewSession{Title: "bench"})
 	ctx := context.Background()
 	for b.Loop() {
 		if _, err := r.Exec(ctx, v, in.ID, "/echo x"); err != nil {
@@ -121,7 +121,7 @@ func BenchmarkRegistryList(b *testing.B) {
 			r, _ := benchRegistry(b, nil)
 			v := benchViewer()
 			for range n {
-				r.Create(v, "bench", false)
+				r.Create(v, NewSession{Title: "bench"})
 			}
 			for b.Loop() {
 				if got := len(r.List(anon)); got != n {
@@ -152,7 +152,7 @@ func BenchmarkRealWorkerChurn(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		v := benchViewer()
-		in, err := r.Create(v, "bench", false)
+		in, err := r.Create(v, NewSession{Title: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -147,25 +147,25 @@ func TestEndReasons(t *testing.T) {
 		viewer bool                                  // the event reaches a viewer
 	}{
 		{"client_close", EndClientClose, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", false)
+			in, _ := h.r.Create(v, NewSession{Title: "a"})
 			if closed, err := h.r.Close(anon, in.ID, EndClientClose); !closed || err != nil {
 				h.t.Fatalf("Close = %v, %v", closed, err)
 			}
 			return in.ID
 		}, true},
 		{"close_on_disconnect", EndCloseOnDisconnect, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", true)
+			in, _ := h.r.Create(v, NewSession{Title: "a", CloseOnDisconnect: true})
 			h.r.DetachViewer(v, workers.ReasonDetach)
 			return in.ID
 		}, false}, // the only viewer is the one that left
 		{"detached_ttl by timer", EndDetachedTTL, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", false)
+			in, _ := h.r.Create(v, NewSession{Title: "a"})
 			h.r.DetachViewer(v, workers.ReasonDetach)
 			h.advance(time.Minute)
 			return in.ID
 		}, false},
 		{"detached_ttl by sweep after a lost timer", EndDetachedTTL, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", false)
+			in, _ := h.r.Create(v, NewSession{Title: "a"})
 			h.r.DetachViewer(v, workers.ReasonDetach)
 			h.loseTimers()
 			h.advance(2 * time.Minute)
@@ -175,25 +175,25 @@ func TestEndReasons(t *testing.T) {
 			return in.ID
 		}, false},
 		{"lru_evict", EndLRUEvict, func(h *harness, v *recViewer) string {
-			old, _ := h.r.Create(v, "old", false)
+			old, _ := h.r.Create(v, NewSession{Title: "old"})
 			h.r.DetachViewer(v, workers.ReasonDetach)
 			h.advance(time.Second)
 			other := &recViewer{}
-			h.r.Create(other, "newer", false) // max is 2: fits
+			h.r.Create(other, NewSession{Title: "newer"}) // max is 2: fits
 			h.r.DetachViewer(other, workers.ReasonDetach)
 			third := &recViewer{}
-			if _, err := h.r.Create(third, "third", false); err != nil {
+			if _, err := h.r.Create(third, NewSession{Title: "third"}); err != nil {
 				h.t.Fatalf("Create at capacity: %v", err)
 			}
 			return old.ID
 		}, false},
 		{"admin_reap", EndAdminReap, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", false)
+			in, _ := h.r.Create(v, NewSession{Title: "a"})
 			h.r.Close(anon, in.ID, EndAdminReap)
 			return in.ID
 		}, true},
 		{"shutdown", EndShutdown, func(h *harness, v *recViewer) string {
-			in, _ := h.r.Create(v, "a", false)
+			in, _ := h.r.Create(v, NewSession{Title: "a"})
 			h.r.Exec(h.t.Context(), v, in.ID, "/x")
 			h.r.Shutdown(context.Background())
 			if w := h.sp.workers()[0]; w.reason != workers.ReasonShutdown {
@@ -227,7 +227,7 @@ func TestEndReasons(t *testing.T) {
 func TestCloseTwice(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	in, _ := h.r.Create(&recViewer{}, "", false)
+	in, _ := h.r.Create(&recViewer{}, NewSession{Title: ""})
 	if closed, err := h.r.Close(anon, in.ID, EndClientClose); !closed || err != nil {
 		t.Fatalf("first Close = %v, %v", closed, err)
 	}
@@ -246,8 +246,8 @@ func TestCloseTwice(t *testing.T) {
 func TestLRUCapacityWithoutDetached(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.MaxSessions = 1 })
-	h.r.Create(&recViewer{}, "", false)
-	if _, err := h.r.Create(&recViewer{}, "", false); !errors.Is(err, ErrCapacity) {
+	h.r.Create(&recViewer{}, NewSession{Title: ""})
+	if _, err := h.r.Create(&recViewer{}, NewSession{Title: ""}); !errors.Is(err, ErrCapacity) {
 		t.Fatalf("Create beyond capacity with nothing detached: %v", err)
 	}
 }
@@ -257,7 +257,7 @@ func TestResumeCancelsTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
 		v := &recViewer{}
-		in, _ := h.r.Create(v, "", false)
+		in, _ := h.r.Create(v, NewSession{Title: ""})
 		h.r.DetachViewer(v, workers.ReasonDetach)
 		h.advance(30 * time.Second)
 		if _, err := h.r.Resume(&recViewer{}, in.ID); err != nil {
@@ -276,7 +276,7 @@ func TestDetachClosesWorkerMidTurn(t *testing.T) {
 	h := newHarness(t, nil)
 	h.sp.hang = true
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	turnID, start, err := h.r.Prompt(v, in.ID, "a long prompt")
 	if err != nil {
 		t.Fatal(err)
@@ -311,13 +311,13 @@ func TestSharedSocketDetachesEverySession(t *testing.T) {
 	shared, other := &recViewer{}, &recViewer{}
 	var sids []string
 	for i := range 50 {
-		in, _ := h.r.Create(shared, fmt.Sprint(i), false)
+		in, _ := h.r.Create(shared, NewSession{Title: fmt.Sprint(i)})
 		if _, err := h.r.Exec(t.Context(), shared, in.ID, "/echo"); err != nil {
 			t.Fatal(err)
 		}
 		sids = append(sids, in.ID)
 	}
-	mine, _ := h.r.Create(other, "other", false)
+	mine, _ := h.r.Create(other, NewSession{Title: "other"})
 	h.r.Exec(t.Context(), other, mine.ID, "/echo")
 	ws := h.sp.workers()
 
@@ -343,7 +343,7 @@ func TestTwoViewersDetachOnlyWhenLastLeaves(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	a, b := &recViewer{}, &recViewer{}
-	in, _ := h.r.Create(a, "", false)
+	in, _ := h.r.Create(a, NewSession{Title: ""})
 	h.r.Resume(b, in.ID)
 	h.r.Exec(t.Context(), a, in.ID, "/x")
 	w := h.sp.workers()[0]
@@ -368,7 +368,7 @@ func TestConcurrentExecSpawnsOneWorker(t *testing.T) {
 	gate := make(chan struct{})
 	h.sp.gate = gate
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {
@@ -398,7 +398,7 @@ func TestCloseWhileSpawning(t *testing.T) {
 	gate := make(chan struct{})
 	h.sp.gate = gate
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.sp.entered = make(chan struct{}, 1)
 	errc := make(chan error, 1)
 	go func() { _, err := h.r.Exec(t.Context(), v, in.ID, "/echo"); errc <- err }()
@@ -423,7 +423,7 @@ func TestWorkerCrashEmitsExitedAndRespawns(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.Exec(t.Context(), v, in.ID, "/a")
 	first := h.sp.workers()[0]
 	first.crash()
@@ -444,7 +444,7 @@ func TestTurns(t *testing.T) {
 	h := newHarness(t, nil)
 	h.sp.hang = true
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	if st, _ := h.r.Interrupt(v, in.ID); st != "idle" {
 		t.Fatalf("Interrupt with no turn = %q", st)
 	}
@@ -468,7 +468,7 @@ func TestEventSeqHasNoGaps(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	for i := range 5 {
 		_, start, err := h.r.Prompt(v, in.ID, fmt.Sprint("p", i))
 		if err != nil {
@@ -494,7 +494,7 @@ func TestHistoryBounded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.HistoryMessages = 10; c.HistoryBytes = 1 << 20 })
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	for i := range 20 {
 		_, start, _ := h.r.Prompt(v, in.ID, fmt.Sprint("p", i))
 		start()

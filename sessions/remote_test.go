@@ -65,7 +65,7 @@ func TestRemoteReap(t *testing.T) {
 	a, b := clusterPair(t)
 	ctx := t.Context()
 	va := viewerOf(alice)
-	in, _ := a.r.Create(va, "on a", false)
+	in, _ := a.r.Create(va, NewSession{Title: "on a"})
 	if _, err := a.r.Exec(ctx, va, in.ID, "/echo hi"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -154,6 +155,14 @@ type Session struct {
 	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
 	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
 	model     string               // "" for the worker's default
+	// agent is the --agent the session talks to ("" for the built-in
+	// worker; it never changes), agentSession that agent's id of the
+	// conversation (session/load's, "" until it gave one), plan and
+	// commands its last plan and slash commands (ACP's, as the worker's
+	// plan and commands events gave them; nil for none): told again in
+	// session.resume.
+	agent, agentSession string
+	plan, commands      json.RawMessage
 	turn      *turn
 	turns     int
 
@@ -170,7 +179,8 @@ type Session struct {
 // row is the stored form of s, without what the conversation stamps on
 // it when it is queued (see conversation.putRow).
 func (s *Session) row() store.Session {
-	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model}
+	return store.Session{ID: s.id, Title: s.title, CreatedAt: s.createdAt, LastActive: s.lastActive, State: string(s.state), Model: s.model,
+		Agent: s.agent, AgentSession: s.agentSession}
 }
 
 // setState moves the session to next, or refuses an illegal move. Callers
@@ -201,6 +211,7 @@ type Info struct {
 	WorkerPID  int       `json:"worker_pid"`
 	PTYPID     int       `json:"pty_pid"`
 	Model      string    `json:"model,omitempty"`
+	Agent      string    `json:"agent,omitempty"` // --agent's name; "" the built-in worker
 	Turns      int       `json:"-"`
 }
 
@@ -208,6 +219,7 @@ func (s *Session) info() Info {
 	in := Info{
 		ID: s.id, Owner: s.owner, Title: s.title, State: s.state, Viewers: len(s.viewers), Pages: pagesOf(s.viewers),
 		CreatedAt: s.createdAt, LastActive: s.lastActive, Running: s.turn != nil, Turns: s.turns, Model: s.model,
+		Agent: s.agent,
 	}
 	if s.worker != nil {
 		in.WorkerPID = s.worker.PID()

@@ -138,7 +138,7 @@ func TestTerminalSpareYieldsCapacity(t *testing.T) {
 		defer a1.Detach(workers.ReasonDetach)
 		spares := h.sparesOf(spareCount, a1)
 		v := &recViewer{}
-		in, err := h.r.Create(v, "chat", false)
+		in, err := h.r.Create(v, NewSession{Title: "chat"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,14 +23,28 @@ type ProcSpawner struct {
 	// "-" + its base name) instead of PTYCmd. dashgate sets it with
 	// --unix-users when --pty-cmd was not given.
 	LoginShell bool
+	// Agents is the worker's program and arguments for each agent a
+	// session may name besides the built-in one (SpawnRequest.Agent): for
+	// an ACP agent, dashgate's bridge (`dashgate acp -- <agent>`). Such a
+	// worker gets Env only: WorkerEnv is the built-in agent's.
+	Agents map[string][]string
 }
 
-// SpawnWorker starts a chat worker, as req.Account when set; its "worker
-// closed" record carries user (req.Owner).
+// SpawnWorker starts a chat worker, as req.Account when set: WorkerCmd,
+// or the command of req.Agent in Agents. Its "worker closed" record
+// carries user (req.Owner) and, for a named agent, agent. An agent
+// Agents lacks is an *UnknownAgentError, nothing started.
 func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
+	cmd, env, attrs := p.WorkerCmd, append(p.Env[:len(p.Env):len(p.Env)], p.WorkerEnv...), []any{"user", req.Owner}
+	if req.Agent != "" {
+		if cmd = p.Agents[req.Agent]; len(cmd) == 0 {
+			return nil, &UnknownAgentError{Name: req.Agent}
+		}
+		env, attrs = p.Env, append(attrs, "agent", req.Agent)
+	}
 	w, err := p.Manager.StartWorker(workers.Spec{
-		SessionID: req.SessionID, Path: p.WorkerCmd[0], Args: p.WorkerCmd[1:], Env: append(p.Env[:len(p.Env):len(p.Env)], p.WorkerEnv...),
-		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: []any{"user", req.Owner}, Account: req.Account,
+		SessionID: req.SessionID, Path: cmd[0], Args: cmd[1:], Env: env,
+		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: attrs, Account: req.Account,
 	})
 	if err != nil {
 		return nil, err // not a typed nil in the interface

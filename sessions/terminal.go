@@ -356,7 +356,7 @@ func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, 
 		return a, err
 	}
 	if terminalOnly {
-		in, err := r.create(p, nil, "terminal", false, true)
+		in, err := r.create(p, nil, NewSession{Title: "terminal"}, true)
 		if err != nil {
 			return nil, err
 		}
@@ -377,7 +377,7 @@ func (r *Registry) attachTerminalOnly(ctx context.Context, p Principal, o Termin
 			return a, errors.Join(err, ctx.Err())
 		}
 	}
-	in, err := r.create(p, nil, "terminal", false, true)
+	in, err := r.create(p, nil, NewSession{Title: "terminal"}, true)
 	if err != nil {
 		return nil, err
 	}

@@ -180,7 +180,7 @@ func TestReapChatWorkerKeepsSession(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	v := &recViewer{}
-	in, _ := h.r.Create(v, "", false)
+	in, _ := h.r.Create(v, NewSession{Title: ""})
 	h.r.Exec(t.Context(), v, in.ID, "/x")
 	w := h.sp.workers()[0]
 	if err := h.r.ReapWorker(anon, w.pid); err != nil {

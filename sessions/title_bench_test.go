@@ -43,7 +43,7 @@ func BenchmarkCreateWithClosed(b *testing.B) {
 	var took []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		in, err := r.Create(v, "session 1", false)
+		in, err := r.Create(v, NewSession{Title: "session 1"})
 		took = append(took, time.Since(start))
 		if err != nil {
 			b.Fatal(err)

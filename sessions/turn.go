@@ -106,7 +106,12 @@ func (t *turn) run(ctx context.Context, text string) {
 		}
 	}
 	r.mu.Lock()
-	params := map[string]any{"text": text, "turn_id": t.id, "history": r.modelHistoryLocked(s, t), "model": s.model}
+	params := map[string]any{"text": text, "turn_id": t.id, "model": s.model}
+	if s.agent == "" {
+		params["history"] = r.modelHistoryLocked(s, t)
+	} else { // an agent of its own keeps its history: the bridge loads it by this id
+		params["agent_session_id"] = s.agentSession
+	}
 	r.mu.Unlock()
 	raw, err := w.Call(ctx, "prompt", params, func(ev workers.Event) { t.onEvent(w, ev) })
 	if err != nil {
@@ -333,12 +338,21 @@ type Approval struct {
 	TurnID    string `json:"turn_id"`
 	Tool      string `json:"tool"`
 	Command   string `json:"command"`
+	// Options are an ACP agent's choices as its worker gave them
+	// ([{"option_id","name","kind"}], kind allow_once, allow_always,
+	// reject_once or reject_always); none for other workers.
+	Options json.RawMessage `json:"options,omitempty"`
 }
 
 // Approval choices, and who resolved an approval (approval.resolved's by).
 const (
 	ChoiceOnce = "once"
 	ChoiceDeny = "deny"
+	// ChoiceAlways and ChoiceDenyAlways answer an agent's permission
+	// request with its allow_always or reject_always option (ACP); a
+	// worker without them takes them as once and deny.
+	ChoiceAlways     = "always"
+	ChoiceDenyAlways = "deny_always"
 
 	ByViewer    = "viewer"
 	ByInterrupt = "interrupt"
@@ -360,6 +374,7 @@ type approval struct {
 	w        Worker
 	workerID string // the request id the worker gave it
 	timer    *time.Timer
+	plain    bool // its worker knows once and deny only (the built-in one, --worker-cmd's)
 }
 
 // publicID is the id viewers see of a worker's request or tool run: the
@@ -410,9 +425,10 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 		// Within a detached session's grace the request waits as any
 		// does: a viewer back in time answers it; the grace's end denies it.
 		var p struct {
-			RequestID string `json:"request_id"`
-			Tool      string `json:"tool"`
-			Command   string `json:"command"`
+			RequestID string          `json:"request_id"`
+			Tool      string          `json:"tool"`
+			Command   string          `json:"command"`
+			Options   json.RawMessage `json:"options"`
 		}
 		if json.Unmarshal(ev.Line, &p) != nil || p.RequestID == "" {
 			return
@@ -423,7 +439,8 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 		if t.approvals[id] != nil {
 			return
 		}
-		a := &approval{Approval: Approval{RequestID: id, TurnID: t.id, Tool: p.Tool, Command: p.Command}, w: w, workerID: p.RequestID}
+		a := &approval{Approval: Approval{RequestID: id, TurnID: t.id, Tool: p.Tool, Command: p.Command, Options: p.Options},
+			w: w, workerID: p.RequestID, plain: s.agent == ""}
 		a.timer = time.AfterFunc(r.cfg.ApprovalTimeout, func() { t.expireApproval(id) })
 		if t.approvals == nil {
 			t.approvals = map[string]*approval{}
@@ -437,15 +454,48 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 			ToolID  string `json:"tool_id"`
 			Name    string `json:"name"`
 			Command string `json:"command"`
+			acpTool
 		}
 		if json.Unmarshal(ev.Line, &p) != nil {
 			return
 		}
 		t.tools++
 		tid := publicID(t, p.ToolID)
-		r.emitLocked(s, "tool.start", map[string]any{"turn_id": t.id, "tool_id": tid, "name": p.Name, "command": p.Command})
+		payload := map[string]any{"turn_id": t.id, "tool_id": tid, "name": p.Name, "command": p.Command}
+		p.acpTool.addTo(payload)
+		r.emitLocked(s, "tool.start", payload)
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolCall, Text: p.Command, TurnID: t.id,
 			Data: mustJSON(map[string]string{"tool_id": tid, "name": p.Name})})
+	case "tool_update":
+		var p struct {
+			ToolID string `json:"tool_id"`
+			Title  string `json:"title"`
+			acpTool
+		}
+		if json.Unmarshal(ev.Line, &p) != nil {
+			return
+		}
+		payload := map[string]any{"turn_id": t.id, "tool_id": publicID(t, p.ToolID)}
+		if p.Title != "" {
+			payload["title"] = p.Title
+		}
+		p.acpTool.addTo(payload)
+		r.emitLocked(s, "tool.update", payload)
+	case "thought":
+		r.emitLocked(s, "message.thought", map[string]any{"turn_id": t.id, "text": ev.Text})
+	case "plan":
+		var p struct {
+			Entries json.RawMessage `json:"entries"`
+		}
+		if json.Unmarshal(ev.Line, &p) != nil || len(p.Entries) == 0 {
+			return
+		}
+		s.plan = p.Entries
+		r.emitLocked(s, "plan.update", map[string]any{"turn_id": t.id, "entries": p.Entries})
+	case "commands":
+		t.agentCommandsLocked(ev.Line)
+	case "agent_session":
+		t.agentSessionLocked(ev.Line)
 	case "tool_complete":
 		var p struct {
 			ToolID     string `json:"tool_id"`
@@ -594,6 +644,14 @@ func (t *turn) denyLocked(by string) {
 func answer(ctx context.Context, a *approval, choice, by string) error {
 	ctx, cancel := context.WithTimeout(ctx, approvalAnswerTimeout)
 	defer cancel()
+	if a.plain {
+		switch choice {
+		case ChoiceAlways:
+			choice = ChoiceOnce
+		case ChoiceDenyAlways:
+			choice = ChoiceDeny
+		}
+	}
 	_, err := a.w.Call(ctx, "approval", map[string]string{"request_id": a.workerID, "choice": choice, "by": by}, nil)
 	return err
 }
@@ -681,4 +739,74 @@ type turn struct {
 	status    string        // the worker's status of its reply ("": derived)
 	failed    bool          // the turn ended with an error
 	refused   bool          // ... the refusal of its owner's account (a notice, not an error entry)
+}
+
+// acpTool is what an ACP agent's worker adds to tool_start and
+// tool_update (docs/PROTOCOL.md, issue 40): the tool's kind (read, edit,
+// execute, …), its status (pending, in_progress, completed, failed), the
+// files it touches ([{"path","line"}]) and its content ([{"type":"text",
+// "text"} | {"type":"diff","path","old_text","new_text"} |
+// {"type":"terminal","terminal_id"}]), passed to the viewers as they
+// came.
+type acpTool struct {
+	Kind      string          `json:"kind"`
+	Status    string          `json:"status"`
+	Locations json.RawMessage `json:"locations"`
+	Content   json.RawMessage `json:"content"`
+}
+
+// addTo puts the fields a worker gave into an event's payload.
+func (a acpTool) addTo(payload map[string]any) {
+	if a.Kind != "" {
+		payload["kind"] = a.Kind
+	}
+	if a.Status != "" {
+		payload["status"] = a.Status
+	}
+	if len(a.Locations) > 0 && string(a.Locations) != "null" {
+		payload["locations"] = a.Locations
+	}
+	if len(a.Content) > 0 && string(a.Content) != "null" {
+		payload["content"] = a.Content
+	}
+}
+
+// agentCommandsLocked keeps the slash commands an ACP agent offers (the
+// worker's commands event: {"commands":[{"name","description","hint"}]})
+// and tells the viewers (commands.update); session.resume gives them
+// again. r.mu must be held.
+func (t *turn) agentCommandsLocked(line []byte) {
+	r, s := t.r, t.s
+	var p struct {
+		Commands json.RawMessage `json:"commands"`
+	}
+	if json.Unmarshal(line, &p) != nil || len(p.Commands) == 0 || p.Commands[0] != '[' {
+		return
+	}
+	s.commands = p.Commands
+	r.emitLocked(s, "commands.update", map[string]any{"commands": p.Commands})
+}
+
+// agentSessionLocked keeps the id an ACP agent gave its conversation
+// (the worker's agent_session event: {"agent_session_id","loaded",
+// "notice"?}), stored with the session so that the next agent process
+// loads it (session/load); a notice (the agent could not load the
+// earlier conversation) is told once and kept in the history. r.mu must
+// be held.
+func (t *turn) agentSessionLocked(line []byte) {
+	r, s := t.r, t.s
+	var p struct {
+		ID     string `json:"agent_session_id"`
+		Notice string `json:"notice"`
+	}
+	if json.Unmarshal(line, &p) != nil {
+		return
+	}
+	if p.ID != "" && p.ID != s.agentSession {
+		s.agentSession = p.ID
+		r.saveLocked(s)
+	}
+	if p.Notice != "" {
+		r.noticeLocked(s, p.Notice)
+	}
 }

@@ -96,11 +96,11 @@ func TestUserCapSessions(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxSessionsPerUser = 2; c.MaxSessions = 4 })
 	va, vb := viewerOf(alice), viewerOf(bob)
 	for range 2 {
-		if _, err := h.r.Create(va, "", false); err != nil {
+		if _, err := h.r.Create(va, NewSession{Title: ""}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := h.r.Create(va, "", false)
+	_, err := h.r.Create(va, NewSession{Title: ""})
 	wantUserCap(t, "alice's third session", err, LimitSessionsPerUser, 2)
 	// A terminal-only session is a session too.
 	if _, err := h.r.AttachTerminal(t.Context(), alice, "", TerminalOptions{}); !errors.As(err, new(*UserCapacityError)) {
@@ -108,14 +108,14 @@ func TestUserCapSessions(t *testing.T) {
 	}
 	// bob is not alice.
 	for range 2 {
-		if _, err := h.r.Create(vb, "", false); err != nil {
+		if _, err := h.r.Create(vb, NewSession{Title: ""}); err != nil {
 			t.Fatalf("bob beside alice at her cap: %v", err)
 		}
 	}
 	h.wantUsage("two each", map[string]counts{"alice": {2, 0, 0}, "bob": {2, 0, 0}})
 	// The global cap still applies: carol (an admin, under her own cap) finds
 	// MaxSessions live and none detached.
-	_, err = h.r.Create(viewerOf(carol), "", false)
+	_, err = h.r.Create(viewerOf(carol), NewSession{Title: ""})
 	if !errors.Is(err, ErrCapacity) || errors.As(err, new(*UserCapacityError)) {
 		t.Fatalf("at --max-sessions: %v, want the global ErrCapacity", err)
 	}
@@ -129,12 +129,12 @@ func TestUserCapEvictsOwnLRU(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *Config) { c.MaxSessionsPerUser = 2 })
 	vb, va := viewerOf(bob), viewerOf(alice)
-	old, _ := h.r.Create(vb, "", false)
+	old, _ := h.r.Create(vb, NewSession{Title: ""})
 	h.r.Leave(vb, old.ID) // bob's: detached, the oldest of all
-	a1, _ := h.r.Create(va, "", false)
+	a1, _ := h.r.Create(va, NewSession{Title: ""})
 	h.r.Leave(va, a1.ID)
-	a2, _ := h.r.Create(va, "", false)
-	a3, err := h.r.Create(va, "", false)
+	a2, _ := h.r.Create(va, NewSession{Title: ""})
+	a3, err := h.r.Create(va, NewSession{Title: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,13 @@ func TestUserCapEvictsOwnLRU(t *testing.T) {
 	if _, ok := h.r.Get(bob, old.ID); !ok {
 		t.Fatal("bob's detached session was evicted for alice")
 	}
-	_, err = h.r.Create(va, "", false)
+	_, err = h.r.Create(va, NewSession{Title: ""})
 	wantUserCap(t, "alice with none detached", err, LimitSessionsPerUser, 2)
 
 	if _, err := h.r.Close(alice, a3.ID, EndClientClose); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.r.Create(va, "", false); err != nil {
+	if _, err := h.r.Create(va, NewSession{Title: ""}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = h.r.Reopen(t.Context(), va, a3.ID)
@@ -162,8 +162,8 @@ func TestUserCapWorkers(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxWorkersPerUser = 1 })
 	h.sp.maxLive = 3 // --max-workers
 	va, vb := viewerOf(alice), viewerOf(bob)
-	a1, _ := h.r.Create(va, "", false)
-	a2, _ := h.r.Create(va, "", false)
+	a1, _ := h.r.Create(va, NewSession{Title: ""})
+	a2, _ := h.r.Create(va, NewSession{Title: ""})
 	if _, err := h.r.Exec(t.Context(), va, a1.ID, "/x"); err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +172,8 @@ func TestUserCapWorkers(t *testing.T) {
 	if n := len(h.sp.workers()); n != 1 {
 		t.Fatalf("%d spawns, want 1: the refused call must not spawn", n)
 	}
-	b1, _ := h.r.Create(vb, "", false)
-	b2, _ := h.r.Create(vb, "", false)
+	b1, _ := h.r.Create(vb, NewSession{Title: ""})
+	b2, _ := h.r.Create(vb, NewSession{Title: ""})
 	if _, err := h.r.Exec(t.Context(), vb, b1.ID, "/x"); err != nil {
 		t.Fatalf("bob beside alice at her cap: %v", err)
 	}
@@ -184,12 +184,12 @@ func TestUserCapWorkers(t *testing.T) {
 		t.Fatalf("after her worker's crash: %v", err)
 	}
 	// The global cap still applies (3 live: alice's, bob's, and one more).
-	c1, _ := h.r.Create(viewerOf(carol), "", false)
+	c1, _ := h.r.Create(viewerOf(carol), NewSession{Title: ""})
 	if _, err := h.r.Exec(t.Context(), viewerOf(carol), c1.ID, "/x"); err != nil {
 		t.Fatal(err)
 	}
 	vd := viewerOf(Principal{User: "dave"})
-	d1, _ := h.r.Create(vd, "", false)
+	d1, _ := h.r.Create(vd, NewSession{Title: ""})
 	_, err = h.r.Exec(t.Context(), vd, d1.ID, "/x")
 	if !errors.Is(err, workers.ErrCapacity) || errors.As(err, new(*UserCapacityError)) {
 		t.Fatalf("at --max-workers: %v, want workers.ErrCapacity", err)
@@ -213,7 +213,7 @@ func TestUserCapTerminals(t *testing.T) {
 		t.Fatalf("the refused attach made (and closed) a session: %v", recs)
 	}
 	va := viewerOf(alice)
-	in, _ := h.r.Create(va, "", false)
+	in, _ := h.r.Create(va, NewSession{Title: ""})
 	_, err = h.r.AttachTerminal(t.Context(), alice, in.ID, TerminalOptions{})
 	wantUserCap(t, "a terminal for her chat session", err, LimitTerminalsPerUser, 1)
 	if n := len(h.sp.terminals()); n != 1 {
@@ -353,7 +353,7 @@ func TestUsageBackToZero(t *testing.T) {
 	ctx := t.Context()
 
 	// client close of a session with a worker and a terminal
-	s1, _ := h.r.Create(va, "", false)
+	s1, _ := h.r.Create(va, NewSession{Title: ""})
 	h.r.Exec(ctx, va, s1.ID, "/x")
 	t1, err := h.r.AttachTerminal(ctx, alice, s1.ID, TerminalOptions{})
 	if err != nil {
@@ -367,7 +367,7 @@ func TestUsageBackToZero(t *testing.T) {
 
 	// a crash, a respawn, a detach (the worker closed), a resume, a spawn
 	// the worker cap (global) refuses, an admin reap of the worker
-	s2, _ := h.r.Create(va, "", false)
+	s2, _ := h.r.Create(va, NewSession{Title: ""})
 	h.r.Exec(ctx, va, s2.ID, "/x")
 	h.sp.workers()[len(h.sp.workers())-1].crash()
 	h.wantUsage("crashed", map[string]counts{"alice": {1, 0, 0}})
@@ -380,7 +380,7 @@ func TestUsageBackToZero(t *testing.T) {
 	h.sp.mu.Lock()
 	h.sp.maxLive = 1 // the next spawn fails: one child is live
 	h.sp.mu.Unlock()
-	s3, _ := h.r.Create(va, "", false)
+	s3, _ := h.r.Create(va, NewSession{Title: ""})
 	if _, err := h.r.Exec(ctx, va, s3.ID, "/x"); !errors.Is(err, workers.ErrCapacity) {
 		t.Fatalf("spawn at capacity: %v", err)
 	}
@@ -456,7 +456,7 @@ func TestUsageBackToZero(t *testing.T) {
 	// shutdown with everything running, for two users
 	vb := viewerOf(bob)
 	for _, v := range []*recViewer{va, vb} {
-		in, _ := h.r.Create(v, "", false)
+		in, _ := h.r.Create(v, NewSession{Title: ""})
 		h.r.Exec(ctx, v, in.ID, "/x")
 		if _, err := h.r.AttachTerminal(ctx, v.p, in.ID, TerminalOptions{}); err != nil {
 			t.Fatal(err)
@@ -476,7 +476,7 @@ func TestUserAndByOnRecords(t *testing.T) {
 	h, _ := realHarnessWith(t, time.Second, func(c *Config) { c.MaxWorkersPerUser = 1 })
 	ctx := t.Context()
 	va := viewerOf(alice)
-	in, _ := h.r.Create(va, "", false)
+	in, _ := h.r.Create(va, NewSession{Title: ""})
 	if _, err := h.r.Exec(ctx, va, in.ID, "/echo hi"); err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +543,7 @@ func TestUserAndByOnRecords(t *testing.T) {
 		if c.name == "admin user's own" {
 			v = viewerOf(carol)
 		}
-		s, _ := h.r.Create(v, "", false)
+		s, _ := h.r.Create(v, NewSession{Title: ""})
 		if _, err := h.r.Exec(ctx, v, s.ID, "/echo hi"); err != nil {
 			t.Fatal(err)
 		}

@@ -83,6 +83,12 @@ type Session struct {
 	ClosedAt   time.Time // zero unless State is closed
 	LastSeq    uint64    // the highest entry seq written for this session (read only: Apply ignores it)
 	Model      string    // the model a session was configured with ("" for the default)
+	// Agent is the name of the agent the session talks to (--agent; "" for
+	// the built-in worker), AgentSession the agent's own id of the
+	// conversation (an ACP agent's sessionId, for session/load; "" until
+	// the agent gave one).
+	Agent        string
+	AgentSession string
 
 	// Ownership as data (see Claim). Node is the node that holds the
 	// session ("" for none), LeaseUntil when its hold ends (zero: ended),

@@ -41,6 +41,8 @@ type config struct {
 	// that refuses the start; otherwise run logs one WARN.
 	ArgvSecrets      []string
 	WorkerCmd        string
+	Agents           agentFlags // --agent, repeatable (agents.go)
+	DefaultAgent     string
 	PTYCmd           string
 	PTYCwd           string
 	WorkerGrace      time.Duration
@@ -142,6 +144,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.HeaderTimeout, "http-header-timeout", 5*time.Second, "a connection must send its request headers within this, else it is closed")
 	fs.IntVar(&c.MaxPendingPeer, "max-pending-per-peer", 32, "connections one peer (an address; all of 127.0.0.0/8 as one; a Unix socket's uid) may hold before its request headers are in; one more closes its oldest (0: no budget)")
 	fs.StringVar(&c.WorkerCmd, "worker-cmd", "", "chat worker command line, split on spaces (default: this binary's worker subcommand)")
+	fs.Var(&c.Agents, "agent", "NAME=COMMAND, repeatable: an Agent Client Protocol agent sessions may talk to (e.g. claude='npx -y @zed-industries/claude-agent-acp'); COMMAND runs under /bin/sh as the session owner (docs/agents.md)")
+	fs.StringVar(&c.DefaultAgent, "default-agent", "", "the agent of a session that names none: \"dashgate\" (the built-in worker) or an --agent's name (default: the first --agent, else dashgate)")
 	fs.StringVar(&c.PTYCmd, "pty-cmd", defaultPTYCmd(), "program run in terminals, split on spaces")
 	fs.StringVar(&c.PTYCwd, "pty-cwd", "", "working directory of terminals (default: dashgate's)")
 	fs.DurationVar(&c.WorkerGrace, "worker-grace", 2*time.Second, "wait after each polite signal before escalating")
@@ -304,6 +308,9 @@ func (c config) validate() error {
 	}
 	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
 		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))
+	}
+	if err := checkDefaultAgent(c.DefaultAgent, c.Agents); err != nil {
+		errs = append(errs, err)
 	}
 	if c.AgentTools != "" && c.AgentTools != "shell" {
 		errs = append(errs, fmt.Errorf("--agent-tools must be shell or empty, not %q", c.AgentTools))

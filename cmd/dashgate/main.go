@@ -276,6 +276,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		}
 		workerCmd = []string{self, sub}
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the agents' bridge: %w", err)
+	}
+	defAgent := defaultAgent(cfg.DefaultAgent, cfg.Agents)
 	for _, prog := range [][]string{workerCmd, strings.Fields(cfg.PTYCmd)} {
 		if _, err := exec.LookPath(prog[0]); err != nil {
 			return fmt.Errorf("--worker-cmd / --pty-cmd: %w", err)
@@ -334,7 +339,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
 			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)), WorkerEnv: workerEnv,
 			LoginShell: unixAccounts != nil && !cfg.PTYCmdExplicit,
+			Agents:     agentCommands(self, cfg.Agents),
 		},
+		Agents: cfg.Agents.names(), DefaultAgent: defAgent,
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
 		WorkerTimeout: cfg.WorkerTimeout, InterruptGrace: cfg.InterruptGrace,
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer, PTYSpare: cfg.PTYSpare, PTYSpareIdle: cfg.PTYSpareIdle,
@@ -406,7 +413,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		wcfg.Users = userFile
 	}
 	srv, err := web.New(wcfg, web.Handlers{
-		Chat:     &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models},
+		Chat: &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models,
+			Agents: agentList(defAgent, cfg.Agents)},
 		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
 		Admin:    admin,
 		Metrics:  metrics.Handler(),

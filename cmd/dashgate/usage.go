@@ -21,7 +21,7 @@ var serveFlagGroups = []flagGroup{
 		"addr", "addr-file", "base-path", "public-url",
 		"token", "token-file", "admin-token", "admin-token-file",
 		"state-dir", "store", "history-retention",
-		"pty-cmd", "pty-cwd", "worker-cmd", "pass-env",
+		"pty-cmd", "pty-cwd", "worker-cmd", "agent", "default-agent", "pass-env",
 		"log-level", "log-format",
 	}},
 	{"Users and identity (docs/users.md)", []string{

@@ -188,7 +188,7 @@ func text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
-const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model, node, lease_until, epoch`
+const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model, node, lease_until, epoch, agent, agent_session`
 
 // lastSeq is the column expression of a session's highest entry seq (the
 // (session_id, seq) index answers it with one seek).
@@ -199,7 +199,7 @@ func scanSession(row pgx.Row) (store.Session, error) {
 	var s store.Session
 	var created, active, closed, lease, epoch, last int64
 	if err := row.Scan(&s.ID, &s.Owner, &s.Title, &created, &active, &s.State, &s.EndReason, &closed, &s.Model,
-		&s.Node, &lease, &epoch, &last); err != nil {
+		&s.Node, &lease, &epoch, &s.Agent, &s.AgentSession, &last); err != nil {
 		return store.Session{}, err
 	}
 	s.CreatedAt, s.LastActive, s.ClosedAt = fromNanos(created), fromNanos(active), fromNanos(closed)
@@ -249,12 +249,12 @@ func applyTx(ctx context.Context, tx pgx.Tx, b store.Batch) error {
 		// The owner, and once stored the lease, are not the row's to
 		// change; the WHERE refuses a row another transaction created
 		// under another owner since checkBatch looked.
-		q.Queue(`INSERT INTO sessions (`+sessionColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		q.Queue(`INSERT INTO sessions (`+sessionColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.created_at,
 	last_active = excluded.last_active, state = excluded.state, end_reason = excluded.end_reason,
-	closed_at = excluded.closed_at, model = excluded.model
+	closed_at = excluded.closed_at, model = excluded.model, agent = excluded.agent, agent_session = excluded.agent_session
 WHERE sessions.owner = excluded.owner`,
-			ss.ID, ss.Owner, text(ss.Title), t[0], t[1], text(ss.State), text(ss.EndReason), t[2], text(ss.Model), ss.Node, t[3], epoch)
+			ss.ID, ss.Owner, text(ss.Title), t[0], t[1], text(ss.State), text(ss.EndReason), t[2], text(ss.Model), ss.Node, t[3], epoch, text(ss.Agent), text(ss.AgentSession))
 		checks = append(checks, check{fmt.Sprintf("session %q", ss.ID), true})
 	}
 	for _, e := range b.Entries {

@@ -289,7 +289,7 @@ func toEpoch(epoch uint64) (int64, error) {
 	return int64(epoch), nil
 }
 
-const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model, node, lease_until, epoch`
+const sessionColumns = `id, owner, title, created_at, last_active, state, end_reason, closed_at, model, node, lease_until, epoch, agent, agent_session`
 
 // lastSeq is the column expression of a session's highest entry seq (the
 // (session_id, seq) index answers it with one seek).
@@ -300,7 +300,7 @@ type scanner interface{ Scan(dest ...any) error }
 func scanSession(sc scanner, withLastSeq bool) (store.Session, error) {
 	var s store.Session
 	var created, active, closed, lease, epoch int64
-	dest := []any{&s.ID, &s.Owner, &s.Title, &created, &active, &s.State, &s.EndReason, &closed, &s.Model, &s.Node, &lease, &epoch}
+	dest := []any{&s.ID, &s.Owner, &s.Title, &created, &active, &s.State, &s.EndReason, &closed, &s.Model, &s.Node, &lease, &epoch, &s.Agent, &s.AgentSession}
 	var last int64
 	if withLastSeq {
 		dest = append(dest, &last)
@@ -343,10 +343,10 @@ func applyTx(ctx context.Context, tx *sql.Tx, b store.Batch) error {
 	}
 	if len(b.Sessions) > 0 {
 		// The owner, and once stored the lease, are not the row's to change.
-		st, err := tx.PrepareContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		st, err := tx.PrepareContext(ctx, `INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.created_at,
 	last_active = excluded.last_active, state = excluded.state, end_reason = excluded.end_reason,
-	closed_at = excluded.closed_at, model = excluded.model`)
+	closed_at = excluded.closed_at, model = excluded.model, agent = excluded.agent, agent_session = excluded.agent_session`)
 		if err != nil {
 			return err
 		}
@@ -363,7 +363,7 @@ ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.cre
 				return fmt.Errorf("session %q: %w", ss.ID, err)
 			}
 			if _, err := st.ExecContext(ctx, ss.ID, ss.Owner, ss.Title, t[0], t[1], ss.State, ss.EndReason, t[2], ss.Model,
-				ss.Node, t[3], epoch); err != nil {
+				ss.Node, t[3], epoch, ss.Agent, ss.AgentSession); err != nil {
 				return fmt.Errorf("session %q: %w", ss.ID, err)
 			}
 		}

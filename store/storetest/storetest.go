@@ -111,6 +111,7 @@ func sameSession(t *testing.T, got, want store.Session) {
 	t.Helper()
 	if got.ID != want.ID || got.Owner != want.Owner || got.Title != want.Title || got.State != want.State ||
 		got.EndReason != want.EndReason || got.Model != want.Model || got.LastSeq != want.LastSeq ||
+		got.Agent != want.Agent || got.AgentSession != want.AgentSession ||
 		!got.CreatedAt.Equal(want.CreatedAt) || !got.LastActive.Equal(want.LastActive) || !got.ClosedAt.Equal(want.ClosedAt) ||
 		got.ClosedAt.IsZero() != want.ClosedAt.IsZero() {
 		t.Errorf("session:\n got  %+v\n want %+v", got, want)
@@ -130,7 +131,8 @@ func sameEntry(t *testing.T, got, want store.Entry) {
 func testRoundTrip(t *testing.T, st store.Store) {
 	s := store.Session{ID: "s1", Owner: "ann", Title: "Ünïcode title", CreatedAt: t0,
 		LastActive: at(90 * time.Second).UTC(), State: store.StateClosed, EndReason: "idle_reap",
-		ClosedAt: at(time.Hour).In(time.FixedZone("X", -5*3600)), Model: "qwen3:8b"}
+		ClosedAt: at(time.Hour).In(time.FixedZone("X", -5*3600)), Model: "qwen3:8b",
+		Agent: "claude", AgentSession: "sess_01JX-ünï"}
 	entries := []store.Entry{
 		{Seq: 1, Role: store.RoleUser, Kind: store.KindPrompt, Text: "hello\nworld", At: at(time.Second), TurnID: "t1"},
 		{Seq: 2, Role: store.RoleAssistant, Kind: store.KindReply, Text: "partial…", At: at(2 * time.Second), TurnID: "t1",
