@@ -81,6 +81,15 @@ func ConfigFromEnv(argv []string, getenv func(string) string) (Config, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return cfg, errors.New("no agent program: usage: dashgate acp -- <agent program> [args...]")
 	}
+	if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
+		// Relative to the bridge's directory, not the session's cwd the
+		// agent starts in.
+		abs, err := filepath.Abs(argv[0])
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Argv = append([]string{abs}, argv[1:]...)
+	}
 	for _, d := range []struct {
 		env string
 		to  *time.Duration
@@ -320,7 +329,7 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 		b.srv.Reply(id, map[string]any{"output": "", "status": "interrupted", "stop_reason": string(acp.StopReasonCancelled)})
 		return
 	}
-	t := &turn{id: id, deltas: !slash, tools: map[string]*toolState{}}
+	t := newTurn(id, !slash)
 	b.setTurn(t)
 	defer b.endTurn(t)
 	b.flushCommands(t)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -78,6 +79,7 @@ func (c *client) RequestPermission(ctx context.Context, p acp.RequestPermissionR
 		delete(b.perms, id)
 		b.mu.Unlock()
 	}()
+	perm.turn.waitTool(string(p.ToolCall.ToolCallId), 250*time.Millisecond, ctx.Done())
 	b.event(perm.turn, "approval", map[string]any{
 		"request_id": id, "tool": b.toolName(perm.turn, p.ToolCall),
 		"command": b.toolLine(perm.turn, p.ToolCall), "options": optionsJSON(p.Options),
@@ -179,7 +181,7 @@ func optionsJSON(opts []acp.PermissionOption) []map[string]any {
 // toolName is the approval's tool: the call's title, else its kind, else
 // what the turn knows of it.
 func (b *bridge) toolName(t *turn, u acp.ToolCallUpdate) string {
-	title, kind := b.known(t, u)
+	title, kind, _ := b.known(t, u)
 	if title != "" {
 		return title
 	}
@@ -189,13 +191,13 @@ func (b *bridge) toolName(t *turn, u acp.ToolCallUpdate) string {
 // toolLine is the approval's command, one line: the title and the
 // locations.
 func (b *bridge) toolLine(t *turn, u acp.ToolCallUpdate) string {
-	title, kind := b.known(t, u)
+	title, kind, where := b.known(t, u)
 	s := title
 	if s == "" {
 		s = kind
 	}
 	var locs []string
-	for _, l := range u.Locations {
+	for _, l := range where {
 		if l.Line != nil {
 			locs = append(locs, fmt.Sprintf("%s:%d", l.Path, *l.Line))
 		} else {
@@ -208,19 +210,24 @@ func (b *bridge) toolLine(t *turn, u acp.ToolCallUpdate) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-func (b *bridge) known(t *turn, u acp.ToolCallUpdate) (title, kind string) {
+// known is what the request and the turn say of a tool call: its title,
+// kind and locations (the request's fields win).
+func (b *bridge) known(t *turn, u acp.ToolCallUpdate) (title, kind string, where []acp.ToolCallLocation) {
 	t.mu.Lock()
 	if st := t.tools[string(u.ToolCallId)]; st != nil {
-		title, kind = st.title, st.kind
+		title, kind, where = st.title, st.kind, st.locations
 	}
 	t.mu.Unlock()
+	if u.Locations != nil {
+		where = u.Locations
+	}
 	if u.Title != nil && *u.Title != "" {
 		title = *u.Title
 	}
 	if u.Kind != nil {
 		kind = string(*u.Kind)
 	}
-	return title, kind
+	return title, kind, where
 }
 
 func (c *client) ReadTextFile(_ context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {

@@ -15,9 +15,48 @@ type turn struct {
 	id     []byte // the request id, raw JSON
 	deltas bool   // stream the text as delta events (a slash command does not)
 
-	mu    sync.Mutex
-	text  strings.Builder
-	tools map[string]*toolState // by ACP toolCallId
+	mu        sync.Mutex
+	text      strings.Builder
+	tools     map[string]*toolState // by ACP toolCallId
+	toolAdded chan struct{}         // closed (and replaced) when a tool call is added
+}
+
+func newTurn(id []byte, deltas bool) *turn {
+	return &turn{id: id, deltas: deltas, tools: map[string]*toolState{}, toolAdded: make(chan struct{})}
+}
+
+// addTool records a tool call and wakes waitTool.
+func (t *turn) addTool(id string, st *toolState) {
+	t.mu.Lock()
+	t.tools[id] = st
+	close(t.toolAdded)
+	t.toolAdded = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// waitTool waits until the turn knows tool call id, at most d or until
+// done closes. The agent sends a tool_call notification before its
+// permission request, but the connection handles requests at once and
+// notifications in a queue: waiting keeps tool_start before approval.
+func (t *turn) waitTool(id string, d time.Duration, done <-chan struct{}) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		_, ok := t.tools[id]
+		added := t.toolAdded
+		t.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-added:
+		case <-timer.C:
+			return
+		case <-done:
+			return
+		}
+	}
 }
 
 // toolState is what the bridge knows of one tool call.
@@ -25,6 +64,7 @@ type toolState struct {
 	title, kind string
 	status      acp.ToolCallStatus
 	content     []acp.ToolCallContent
+	locations   []acp.ToolCallLocation
 	start       time.Time
 	done        bool // tool_complete was emitted
 }
@@ -59,18 +99,16 @@ func (b *bridge) apply(t *turn, u acp.SessionUpdate) {
 		}
 	case u.ToolCall != nil:
 		c := u.ToolCall
-		st := &toolState{title: c.Title, kind: string(c.Kind), status: c.Status, content: c.Content, start: time.Now()}
+		st := &toolState{title: c.Title, kind: string(c.Kind), status: c.Status, content: c.Content, locations: c.Locations, start: time.Now()}
 		if st.status == "" {
 			st.status = acp.ToolCallStatusPending
 		}
-		t.mu.Lock()
-		t.tools[string(c.ToolCallId)] = st
-		t.mu.Unlock()
 		b.event(t, "tool_start", map[string]any{
 			"tool_id": string(c.ToolCallId), "name": c.Title, "command": c.Title,
 			"kind": string(c.Kind), "status": string(st.status),
 			"locations": locationsJSON(c.Locations), "content": b.contentJSON(c.Content),
 		})
+		t.addTool(string(c.ToolCallId), st)
 		b.maybeComplete(t, string(c.ToolCallId), st)
 	case u.ToolCallUpdate != nil:
 		c := u.ToolCallUpdate
@@ -95,6 +133,9 @@ func (b *bridge) apply(t *turn, u acp.SessionUpdate) {
 		}
 		if c.Content != nil {
 			st.content = c.Content // ACP: the update replaces the collection
+		}
+		if c.Locations != nil {
+			st.locations = c.Locations
 		}
 		t.mu.Unlock()
 		if c.Content != nil {

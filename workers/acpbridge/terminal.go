@@ -35,12 +35,21 @@ type terminals struct {
 	mu     sync.Mutex
 	seq    int
 	live   map[string]*terminal // created and not released
+	gone   []goneTerminal       // the last MaxTerminals released, for textOf
 	closed bool                 // closeAll ran: no more terminals
 	all    sync.WaitGroup       // one per reaper, released or not
 }
 
 func newTerminals(defaultDir func() string) *terminals {
 	return &terminals{defaultDir: defaultDir, live: map[string]*terminal{}}
+}
+
+// goneTerminal is a released terminal whose output a tool's text may
+// still name: the agent may release it before the bridge handled the
+// update that completes its tool (requests run at once, updates queue).
+type goneTerminal struct {
+	id string
+	t  *terminal
 }
 
 type terminal struct {
@@ -158,6 +167,12 @@ func (ts *terminals) release(id string) error {
 	ts.mu.Lock()
 	t := ts.live[id]
 	delete(ts.live, id)
+	if t != nil {
+		ts.gone = append(ts.gone, goneTerminal{id, t})
+		if len(ts.gone) > MaxTerminals {
+			ts.gone = ts.gone[1:]
+		}
+	}
 	ts.mu.Unlock()
 	if t == nil {
 		return acp.NewInvalidParams(map[string]any{"error": "no terminal " + strconv.Quote(id)})
@@ -184,6 +199,11 @@ func (ts *terminals) closeAll() {
 func (ts *terminals) textOf(id string) string {
 	ts.mu.Lock()
 	t := ts.live[id]
+	for _, g := range ts.gone {
+		if t == nil && g.id == id {
+			t = g.t
+		}
+	}
 	ts.mu.Unlock()
 	if t == nil {
 		return ""

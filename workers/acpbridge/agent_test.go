@@ -1,0 +1,263 @@
+package acpbridge_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+// testAgent is an ACP agent written with the SDK's agent side, run as the
+// test binary behind DASHGATE_ACPTEST=agent. ACPTEST_MODE picks its
+// behaviour: "" (loadSession, version 1), "v2" (answers protocolVersion 2),
+// "noload" (no loadSession), "stubborn" (outlives its stdin's end and
+// ignores SIGTERM). Its prompt's text picks the turn, see Prompt.
+type testAgent struct {
+	connP atomic.Pointer[acp.AgentSideConnection] // set once the connection runs
+	mode string
+
+	mu      sync.Mutex
+	cancels map[acp.SessionId]context.CancelFunc
+}
+
+func runTestAgent() int {
+	a := &testAgent{mode: os.Getenv("ACPTEST_MODE"), cancels: map[acp.SessionId]context.CancelFunc{}}
+	if a.mode == "stubborn" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	conn := acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+	a.connP.Store(conn)
+	<-conn.Done()
+	if a.mode == "stubborn" {
+		select {} // only SIGKILL ends it
+	}
+	return 0
+}
+
+// conn waits for the connection NewAgentSideConnection returns: its
+// handlers may run before it returned.
+func (a *testAgent) conn() *acp.AgentSideConnection {
+	for {
+		if c := a.connP.Load(); c != nil {
+			return c
+		}
+		runtime.Gosched()
+	}
+}
+
+func (a *testAgent) Initialize(_ context.Context, _ acp.InitializeRequest) (acp.InitializeResponse, error) {
+	v := acp.ProtocolVersion(acp.ProtocolVersionNumber)
+	if a.mode == "v2" {
+		v = 2
+	}
+	return acp.InitializeResponse{
+		ProtocolVersion:   v,
+		AgentInfo:         &acp.Implementation{Name: "testagent", Version: "1.2.3"},
+		AgentCapabilities: acp.AgentCapabilities{LoadSession: a.mode != "noload"},
+	}, nil
+}
+
+func (a *testAgent) NewSession(_ context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	sid := acp.SessionId(fmt.Sprintf("s-%d", os.Getpid()))
+	go a.conn().SessionUpdate(context.Background(), acp.SessionNotification{SessionId: sid, Update: acp.SessionUpdate{
+		AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{AvailableCommands: []acp.AvailableCommand{
+			{Name: "review", Description: "review the changes", Input: &acp.AvailableCommandInput{Unstructured: &acp.UnstructuredCommandInput{Hint: "what to review"}}},
+		}},
+	}})
+	return acp.NewSessionResponse{SessionId: sid}, nil
+}
+
+// LoadSession replays an earlier conversation, as agents do, before it
+// answers: the bridge must not forward it.
+func (a *testAgent) LoadSession(ctx context.Context, p acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	if !strings.HasPrefix(string(p.SessionId), "s-") {
+		return acp.LoadSessionResponse{}, acp.NewInvalidParams(map[string]any{"error": "no such session"})
+	}
+	for _, u := range []acp.SessionUpdate{
+		acp.UpdateUserMessageText("the earlier question"),
+		acp.UpdateAgentMessageText("REPLAYED answer"),
+		acp.StartToolCall("old-1", "REPLAYED tool", acp.WithStartStatus(acp.ToolCallStatusCompleted)),
+	} {
+		if err := a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId, Update: u}); err != nil {
+			return acp.LoadSessionResponse{}, err
+		}
+	}
+	return acp.LoadSessionResponse{}, nil
+}
+
+func (a *testAgent) say(ctx context.Context, sid acp.SessionId, text string) error {
+	return a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: acp.UpdateAgentMessageText(text)})
+}
+
+func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.SessionUpdate) error {
+	return a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u})
+}
+
+// Prompt runs the turn its text names: "hello", "big <n>", "plan",
+// "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
+// "terminals <n>"; anything else is echoed.
+func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.mu.Lock()
+	a.cancels[p.SessionId] = cancel
+	a.mu.Unlock()
+	sid := p.SessionId
+	text := ""
+	if len(p.Prompt) > 0 && p.Prompt[0].Text != nil {
+		text = p.Prompt[0].Text.Text
+	}
+	verb, arg, _ := strings.Cut(text, " ")
+	end := acp.PromptResponse{StopReason: acp.StopReasonEndTurn}
+	switch verb {
+	case "hello":
+		a.say(ctx, sid, "Hello, ")
+		a.say(ctx, sid, "world")
+	case "big":
+		var n int
+		fmt.Sscan(arg, &n)
+		a.say(ctx, sid, strings.Repeat("é", n/2))
+	case "plan":
+		a.update(ctx, sid, acp.UpdateAgentThoughtText("thinking"))
+		a.update(ctx, sid, acp.UpdatePlan(acp.PlanEntry{Content: "step one", Priority: acp.PlanEntryPriorityHigh, Status: acp.PlanEntryStatusPending}))
+	case "maxtokens":
+		a.say(ctx, sid, "cut")
+		end.StopReason = acp.StopReasonMaxTokens
+	case "perm":
+		a.update(ctx, sid, acp.StartToolCall("edit-1", "Edit file", acp.WithStartKind(acp.ToolKindEdit),
+			acp.WithStartLocations([]acp.ToolCallLocation{{Path: "/tmp/x.go", Line: acp.Ptr(3)}})))
+		r, err := a.conn().RequestPermission(ctx, acp.RequestPermissionRequest{
+			SessionId: sid,
+			ToolCall:  acp.ToolCallUpdate{ToolCallId: "edit-1"},
+			Options: []acp.PermissionOption{
+				{Kind: acp.PermissionOptionKindAllowOnce, Name: "Allow", OptionId: "yes"},
+				{Kind: acp.PermissionOptionKindAllowAlways, Name: "Always", OptionId: "yes-always"},
+				{Kind: acp.PermissionOptionKindRejectOnce, Name: "No", OptionId: "no"},
+			},
+		})
+		switch {
+		case err != nil:
+			return acp.PromptResponse{}, err
+		case r.Outcome.Cancelled != nil:
+			a.say(context.Background(), sid, "permission cancelled") // ctx ended with the cancel
+			return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+		default:
+			a.say(ctx, sid, "chose "+string(r.Outcome.Selected.OptionId))
+		}
+	case "wait":
+		a.say(ctx, sid, "waiting")
+		<-ctx.Done()
+		return acp.PromptResponse{StopReason: acp.StopReasonCancelled}, nil
+	case "die":
+		a.say(ctx, sid, "about to die")
+		fmt.Fprintln(os.Stderr, "panic: the test agent fell over")
+		os.Exit(3)
+	case "fs":
+		path := arg + "/sub/file.txt"
+		if _, err := a.conn().WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid, Path: path, Content: "one\ntwo\nthree\n"}); err != nil {
+			a.say(ctx, sid, "write failed: "+err.Error())
+		}
+		r, err := a.conn().ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid, Path: path, Line: acp.Ptr(2), Limit: acp.Ptr(1)})
+		a.say(ctx, sid, fmt.Sprintf("read %q err=%v;", r.Content, err != nil))
+		_, err = a.conn().ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid, Path: "relative.txt"})
+		a.say(ctx, sid, fmt.Sprintf(" relative: %v", err))
+	case "terminal":
+		t, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh",
+			Args: []string{"-c", "echo out; echo err >&2; echo $GREETING; exit 3"}, Env: []acp.EnvVariable{{Name: "GREETING", Value: "hi there"}}})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		a.update(ctx, sid, acp.StartToolCall("run-1", "Run a command", acp.WithStartKind(acp.ToolKindExecute),
+			acp.WithStartContent([]acp.ToolCallContent{acp.ToolTerminalRef(t.TerminalId)})))
+		w, err := a.conn().WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		o, err := a.conn().TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		a.update(ctx, sid, acp.UpdateToolCall("run-1", acp.WithUpdateStatus(acp.ToolCallStatusFailed)))
+		_, rerr := a.conn().ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: t.TerminalId})
+		_, gerr := a.conn().TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+		a.say(ctx, sid, fmt.Sprintf("exit=%d output=%q exitStatus=%d release=%v after=%v", *w.ExitCode, o.Output, *o.ExitStatus.ExitCode, rerr, gerr != nil))
+	case "truncate":
+		t, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "printf 'aaaaébbbb'", OutputByteLimit: acp.Ptr(5)})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		a.conn().WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId})
+		o, _ := a.conn().TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+		a.say(ctx, sid, fmt.Sprintf("output=%q truncated=%v", o.Output, o.Truncated))
+	case "sleepterm":
+		// A terminal whose shell has a child of its own: only a kill of
+		// the process group reaches the grandchild.
+		_, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh",
+			Args: []string{"-c", "sleep 1000 & wait"}})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		a.say(ctx, sid, "started")
+	case "terminals":
+		var n int
+		fmt.Sscan(arg, &n)
+		var last error
+		for range n {
+			if _, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh", Args: []string{"-c", "exec sleep 1000"}}); err != nil {
+				last = err
+				break
+			}
+		}
+		a.say(ctx, sid, fmt.Sprintf("last error: %v", last))
+	default:
+		a.say(ctx, sid, "echo: "+text)
+	}
+	return end, nil
+}
+
+func (a *testAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
+	a.mu.Lock()
+	c := a.cancels[p.SessionId]
+	a.mu.Unlock()
+	if c != nil {
+		c()
+	}
+	return nil
+}
+
+func (a *testAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	return acp.AuthenticateResponse{}, nil
+}
+
+func (a *testAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+}
+
+func (a *testAgent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
+}
+
+func (a *testAgent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+}
+
+func (a *testAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
+}
+
+func (a *testAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	return acp.SetSessionModeResponse{}, nil
+}
+
+// testAgentCmd is the argv that runs the test agent in mode.
+func testAgentCmd(mode string) []string {
+	self, _ := os.Executable()
+	return []string{"/usr/bin/env", helperEnv + "=agent", "ACPTEST_MODE=" + mode, self}
+}
