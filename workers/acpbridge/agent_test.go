@@ -133,7 +133,9 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 	case "perm":
 		a.update(ctx, sid, acp.StartToolCall("edit-1", "Edit file", acp.WithStartKind(acp.ToolKindEdit),
 			acp.WithStartLocations([]acp.ToolCallLocation{{Path: "/tmp/x.go", Line: acp.Ptr(3)}})))
-		r, err := a.conn().RequestPermission(ctx, acp.RequestPermissionRequest{
+		// Not ctx: the bridge answers the request itself when the turn
+		// is cancelled.
+		r, err := a.conn().RequestPermission(context.Background(), acp.RequestPermissionRequest{
 			SessionId: sid,
 			ToolCall:  acp.ToolCallUpdate{ToolCallId: "edit-1"},
 			Options: []acp.PermissionOption{

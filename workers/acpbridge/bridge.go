@@ -527,7 +527,7 @@ func (b *bridge) startAgent(ctx context.Context, dir string) *failure {
 // when it had none).
 func (b *bridge) callFailure(ctx, bounded context.Context, method string, err error) *failure {
 	a := b.agent
-	if !a.isAlive(b.conn) {
+	if !a.isAlive(b.conn) || brokenPipe(err) {
 		how := a.waitGone(2 * time.Second)
 		msg := fmt.Sprintf("the agent %s during %s", how, method)
 		if w := a.lastWords(); w != "" {
@@ -559,6 +559,19 @@ func (b *bridge) callFailure(ctx, bounded context.Context, method string, err er
 		return &failure{FailError, msg}
 	}
 	return &failure{FailError, fmt.Sprintf("the agent's %s failed: %v", method, err)}
+}
+
+// brokenPipe reports whether err is the connection's failure to write to
+// the agent's stdin because the agent closed it (it is exiting, or
+// exited and is not reaped yet).
+func brokenPipe(err error) bool {
+	var re *acp.RequestError
+	if !errors.As(err, &re) {
+		return errors.Is(err, syscall.EPIPE)
+	}
+	d, _ := re.Data.(map[string]any)
+	s, _ := d["error"].(string)
+	return strings.Contains(s, syscall.EPIPE.Error())
 }
 
 // isAlive reports whether the agent runs and its output is open.
