@@ -30,6 +30,12 @@ type ProcSpawner struct {
 	Agents map[string][]string
 }
 
+// AgentEOFGrace is how long an ACP agent's bridge has, once its stdin
+// closed, to end the agent politely (a running turn's session/cancel, its
+// stdin closed, its exit awaited) before the usual escalation (SIGTERM to
+// the whole tree, SIGKILL after --worker-grace).
+const AgentEOFGrace = 2 * time.Second
+
 // SpawnWorker starts a chat worker, as req.Account when set: WorkerCmd,
 // or the command of req.Agent in Agents. Its "worker closed" record
 // carries user (req.Owner) and, for a named agent, agent. An agent
@@ -42,10 +48,14 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 		}
 		env, attrs = p.Env, append(attrs, "agent", req.Agent)
 	}
-	w, err := p.Manager.StartWorker(workers.Spec{
+	spec := workers.Spec{
 		SessionID: req.SessionID, Path: cmd[0], Args: cmd[1:], Env: env,
 		CancelGrace: req.CancelGrace, OnClose: req.OnClose, LogAttrs: attrs, Account: req.Account,
-	})
+	}
+	if req.Agent != "" {
+		spec.EOFGrace = AgentEOFGrace
+	}
+	w, err := p.Manager.StartWorker(spec)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}

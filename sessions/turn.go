@@ -128,7 +128,7 @@ func (t *turn) run(ctx context.Context, text string) {
 	r.mu.Lock()
 	t.usage, t.status = res.Usage, res.Status
 	r.mu.Unlock()
-	t.finish(res.Output, res.Interrupted, nil)
+	t.finish(res.Output, res.Interrupted || res.Status == "interrupted", nil)
 }
 
 // checkpoint queues the text t streamed so far as its (interrupted)

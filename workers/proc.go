@@ -148,6 +148,12 @@ type Spec struct {
 	// LoginShell (pty) runs Account.Shell (Path without an Account) as a
 	// login shell: argv0 "-" + its base name, Args ignored.
 	LoginShell bool
+	// EOFGrace (chat only) is how long Close waits, after closing the
+	// worker's stdin, for it to exit before any signal; 0: eofGrace, or
+	// the Manager's Grace when shorter. A worker that ends children of its
+	// own politely on EOF (the ACP bridge: session/cancel, the agent's
+	// stdin closed, its exit awaited) is given more.
+	EOFGrace time.Duration
 }
 
 // CloseResult tells how a child ended.
@@ -725,7 +731,11 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		// A worker exits on stdin EOF (PROTOCOL.md §4): give it a moment to
 		// do so cleanly before any signal.
 		p.stdin.Close()
-		t := time.NewTimer(min(eofGrace, p.m.cfg.Grace))
+		wait := min(eofGrace, p.m.cfg.Grace)
+		if p.spec.EOFGrace > 0 {
+			wait = p.spec.EOFGrace
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-p.waited:
 		case <-t.C:

@@ -392,6 +392,7 @@ type APISession struct {
 	PTYPID    int    `json:"pty_pid"`    // 0: none
 	Node      string `json:"node"`       // on a node of a cluster: the node holding it
 	Remote    bool   `json:"remote"`     // another node's session (Sessions leaves those out)
+	Agent     string `json:"agent"`      // the --agent it talks to; "" the built-in worker
 }
 
 // Workers reads /admin/api/workers.
