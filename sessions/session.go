@@ -163,8 +163,8 @@ type Session struct {
 	// session.resume.
 	agent, agentSession string
 	plan, commands      json.RawMessage
-	turn      *turn
-	turns     int
+	turn                *turn
+	turns               int
 
 	worker      Worker
 	term        *Terminal
