@@ -6,6 +6,7 @@
 //   dashgate.session          id of the current session
 //   dashgate.pty.<session_id> {"resume_token","offset"} of that session's terminal
 //   dashgate.sent             the last prompts and commands sent (Up/Down in the input)
+//   dashgate.agent            the agent last picked for a new session (agent.list's name)
 //   (layout.js keeps the layout's own keys)
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
@@ -15,6 +16,7 @@ import { followLog, initLayout } from './layout.js';
 import { Notifier } from './notify.js';
 import { wsURL } from './net.js';
 import { connectionText, endNotice, NOT_SENT, workerNotice } from './notices.js';
+import { renderCommands, renderPlan, slashMatches } from './agents.js';
 import { ChatClient, RpcError } from './rpc.js';
 import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
 import { initShortcuts } from './shortcuts.js';
@@ -25,6 +27,7 @@ const LIST_REFRESH_DELAY_MS = 150;
 const SEARCH_DELAY_MS = 200;
 const HISTORY_PAGE = 200;
 const SENT_KEY = 'dashgate.sent';
+const AGENT_KEY = 'dashgate.agent';
 // Stands for the running turn of a session resumed mid-turn (its id is not known).
 const RESUMED_TURN = '(resumed)';
 // The notice of an administrator's end of the session's terminal (sessions/reasons.go).
@@ -36,6 +39,11 @@ const byTestId = (id) => document.querySelector(`[data-testid="${id}"]`);
 const els = {
 	list: byTestId('session-list'),
 	newSession: byTestId('new-session'),
+	agentPicker: byTestId('agent-picker'),
+	chatAgent: byTestId('chat-agent'),
+	plan: byTestId('plan'),
+	planList: byTestId('plan-list'),
+	slashList: byTestId('slash-list'),
 	log: byTestId('chat-log'),
 	form: byTestId('chat-form'),
 	input: byTestId('chat-input'),
@@ -94,6 +102,10 @@ let resumedNote = null; // the "a reply is still being written" line of a resume
 let models = null; // model.list's result ({models, default}), null until known
 let modelsError = ''; // why model.list failed, if it did
 let currentModel = ''; // the current session's model ("" for the default)
+let agents = null; // agent.list's agents ([{name, kind, default}]), null until known
+let agentsLoaded = null; // the promise of the last agent.list (create waits for it)
+let currentAgent = ''; // the current session's ACP agent ("" for the built-in worker)
+let commands = []; // the slash commands the current session's agent offers (commands.update)
 let execs = 0; // slash commands of the current session waiting for their reply
 let execSeq = 0; // bumped when the current session changes: replies of older ones do not count
 const resumeErrors = new Map(); // session_id -> why its last resume (or rename) failed (shown under it)
@@ -123,6 +135,11 @@ function setCurrent(id, explicit) {
 	execs = 0;
 	execSeq++;
 	resumeErrors.delete(id);
+	if (previous !== id) {
+		currentAgent = '';
+		setPlan(null);
+		setCommands([]);
+	}
 	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
 	renderLists();
@@ -158,6 +175,8 @@ function renderLists() {
 		renderedClosed = gone;
 		renderClosed(els.closedList, closed, current, resumeErrors);
 	}
+	const row = sessions.find((x) => x.session_id === current) ?? closed.find((x) => x.session_id === current);
+	if (row) setAgent(typeof row.agent === 'string' ? row.agent : '');
 	els.closedCount.textContent = closed.length ? `(${closed.length}${closedMore ? '+' : ''})` : '';
 	els.closedMore.hidden = !closedMore;
 }
@@ -259,6 +278,9 @@ function show(id, r, explicit) {
 	if (Array.isArray(r.pending_approvals)) chat.syncApprovals(r.pending_approvals);
 	const approving = Array.isArray(r.pending_approvals) && r.pending_approvals.length > 0;
 	setModel(typeof r.model === 'string' ? r.model : '');
+	setAgent(typeof r.agent === 'string' ? r.agent : '');
+	setPlan(r.plan);
+	setCommands(r.commands);
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
 	if (r.running) {
@@ -366,13 +388,18 @@ function nextTitle() {
 }
 
 async function create() {
-	const r = await rpc.call('session.create', { title: nextTitle() });
+	await agentsLoaded;
+	const params = { title: nextTitle() };
+	const agent = pickedAgent();
+	if (agent) params.agent = agent;
+	const r = await rpc.call('session.create', params);
 	chat.clear();
 	follow.reset();
 	oldestSeq = 0;
 	els.historyMore.hidden = true;
 	setCurrent(r.session_id, true);
 	setModel('');
+	setAgent(agents?.find((a) => a.name === agent)?.kind === 'acp' ? agent : '');
 	await refresh();
 }
 
@@ -402,6 +429,7 @@ async function closeSession(id) {
 function onReady() {
 	restarting = false;
 	loadModels();
+	agentsLoaded = loadAgents();
 	serial(async () => {
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
@@ -462,7 +490,7 @@ function onEvent(ev) {
 			if (p.turn_id) streaming.add(p.turn_id); // Escape interrupts the turn
 			setPending('waiting for your approval…');
 			updateBusy();
-			chat.entry({ kind: 'approval_request', text: p.command ?? '', turn_id: p.turn_id, data: { request_id: p.request_id, tool: p.tool } });
+			chat.entry({ kind: 'approval_request', text: p.command ?? '', turn_id: p.turn_id, data: { request_id: p.request_id, tool: p.tool, options: p.options } });
 			break;
 		case 'approval.resolved':
 			chat.entry({ kind: 'approval_resolved', text: p.choice ?? '', live: true, data: { request_id: p.request_id, choice: p.choice, by: p.by } });
@@ -470,7 +498,29 @@ function onEvent(ev) {
 			break;
 		case 'tool.start':
 			if (p.turn_id) streaming.add(p.turn_id);
-			chat.entry({ kind: 'tool_call', text: p.command ?? '', turn_id: p.turn_id, data: { tool_id: p.tool_id, name: p.name } });
+			chat.entry({
+				kind: 'tool_call',
+				text: p.command ?? '',
+				turn_id: p.turn_id,
+				data: { tool_id: p.tool_id, name: p.name, kind: p.kind, status: p.status, locations: p.locations, content: p.content },
+			});
+			break;
+		case 'tool.update':
+			chat.toolUpdate(p);
+			break;
+		case 'message.thought':
+			if (p.turn_id && !streaming.has(p.turn_id)) {
+				streaming.add(p.turn_id);
+				updateBusy();
+			}
+			chat.thought(p.turn_id, p.text ?? '');
+			setPending('thinking…');
+			break;
+		case 'plan.update':
+			setPlan(p.entries);
+			break;
+		case 'commands.update':
+			setCommands(p.commands);
 			break;
 		case 'tool.complete':
 			chat.entry({
@@ -707,6 +757,7 @@ function setInput(text) {
 	els.input.value = text;
 	els.input.setSelectionRange(text.length, text.length);
 	autosize();
+	updateSlashList();
 }
 
 function autosize() {
@@ -780,10 +831,10 @@ els.stop.addEventListener('click', () => {
 // with the approval.resolved event every viewer gets; {resolved: false}
 // means another tab (or a timeout, an interrupt) answered first.
 els.log.addEventListener('click', (ev) => {
-	const button = ev.target instanceof Element ? ev.target.closest('[data-testid="approve"], [data-testid="deny"]') : null;
+	const button = ev.target instanceof Element ? ev.target.closest('.card-actions button[data-choice]') : null;
 	const card = button?.closest('[data-testid="approval-card"]');
 	if (!card || button.disabled || card.dataset.state !== 'pending') return;
-	respond(card.dataset.requestId, button.dataset.testid === 'approve' ? 'once' : 'deny');
+	respond(card.dataset.requestId, button.dataset.choice);
 });
 
 async function respond(requestId, choice) {
@@ -842,11 +893,15 @@ function renderModels() {
 	sel.replaceChildren(...options);
 	sel.value = echo ? '' : currentModel;
 	// Nothing to choose from: no list (yet, or it failed), or only the echo worker.
-	sel.disabled = echo || list.length === 0 || !current;
+	sel.disabled = echo || list.length === 0 || !current || !!currentAgent;
+	// An ACP agent's session: the agent chooses its model; the header names the agent.
+	sel.hidden = !!currentAgent;
+	els.chatModel.hidden = !!currentAgent;
 	sel.title = modelsError ? `model list unavailable: ${modelsError}` : echo ? 'no model server: the echo agent answers' : 'the model of this session';
 	els.chatModel.textContent = echo ? 'echo agent' : currentModel || def || 'default model';
-	els.input.placeholder =
-		models !== null && !echo
+	els.input.placeholder = currentAgent
+		? `Ask ${currentAgent} (type / for its commands)`
+		: models !== null && !echo
 			? `Ask ${currentModel || def || 'the model'} (or /help)`
 			: 'Type /help, or a prompt';
 	els.chatModel.dataset.model = echo ? '' : currentModel;
@@ -866,6 +921,102 @@ els.modelPicker.addEventListener('change', () => {
 			throw err;
 		}
 	});
+});
+
+// The agent picker: agent.list once per chat socket. With more than one
+// agent a new session talks to the one picked (remembered in
+// localStorage; at first the default one); with one, the picker stays
+// hidden and session.create names none, as before agents.
+async function loadAgents() {
+	try {
+		const r = await rpc.call('agent.list', {});
+		agents = Array.isArray(r.agents) ? r.agents.filter((a) => a && typeof a.name === 'string' && a.name) : [];
+	} catch (err) {
+		console.warn('dashgate: agent.list', err);
+		agents = null;
+	}
+	renderAgents();
+}
+
+function renderAgents() {
+	const sel = els.agentPicker;
+	const list = agents ?? [];
+	sel.hidden = list.length < 2;
+	if (sel.hidden) {
+		sel.replaceChildren();
+		return;
+	}
+	sel.replaceChildren(
+		...list.map((a) => {
+			const o = document.createElement('option');
+			o.value = a.name;
+			o.textContent = a.name;
+			o.title = a.kind === 'builtin' ? "dashgate's own agent" : `an Agent Client Protocol agent (${a.name})`;
+			o.dataset.kind = a.kind ?? '';
+			return o;
+		}),
+	);
+	const stored = localStorage.getItem(AGENT_KEY);
+	const def = list.find((a) => a.default) ?? list[0];
+	sel.value = list.some((a) => a.name === stored) ? stored : def.name;
+}
+
+/** The agent a new session gets: the picker's, or "" (the server's default) when there is none to pick. */
+function pickedAgent() {
+	return els.agentPicker.hidden ? '' : els.agentPicker.value;
+}
+
+els.agentPicker.addEventListener('change', () => localStorage.setItem(AGENT_KEY, els.agentPicker.value));
+
+/** Shows the current session's ACP agent in the chat header ("" the built-in worker: nothing). */
+function setAgent(agent) {
+	if (agent === currentAgent && els.chatAgent.hidden === !agent) return;
+	currentAgent = agent;
+	els.chatAgent.textContent = agent;
+	els.chatAgent.hidden = !agent;
+	renderModels();
+}
+
+/** Shows the agent's plan (plan.update entries, whole each time); null or none hides it. */
+function setPlan(entries) {
+	const list = Array.isArray(entries) ? entries : [];
+	renderPlan(els.planList, list);
+	els.plan.hidden = list.length === 0;
+}
+
+/** Keeps the slash commands the current session's agent offers (commands.update). */
+function setCommands(list) {
+	commands = Array.isArray(list) ? list.filter((c) => c && typeof c.name === 'string' && c.name) : [];
+	updateSlashList();
+}
+
+// The agent's commands matching what is typed, shown while the input is
+// a "/" and a command's first letters; a click (or Tab) puts the command
+// in the input.
+function updateSlashList() {
+	const matches = slashMatches(commands, els.input.value);
+	renderCommands(els.slashList, matches);
+	els.slashList.hidden = matches.length === 0;
+}
+
+function pickCommand(name) {
+	setInput(`/${name} `);
+	els.input.focus();
+	updateSlashList();
+}
+
+els.slashList.addEventListener('mousedown', (ev) => ev.preventDefault()); // the input keeps the focus
+els.slashList.addEventListener('click', (ev) => {
+	const li = ev.target instanceof Element ? ev.target.closest('[data-testid="slash-command"]') : null;
+	if (li) pickCommand(li.dataset.name);
+});
+els.input.addEventListener('input', updateSlashList);
+els.input.addEventListener('keydown', (ev) => {
+	if (ev.key !== 'Tab' || ev.shiftKey || els.slashList.hidden) return;
+	const first = els.slashList.querySelector('[data-testid="slash-command"]');
+	if (!first) return;
+	ev.preventDefault();
+	pickCommand(first.dataset.name);
 });
 
 els.newSession.addEventListener('click', () => serial(create));
@@ -1049,6 +1200,7 @@ window.dashgate = {
 	terminalText: () => terminal.text(),
 	chatSocketState: () => rpc.state(),
 	currentModel: () => currentModel,
+	currentAgent: () => currentAgent,
 	ptySocketState: () => terminal.state(),
 	notifications: () => notifier.shown(),
 };

@@ -39,16 +39,39 @@
 //   approval_request  <div data-testid="approval-card" data-request-id data-state="pending|approved|denied|resolved">
 //                     the tool, the command (monospace) and Approve / Deny
 //                     buttons (data-testid approve / deny) while pending;
+//                     with an ACP agent's options (data.options) one button
+//                     per option kind present instead, each with its choice
+//                     (data-choice): allow_once "Allow once" (approve, once),
+//                     allow_always "Always allow" (approve-always, always),
+//                     reject_once "Reject" (deny, deny), reject_always
+//                     "Always reject" (deny-always, deny_always), labelled
+//                     with the option's name when it has one;
 //                     once resolved a status line (data-testid="approval-status"):
 //                     "approved", "denied", "denied: timed out", "approved in
 //                     another tab", ...
 //   tool_call         <div data-testid="tool-card" data-tool-id data-state="running|done">
 //                     the tool's name, its command, and once complete its
 //                     exit code, duration and output in a
-//                     <details data-testid="tool-output">.
+//                     <details data-testid="tool-output">. An ACP agent's
+//                     tool call (tool.start / tool.update) adds its kind
+//                     (data-testid="tool-kind"), its status badge
+//                     (data-testid="tool-badge", data-status pending |
+//                     in_progress | completed | failed), its locations
+//                     (<ul data-testid="tool-locations">) and its content
+//                     (<div data-testid="tool-content">: text in a
+//                     <pre data-testid="tool-text">, a diff as a unified
+//                     line diff <div data-testid="tool-diff"> whose lines
+//                     (data-op " ", "-", "+") start with their sign, a
+//                     terminal as "terminal <id>" (data-testid="tool-terminal")).
+//                     Its command is shown only when it is not its title.
 // approval_resolved and tool_result entries update their card (found by
 // request_id / tool_id) instead of adding one; without their card they show
 // as a card of their own.
+//
+// An ACP agent's thinking (message.thought, not kept in the history) is a
+// <div class="thought" data-testid="thought" data-turn-id> holding a closed
+// <details> "Thinking" whose text grows as it streams; it is not an entry,
+// and it stands above the reply of its turn.
 //
 // Every entry ends with a meta line, <div class="entry-meta">: its time,
 // <time data-testid="entry-time" datetime="<ISO>" title="<the exact time>"
@@ -82,9 +105,16 @@ const KIND_ROLE = {
 	tool_result: 'tool',
 };
 
+/** Whether an approval choice (approval.respond's, approval.resolved's) lets the tool run. */
+export function approves(choice) {
+	return choice === 'once' || choice === 'always';
+}
+
 /** What a resolved approval card says. mine: this tab made the choice. */
 export function approvalStatus(choice, by, mine) {
-	const word = choice === 'once' ? 'approved' : 'denied';
+	let word = approves(choice) ? 'approved' : 'denied';
+	if (choice === 'always') word = 'always allowed';
+	else if (choice === 'deny_always') word = 'always rejected';
 	switch (by) {
 		case 'viewer':
 		case undefined:
@@ -444,10 +474,47 @@ export class ChatLog {
 			if (!ids.has(card.dataset.requestId)) setApprovalState(card, 'resolved', 'no longer pending');
 		}
 		for (const a of pending) {
-			if (!findCard(this.#el, 'approval-card', 'requestId', a.request_id)) {
-				this.entry({ kind: 'approval_request', text: a.command, turn_id: a.turn_id, data: { request_id: a.request_id, tool: a.tool } });
+			const card = findCard(this.#el, 'approval-card', 'requestId', a.request_id);
+			if (!card) {
+				this.entry({ kind: 'approval_request', text: a.command, turn_id: a.turn_id, data: { request_id: a.request_id, tool: a.tool, options: a.options } });
+			} else if (card.dataset.state === 'pending' && Array.isArray(a.options) && a.options.length) {
+				// The history keeps no options: the card of a history entry gets them here.
+				card.querySelector('.card-actions')?.replaceWith(approvalActions(a.options));
 			}
 		}
+	}
+
+	/**
+	 * Appends thinking text of a turn (message.thought) to its Thinking
+	 * block, made on first use above the turn's reply.
+	 */
+	thought(turnId, text) {
+		const stick = this.#atBottom();
+		let block = [...this.#el.querySelectorAll(':scope > [data-testid="thought"]')].find((b) => b.dataset.turnId === String(turnId ?? ''));
+		if (!block) {
+			block = el('div', 'thought');
+			block.dataset.testid = 'thought';
+			block.dataset.turnId = String(turnId ?? '');
+			const details = el('details', 'thought-details');
+			details.append(el('summary', '', 'Thinking'), el('div', 'thought-text'));
+			block.append(details);
+			const reply = this.#streams.get(turnId);
+			if (reply?.isConnected) reply.before(block);
+			else this.#el.append(block);
+		}
+		const t = block.querySelector('.thought-text');
+		t.textContent += text ?? '';
+		if (stick) this.#scrollToEnd();
+	}
+
+	/** Applies a tool.update to its tool card; returns whether the card is shown. */
+	toolUpdate(p) {
+		const card = findCard(this.#el, 'tool-card', 'toolId', p?.tool_id);
+		if (!card) return false;
+		const stick = this.#atBottom();
+		applyTool(card, p);
+		if (stick) this.#scrollToEnd();
+		return true;
 	}
 
 	#atBottom() {
@@ -558,7 +625,7 @@ function renderBody(e) {
 	const data = e.data && typeof e.data === 'object' ? e.data : {};
 	switch (kind) {
 		case 'approval_request':
-			wrap.append(approvalCard(data.request_id, data.tool, e.text));
+			wrap.append(approvalCard(data.request_id, data.tool, e.text, data.options));
 			return wrap;
 		case 'approval_resolved': {
 			// Its request is not shown (older than the history shown).
@@ -568,7 +635,7 @@ function renderBody(e) {
 			return wrap;
 		}
 		case 'tool_call':
-			wrap.append(toolCard(data.tool_id, data.name, e.text));
+			wrap.append(toolCard(data.tool_id, data.name, e.text, data));
 			return wrap;
 		case 'tool_result': {
 			const card = toolCard(data.tool_id, '', '');
@@ -632,7 +699,7 @@ function el(tag, className, text) {
 	return n;
 }
 
-function approvalCard(requestId, tool, command) {
+function approvalCard(requestId, tool, command, options) {
 	const card = el('div', 'card approval-card');
 	card.dataset.testid = 'approval-card';
 	card.dataset.requestId = requestId ?? '';
@@ -645,16 +712,47 @@ function approvalCard(requestId, tool, command) {
 		cmd.dataset.testid = 'approval-command';
 		card.append(cmd);
 	}
-	const actions = el('div', 'card-actions');
-	const approve = el('button', 'btn btn-primary', 'Approve');
-	approve.type = 'button';
-	approve.dataset.testid = 'approve';
-	const deny = el('button', 'btn btn-danger', 'Deny');
-	deny.type = 'button';
-	deny.dataset.testid = 'deny';
-	actions.append(approve, deny);
-	card.append(actions);
+	card.append(approvalActions(options));
 	return card;
+}
+
+// The buttons of an ACP agent's option kinds, in this order: the kind,
+// the choice approval.respond sends, the button's testid, its words
+// without the option's name, its look.
+const OPTION_BUTTONS = [
+	['allow_once', 'once', 'approve', 'Allow once', 'btn btn-primary'],
+	['allow_always', 'always', 'approve-always', 'Always allow', 'btn'],
+	['reject_once', 'deny', 'deny', 'Reject', 'btn btn-danger'],
+	['reject_always', 'deny_always', 'deny-always', 'Always reject', 'btn btn-danger'],
+];
+
+/**
+ * The buttons of a pending approval: one per option kind present among
+ * options (an ACP agent's), else Approve and Deny. Each carries its
+ * choice in data-choice.
+ */
+function approvalActions(options) {
+	const actions = el('div', 'card-actions');
+	const button = (choice, testid, label, className) => {
+		const b = el('button', className, label);
+		b.type = 'button';
+		b.dataset.testid = testid;
+		b.dataset.choice = choice;
+		return b;
+	};
+	const opts = Array.isArray(options) ? options.filter((o) => o && typeof o === 'object') : [];
+	if (opts.length === 0) {
+		actions.append(button('once', 'approve', 'Approve', 'btn btn-primary'), button('deny', 'deny', 'Deny', 'btn btn-danger'));
+		return actions;
+	}
+	for (const [kind, choice, testid, words, className] of OPTION_BUTTONS) {
+		const o = opts.find((x) => x.kind === kind);
+		if (!o) continue;
+		const b = button(choice, testid, typeof o.name === 'string' && o.name.trim() ? o.name : words, className);
+		b.title = words;
+		actions.append(b);
+	}
+	return actions;
 }
 
 /** mine: true (this tab chose), false (another did), undefined (unknown: history). */
@@ -662,7 +760,7 @@ function resolveCard(card, choice, by, mine) {
 	card.dataset.choice = choice ?? '';
 	card.dataset.by = by ?? '';
 	if (mine !== undefined) card.dataset.mine = String(mine);
-	setApprovalState(card, choice === 'once' ? 'approved' : 'denied', approvalStatus(choice, by, mine));
+	setApprovalState(card, approves(choice) ? 'approved' : 'denied', approvalStatus(choice, by, mine));
 }
 
 function setApprovalState(card, state, text) {
@@ -677,7 +775,8 @@ function setApprovalState(card, state, text) {
 	status.textContent = text;
 }
 
-function toolCard(toolId, name, command) {
+/** acp: an ACP agent's fields of its tool.start ({kind, status, locations, content}), if any. */
+function toolCard(toolId, name, command, acp = {}) {
 	const card = el('div', 'card tool-card');
 	card.dataset.testid = 'tool-card';
 	card.dataset.toolId = toolId ?? '';
@@ -687,12 +786,181 @@ function toolCard(toolId, name, command) {
 	status.dataset.testid = 'tool-status';
 	head.append(el('span', 'card-label', 'tool'), el('span', 'card-tool', name || 'tool'), status);
 	card.append(head);
-	if (command) {
+	if (command && !(command === name && isACPTool(acp))) {
 		const cmd = el('pre', 'card-command', command);
 		cmd.dataset.testid = 'tool-command';
 		card.append(cmd);
 	}
+	applyTool(card, acp);
 	return card;
+}
+
+/** Whether a tool.start carries an ACP agent's fields. */
+function isACPTool(p) {
+	return !!p && (typeof p.kind === 'string' || typeof p.status === 'string' || Array.isArray(p.locations) || Array.isArray(p.content));
+}
+
+/**
+ * Sets what an ACP agent said of a tool call (tool.start's or a
+ * tool.update's fields: title, kind, status, locations, content); a field
+ * it leaves out stays as it was. Every text is set with textContent.
+ */
+function applyTool(card, p) {
+	if (!p || typeof p !== 'object') return;
+	const head = card.querySelector('.card-head');
+	if (typeof p.title === 'string' && p.title) head.querySelector('.card-tool').textContent = p.title;
+	if (typeof p.kind === 'string' && p.kind) {
+		let kind = head.querySelector('[data-testid="tool-kind"]');
+		if (!kind) {
+			kind = el('span', 'tool-kind');
+			kind.dataset.testid = 'tool-kind';
+			head.querySelector('.card-tool').after(kind);
+		}
+		kind.textContent = p.kind;
+	}
+	if (typeof p.status === 'string' && p.status) {
+		let badge = head.querySelector('[data-testid="tool-badge"]');
+		if (!badge) {
+			badge = el('span', 'tool-badge');
+			badge.dataset.testid = 'tool-badge';
+			head.querySelector('.tool-status').before(badge);
+		}
+		badge.dataset.status = p.status;
+		badge.textContent = p.status.replace(/_/g, ' ');
+	}
+	if (Array.isArray(p.locations)) {
+		card.querySelector(':scope > [data-testid="tool-locations"]')?.remove();
+		const paths = p.locations.filter((l) => l && typeof l.path === 'string' && l.path);
+		if (paths.length) {
+			const ul = el('ul', 'tool-locations');
+			ul.dataset.testid = 'tool-locations';
+			for (const l of paths) {
+				const li = el('li', 'tool-location', Number.isInteger(l.line) ? `${l.path}:${l.line}` : l.path);
+				li.dataset.path = l.path;
+				ul.append(li);
+			}
+			toolSlot(card, 'tool-locations').before(ul);
+		}
+	}
+	if (Array.isArray(p.content)) {
+		card.querySelector(':scope > [data-testid="tool-content"]')?.remove();
+		const box = toolContent(p.content);
+		card._contentText = p.content.filter((c) => c?.type === 'text').map((c) => String(c.text ?? '')).join('\n');
+		if (box) toolSlot(card, 'tool-content').before(box);
+	}
+}
+
+// The parts of a tool card in their order after its head: what a new part
+// goes before.
+const TOOL_PARTS = ['tool-command', 'tool-locations', 'tool-content', 'tool-output'];
+
+/** The node a new part (testid) of card goes before: the next part shown, else a marker at the end. */
+function toolSlot(card, testid) {
+	for (const later of TOOL_PARTS.slice(TOOL_PARTS.indexOf(testid) + 1)) {
+		const n = card.querySelector(`:scope > [data-testid="${later}"]`);
+		if (n) return n;
+	}
+	let end = card.querySelector(':scope > .tool-end');
+	if (!end) {
+		end = el('span', 'tool-end');
+		end.hidden = true;
+		card.append(end);
+	}
+	return end;
+}
+
+/** The content items of an ACP tool call (text, diff, terminal), or null when none shows. */
+function toolContent(items) {
+	const box = el('div', 'tool-content');
+	box.dataset.testid = 'tool-content';
+	for (const c of items) {
+		if (!c || typeof c !== 'object') continue;
+		switch (c.type) {
+			case 'text': {
+				const pre = el('pre', 'tool-text', String(c.text ?? ''));
+				pre.dataset.testid = 'tool-text';
+				box.append(pre);
+				break;
+			}
+			case 'diff':
+				box.append(diffView(c.path, c.old_text, c.new_text));
+				break;
+			case 'terminal': {
+				const t = el('div', 'tool-terminal', `terminal ${c.terminal_id ?? ''}`);
+				t.dataset.testid = 'tool-terminal';
+				box.append(t);
+				break;
+			}
+		}
+	}
+	return box.childElementCount ? box : null;
+}
+
+/** A diff item: its path, then its lines as a unified line diff (old_text null: a new file). */
+function diffView(path, oldText, newText) {
+	const box = el('div', 'tool-diff');
+	box.dataset.testid = 'tool-diff';
+	const head = el('div', 'tool-diff-path', String(path ?? ''));
+	head.dataset.testid = 'tool-diff-path';
+	const pre = el('pre', 'tool-diff-lines');
+	for (const [op, line] of lineDiff(oldText == null ? null : String(oldText), String(newText ?? ''))) {
+		const row = el('span', 'diff-line', `${op}${line}\n`);
+		row.dataset.op = op;
+		pre.append(row);
+	}
+	box.append(head, pre);
+	return box;
+}
+
+// Above this many cells (old lines times new lines) the changed middle is
+// shown as removed then added, not matched line by line.
+const DIFF_CELLS_MAX = 250000;
+
+/**
+ * The line diff of a and b: [op, line] pairs, op " " (in both), "-" (in a
+ * only) or "+" (in b only), in order. a null: every line of b is added.
+ * The common head and tail are matched first, the middle by a longest
+ * common subsequence of lines.
+ */
+export function lineDiff(a, b) {
+	const split = (t) => (t === '' ? [] : t.replace(/\n$/, '').split('\n'));
+	const x = a == null ? [] : split(a);
+	const y = split(b);
+	let head = 0;
+	while (head < x.length && head < y.length && x[head] === y[head]) head++;
+	let tail = 0;
+	while (tail < x.length - head && tail < y.length - head && x[x.length - 1 - tail] === y[y.length - 1 - tail]) tail++;
+	const xm = x.slice(head, x.length - tail);
+	const ym = y.slice(head, y.length - tail);
+	const out = x.slice(0, head).map((l) => [' ', l]);
+	const n = xm.length;
+	const m = ym.length;
+	if (n * m > DIFF_CELLS_MAX) {
+		for (const l of xm) out.push(['-', l]);
+		for (const l of ym) out.push(['+', l]);
+	} else {
+		// lcs[i][j]: the longest common subsequence of xm[i:] and ym[j:].
+		const lcs = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+		for (let i = n - 1; i >= 0; i--) {
+			for (let j = m - 1; j >= 0; j--) {
+				lcs[i][j] = xm[i] === ym[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+			}
+		}
+		let i = 0;
+		let j = 0;
+		while (i < n || j < m) {
+			if (i < n && j < m && xm[i] === ym[j]) {
+				out.push([' ', xm[i++]]);
+				j++;
+			} else if (i < n && (j === m || lcs[i + 1][j] >= lcs[i][j + 1])) {
+				out.push(['-', xm[i++]]);
+			} else {
+				out.push(['+', ym[j++]]);
+			}
+		}
+	}
+	for (const l of x.slice(x.length - tail)) out.push([' ', l]);
+	return out;
 }
 
 function completeToolCard(card, r) {
@@ -706,14 +974,16 @@ function completeToolCard(card, r) {
 	status.textContent = parts.join(' · ');
 	status.classList.toggle('failed', code !== 0);
 	const output = String(r.output ?? '');
+	card.querySelector('.tool-output')?.remove();
+	// An ACP tool call's output is its text content, shown already.
+	if (card._contentText != null && output === card._contentText && card.querySelector('[data-testid="tool-content"]')) return;
 	const details = el('details', 'tool-output');
 	details.dataset.testid = 'tool-output';
 	const lines = output.split('\n').length;
 	details.open = output !== '' && lines <= 12;
 	details.append(el('summary', '', output === '' ? 'no output' : `output (${lines} line${lines === 1 ? '' : 's'})${r.truncated ? ' (truncated)' : ''}`));
 	details.append(el('pre', 'tool-output-text', output));
-	card.querySelector('.tool-output')?.remove();
-	card.append(details);
+	toolSlot(card, 'tool-output').before(details);
 }
 
 function formatDuration(ms) {

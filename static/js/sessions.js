@@ -2,7 +2,9 @@
 //
 // Live sessions: <li data-testid="session-item" data-session-id="..."> with
 // the title (data-testid="session-title"), the state and the resume, rename
-// and close buttons; the current session has class "current". Renaming
+// and close buttons; the current session has class "current". A session of
+// an ACP agent (session.list's agent) names it in either list
+// (data-testid="session-agent"); the built-in worker's shows nothing more. Renaming
 // (app.js) puts an <input data-testid="rename-input"> in the title's place.
 //
 // Closed sessions (session.list {include_closed: true}), in the collapsed
@@ -151,6 +153,12 @@ function sessionRow(s, current, error, kind) {
 	const name = s.title || s.session_id;
 	const info = document.createElement('span');
 	info.className = 'session-info';
+	if (typeof s.agent === 'string' && s.agent) {
+		const agent = span('session-agent', s.agent);
+		agent.dataset.testid = 'session-agent';
+		agent.title = `agent ${s.agent}`;
+		info.append(agent);
+	}
 	info.append(...kind.info(s));
 	const actions = document.createElement('span');
 	actions.className = 'session-actions';
