@@ -30,13 +30,21 @@ type testAgent struct {
 func runTestAgent() int {
 	a := &testAgent{mode: os.Getenv("ACPTEST_MODE"), cancels: map[acp.SessionId]context.CancelFunc{}}
 	if a.mode == "stubborn" {
-		signal.Ignore(syscall.SIGTERM)
+		// SIGPIPE too: its log line on a stderr nobody reads any more
+		// would end it.
+		signal.Ignore(syscall.SIGTERM, syscall.SIGPIPE)
 	}
 	conn := acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
 	a.connP.Store(conn)
 	<-conn.Done()
 	if a.mode == "stubborn" {
-		select {} // only SIGKILL ends it
+		// Only SIGKILL ends it. (A bare select{} would end it: the runtime
+		// kills a process whose goroutines all sleep.)
+		never := make(chan os.Signal, 1)
+		signal.Notify(never, syscall.SIGUSR1)
+		for {
+			<-never
+		}
 	}
 	return 0
 }

@@ -428,8 +428,8 @@ func TestStdinEOFMidTurn(t *testing.T) {
 	b.reply(1, turnWait)
 	b.send(2, "prompt", map[string]any{"text": "wait", "turn_id": "t2"})
 	b.until(turnWait, "delta", func(m msg) bool { return m.event() == "delta" && m.id() == 2 })
-	below := b.descendants() // env/the agent, the terminal's sh and its sleep
-	if len(below) < 3 {
+	var below []testkit.Proc // the agent, the terminal's sh and its sleep
+	if !testkit.Until(5*time.Second, func() bool { below = b.descendants(); return len(below) >= 3 }) {
 		t.Fatalf("want the agent, a shell and its sleep below the bridge, got %v", below)
 	}
 	b.stdin.Close()
