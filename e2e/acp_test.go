@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -21,32 +22,35 @@ import (
 // options allow / reject, then ends its turn, about 5 s in all) behind
 // dashgate's bridge, as a user of the chat socket sees it.
 
-var (
-	acpDemoOnce sync.Once
-	acpDemoPath string
-	acpDemoErr  error
-)
+// acpBuilds holds the agent programs the ACP tests build, by import
+// path: each is built once per test process, beside the suite's dashgate
+// binary (removed with it at the end of TestMain).
+var acpBuilds sync.Map // import path → func() (string, error)
 
-// acpDemoAgent builds the ACP library's demo agent once per test process
-// (into the build's cache directory's sibling, removed with the process's
-// temporary files) and returns its path.
-func acpDemoAgent(t *testing.T) string {
+// buildAgent builds the program at import path pkg (once) and returns its
+// path; another account runs it through testkit.ExecutableByAll.
+func buildAgent(t *testing.T, pkg string) string {
 	t.Helper()
-	acpDemoOnce.Do(func() {
-		dir := filepath.Join(filepath.Dir(dashgateBin), "acp-demo")
-		acpDemoPath = filepath.Join(dir, "demo-agent")
+	f, _ := acpBuilds.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
+		bin := filepath.Join(filepath.Dir(dashgateBin), "agents", filepath.Base(pkg))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", acpDemoPath, "github.com/coder/acp-go-sdk/example/agent").CombinedOutput()
-		if err != nil {
-			acpDemoErr = err
-			acpDemoPath = string(out)
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
-	})
-	if acpDemoErr != nil {
-		t.Fatalf("build the ACP demo agent: %v\n%s", acpDemoErr, acpDemoPath)
+		return bin, nil
+	}))
+	bin, err := f.(func() (string, error))()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return acpDemoPath
+	return bin
+}
+
+// acpDemoAgent is the ACP library's demo agent (its program is named
+// "agent").
+func acpDemoAgent(t *testing.T) string {
+	return buildAgent(t, "github.com/coder/acp-go-sdk/example/agent")
 }
 
 // startACP starts dashgate with the demo agent as --agent demo (the
@@ -64,6 +68,19 @@ func (c *chatConn) waitEvent(typ, sid string) testkit.Event {
 	ev, err := c.WaitEvent(ctx, typ, sid)
 	if err != nil {
 		c.t.Fatalf("%s: waiting for %s in %s: %v; events %v", c.name, typ, sid, err, c.Events())
+	}
+	return ev
+}
+
+// waitTurnEvent waits up to 30 s for an event of typ of turn turnID in
+// sid.
+func (c *chatConn) waitTurnEvent(typ, sid, turnID string) testkit.Event {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.t.Context(), 30*time.Second)
+	defer cancel()
+	ev, err := c.WaitEventWhere(ctx, typ, sid, func(p map[string]any) bool { return p["turn_id"] == turnID })
+	if err != nil {
+		c.t.Fatalf("%s: waiting for %s of turn %s in %s: %v; events %v", c.name, typ, turnID, sid, err, c.Events())
 	}
 	return ev
 }
@@ -132,7 +149,7 @@ func TestACPAgentTurn(t *testing.T) {
 	if done := c.waitEvent("tool.complete", sid).Payload(); done["tool_id"] != start["tool_id"] || !strings.Contains(done["output"].(string), "My Project") {
 		t.Fatalf("tool.complete %v after tool.start %v", done, start)
 	}
-	agents, bridges := agentProcs(t, d, "demo-agent"), chatWorkers(d)
+	agents, bridges := agentProcs(t, d, "agent"), chatWorkers(d)
 	if len(agents) != 1 || len(bridges) != 1 || !slices.Contains(bridges[0].Children, agents[0].PID) {
 		t.Fatalf("the demo agent %+v, the chat workers %+v: want one bridge, the agent its child", agents, bridges)
 	}
@@ -155,7 +172,7 @@ func TestACPAgentTurn(t *testing.T) {
 	if !ok || rec.Str("agent") != "demo" || rec.Str("reason") != "session_closed" {
 		t.Fatalf("worker closed record: %v (found %v); log:\n%s", rec, ok, d.logText())
 	}
-	testkit.WaitFor(t, 10*time.Second, "the demo agent to be gone", func() bool { return len(agentProcs(t, d, "demo-agent")) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the demo agent to be gone", func() bool { return len(agentProcs(t, d, "agent")) == 0 })
 }
 
 // TestACPDetachMidTurnAndResume: a browser that goes mid-turn takes the
@@ -171,7 +188,7 @@ func TestACPDetachMidTurnAndResume(t *testing.T) {
 	sid := newSession(t, c, "acp detach")
 	c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": "hello"}, nil)
 	c.waitEvent("message.delta", sid)
-	if a, b := len(agentProcs(t, d, "demo-agent")), len(chatWorkers(d)); a != 1 || b != 1 {
+	if a, b := len(agentProcs(t, d, "agent")), len(chatWorkers(d)); a != 1 || b != 1 {
 		t.Fatalf("mid-turn: %d demo agents and %d bridges, want one of each", a, b)
 	}
 	mark := d.logMark()
@@ -181,7 +198,7 @@ func TestACPDetachMidTurnAndResume(t *testing.T) {
 		t.Fatalf("worker closed record: %v (found %v); log:\n%s", rec, ok, d.logText())
 	}
 	testkit.WaitFor(t, 10*time.Second, "the bridge and the agent to be gone", func() bool {
-		return len(agentProcs(t, d, "demo-agent")) == 0 && len(chatWorkers(d)) == 0
+		return len(agentProcs(t, d, "agent")) == 0 && len(chatWorkers(d)) == 0
 	})
 	n := 0
 	for _, r := range d.Log.Records("") {

@@ -182,6 +182,12 @@ func (c *Chat) Events() []Event {
 // and, unless sid is "", of session sid. It fails when the socket ends or
 // ctx ends first.
 func (c *Chat) WaitEvent(ctx context.Context, typ, sid string) (Event, error) {
+	return c.WaitEventWhere(ctx, typ, sid, nil)
+}
+
+// WaitEventWhere is WaitEvent for the first such event whose payload
+// where accepts (nil: any); e.g. the message.complete of one turn_id.
+func (c *Chat) WaitEventWhere(ctx context.Context, typ, sid string, where func(payload map[string]any) bool) (Event, error) {
 	seen := 0
 	for {
 		c.cmu.Lock()
@@ -189,7 +195,7 @@ func (c *Chat) WaitEvent(ctx context.Context, typ, sid string) (Event, error) {
 		seen = len(c.events)
 		c.cmu.Unlock()
 		for _, ev := range evs {
-			if ev.Type() == typ && (sid == "" || ev.SessionID() == sid) {
+			if ev.Type() == typ && (sid == "" || ev.SessionID() == sid) && (where == nil || where(ev.Payload())) {
 				return ev, nil
 			}
 		}

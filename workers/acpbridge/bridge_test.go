@@ -30,8 +30,6 @@ func TestMain(m *testing.M) {
 	case "":
 	case "bridge":
 		os.Exit(acpbridge.Main(os.Args[1:], "test"))
-	case "agent":
-		os.Exit(runTestAgent())
 	default:
 		os.Exit(2)
 	}
@@ -40,6 +38,29 @@ func TestMain(m *testing.M) {
 		// life of the process by design (unit tests that start terminals
 		// in this process start it).
 		goleak.IgnoreAnyFunction("github.com/dashgate/dashgate/workers/acpbridge.spawnLoop"))
+}
+
+// testAgent builds internal/testkit/acpagent, the test agent, once.
+var testAgent = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "acpbridge-testagent-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "acpagent")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/dashgate/dashgate/internal/testkit/acpagent").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build the test agent: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// testAgentCmd runs the test agent in mode (its ACPTEST_MODE).
+func testAgentCmd(mode string) []string {
+	bin, err := testAgent()
+	if err != nil {
+		panic(err) // a build failure of the tree's own program
+	}
+	return []string{"/usr/bin/env", "ACPTEST_MODE=" + mode, bin}
 }
 
 // demoAgent builds the ACP Go SDK's example agent once.
@@ -241,7 +262,7 @@ func (b *bridgeProc) waitNoDescendants(d time.Duration, agentStays bool) {
 	if !testkit.Until(d, func() bool {
 		left = left[:0]
 		for _, p := range b.descendants() {
-			if !agentStays || p.Comm != filepath.Base(os.Args[0]) {
+			if !agentStays || p.Comm != "acpagent" { // the test agent's program
 				left = append(left, p)
 			}
 		}

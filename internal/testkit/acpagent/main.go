@@ -1,12 +1,21 @@
-package acpbridge_test
+// Command acpagent is an Agent Client Protocol agent for dashgate's tests,
+// written with github.com/coder/acp-go-sdk's agent side: the acp bridge's
+// tests (workers/acpbridge) and the e2e suite build it and run it behind
+// `dashgate acp`. ACPTEST_MODE picks its behaviour: "" (loadSession,
+// protocol version 1), "v2" (answers protocolVersion 2), "noload" (no
+// loadSession), "stubborn" (outlives its stdin's end and ignores
+// SIGTERM). Each prompt's text picks the turn (see Prompt): among them
+// "fs DIR" writes and reads a file through the client and "terminal" runs
+// a command through it, so a test sees as whom the client did them.
+package main
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,19 +23,18 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 )
 
-// testAgent is an ACP agent written with the SDK's agent side, run as the
-// test binary behind DASHGATE_ACPTEST=agent. ACPTEST_MODE picks its
-// behaviour: "" (loadSession, version 1), "v2" (answers protocolVersion 2),
-// "noload" (no loadSession), "stubborn" (outlives its stdin's end and
-// ignores SIGTERM). Its prompt's text picks the turn, see Prompt.
+// testAgent is the agent; mode is ACPTEST_MODE.
 type testAgent struct {
 	connP atomic.Pointer[acp.AgentSideConnection] // set once the connection runs
-	mode string
+	mode  string
 
 	mu      sync.Mutex
 	cancels map[acp.SessionId]context.CancelFunc
 }
 
+func main() { os.Exit(runTestAgent()) }
+
+// runTestAgent serves ACP on stdin and stdout until stdin ends.
 func runTestAgent() int {
 	a := &testAgent{mode: os.Getenv("ACPTEST_MODE"), cancels: map[acp.SessionId]context.CancelFunc{}}
 	if a.mode == "stubborn" {
@@ -110,7 +118,9 @@ func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.Session
 
 // Prompt runs the turn its text names: "hello", "big <n>", "plan",
 // "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
-// "terminals <n>"; anything else is echoed.
+// "terminals <n>", "id" (a terminal says its uid, gid, cwd and HOME; the
+// agent its own uid), "read <path>"; anything else is
+// echoed.
 func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -198,6 +208,28 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 		_, rerr := a.conn().ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: t.TerminalId})
 		_, gerr := a.conn().TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
 		a.say(ctx, sid, fmt.Sprintf("exit=%d output=%q exitStatus=%d release=%v after=%v", *w.ExitCode, o.Output, *o.ExitStatus.ExitCode, rerr, gerr != nil))
+	case "id":
+		// As whom the client runs a terminal: its id(1), cwd and HOME.
+		t, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "/bin/sh",
+			Args: []string{"-c", `echo "uid=$(id -u) gid=$(id -g) cwd=$(pwd) home=$HOME"`}})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		if _, err := a.conn().WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId}); err != nil {
+			return acp.PromptResponse{}, err
+		}
+		o, err := a.conn().TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		a.say(ctx, sid, "terminal "+strings.TrimSpace(o.Output)+fmt.Sprintf("; agent uid=%d", os.Getuid()))
+	case "read":
+		r, err := a.conn().ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid, Path: arg})
+		if err != nil {
+			a.say(ctx, sid, "read failed: "+err.Error())
+		} else {
+			a.say(ctx, sid, "read: "+r.Content)
+		}
 	case "truncate":
 		t, err := a.conn().CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "printf 'aaaaébbbb'", OutputByteLimit: acp.Ptr(5)})
 		if err != nil {
@@ -267,7 +299,3 @@ func (a *testAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (
 }
 
 // testAgentCmd is the argv that runs the test agent in mode.
-func testAgentCmd(mode string) []string {
-	self, _ := os.Executable()
-	return []string{"/usr/bin/env", helperEnv + "=agent", "ACPTEST_MODE=" + mode, self}
-}

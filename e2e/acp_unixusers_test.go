@@ -1,0 +1,88 @@
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+)
+
+// TestACPAgentAsUnixUser: with --unix-users an ACP agent runs as the
+// session's owner, and so does everything it does through dashgate's
+// client: the bridge and the agent have alice's uid, the agent's terminal
+// reports alice's uid, gid and home (its cwd), a file it writes is owned
+// by alice, and its read of a file only bob may read fails as it would
+// for alice; none of dashgate's own environment reaches the agent. When
+// alice's session closes, nothing of hers is left.
+func TestACPAgentAsUnixUser(t *testing.T) {
+	alice, bob := makeUnixUser(t, "alice"), makeUnixUser(t, "bob")
+	agent := testkit.ExecutableByAll(t, buildAgent(t, "github.com/dashgate/dashgate/internal/testkit/acpagent"))
+	u := startUnixUsers(t, []string{alice.Name, bob.Name}, []string{"E2E_DASHGATE_OWN=not-for-agents"},
+		"--agent", "test="+agent)
+	c := openChat(t, alice.Name+"'s chat", u.WSURL("ws/chat"), u.as(alice.Name))
+	sid := newSession(t, c, "acp as alice")
+	ask := func(text string) string {
+		t.Helper()
+		var ps struct {
+			TurnID string `json:"turn_id"`
+		}
+		c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": text}, &ps)
+		end := c.waitTurnEvent("message.complete", sid, ps.TurnID).Payload()
+		out, _ := end["text"].(string)
+		if end["status"] != "complete" {
+			t.Fatalf("%q: message.complete %v", text, end)
+		}
+		return out
+	}
+
+	want := fmt.Sprintf("terminal uid=%d gid=%d cwd=%s home=%s; agent uid=%d", alice.UID, alice.GID, alice.Home, alice.Home, alice.UID)
+	if got := ask("id"); got != want {
+		t.Errorf("id: %q, want %q", got, want)
+	}
+	ws := chatWorkers(u.dashgate)
+	if len(ws) != 1 {
+		t.Fatalf("chat workers: %+v", ws)
+	}
+	for _, pid := range append([]int{ws[0].PID}, ws[0].Children...) {
+		if uid, _, _ := procIDs(t, pid); uid != alice.UID {
+			t.Errorf("%s runs as uid %d, want alice's %d", testkit.Describe(pid), uid, alice.UID)
+		}
+		if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); strings.Contains(string(env), "E2E_DASHGATE_OWN") {
+			t.Errorf("dashgate's own environment reached %s", testkit.Describe(pid))
+		}
+	}
+
+	dir := filepath.Join(alice.Home, "work")
+	if got := ask("fs " + dir); !strings.HasPrefix(got, `read "two\n" err=false;`) {
+		t.Errorf("fs: %q", got)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "sub", "file.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != alice.UID || st.Gid != alice.GID {
+		t.Errorf("the file the agent wrote is owned by %d:%d, want alice's %d:%d", st.Uid, st.Gid, alice.UID, alice.GID)
+	}
+	secret := filepath.Join(bob.Home, "secret.txt")
+	if err := os.WriteFile(secret, []byte("bob's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(secret, int(bob.UID), int(bob.GID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ask("read " + secret); !strings.HasPrefix(got, "read failed:") || !strings.Contains(got, "permission denied") {
+		t.Errorf("alice's agent reading bob's file: %q, want a permission error", got)
+	}
+
+	mark := u.logMark()
+	c.mustCall("session.close", map[string]any{"session_id": sid}, nil)
+	if rec, ok := u.waitLogSince(mark, 15*time.Second, func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid }); !ok || rec.Str("agent") != "test" {
+		t.Fatalf("worker closed record: %v (found %v)", rec, ok)
+	}
+	waitNoProcs(t, alice.Name, 15*time.Second)
+}
