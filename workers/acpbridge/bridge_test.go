@@ -90,11 +90,11 @@ func demoAgentCmd(t *testing.T) []string {
 type msg map[string]any
 
 func (m msg) str(k string) string { s, _ := m[k].(string); return s }
-func (m msg) id() int            { f, _ := m["id"].(float64); return int(f) }
-func (m msg) event() string      { return m.str("event") }
-func (m msg) result() msg        { r, _ := m["result"].(map[string]any); return r }
-func (m msg) isReply() bool      { _, ok := m["ok"]; return ok }
-func (m msg) ok() bool           { b, _ := m["ok"].(bool); return b }
+func (m msg) id() int             { f, _ := m["id"].(float64); return int(f) }
+func (m msg) event() string       { return m.str("event") }
+func (m msg) result() msg         { r, _ := m["result"].(map[string]any); return r }
+func (m msg) isReply() bool       { _, ok := m["ok"]; return ok }
+func (m msg) ok() bool            { b, _ := m["ok"].(bool); return b }
 
 // bridgeProc is a running `dashgate acp` (the test binary as the bridge),
 // driven over its stdin and stdout as dashgate drives a worker.
