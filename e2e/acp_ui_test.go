@@ -1,11 +1,14 @@
 package e2e_test
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/acp-go-sdk"
 )
 
 // The dashboard with an agent of the Agent Client Protocol (issue 40): the
@@ -223,5 +226,245 @@ func TestACPTurnInTwoTabs(t *testing.T) {
 		if bad := mustEval[[]string](tb, inertJS); len(bad) > 0 {
 			t.Errorf("tab %s: the chat log holds live markup from the agent: %v", tb.name, bad)
 		}
+	}
+}
+
+// envShowAgent makes the test binary the show agent (showAgent): an ACP
+// agent whose one turn uses what the demo agent does not (thinking, a
+// plan, slash commands, a diff and a terminal in a tool call, the four
+// permission option kinds), with markup in every text it sends.
+const envShowAgent = "DASHGATE_E2E_ACP_SHOW_AGENT"
+
+func init() {
+	if os.Getenv(envShowAgent) == "1" {
+		a := &showAgent{}
+		a.conn = acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
+		<-a.conn.Done()
+		os.Exit(0)
+	}
+}
+
+// startShowAgent starts dashgate with the show agent as --agent show (the
+// default): the test binary again, behind envShowAgent.
+func startShowAgent(t *testing.T) *dashgate {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startDashgate(t, "--agent", "show=env "+envShowAgent+"=1 "+self)
+}
+
+// The show agent's texts: each carries markup that must stay text.
+const (
+	showThought = "Let me <b>think</b> about it."
+	showTitle   = `Edit <img src=x onerror="window.__pwned=1">`
+	showPath    = "/src/<x>.go"
+	showCommand = "review"
+)
+
+var showPlan = []acp.PlanEntry{
+	{Content: "Read the <i>code</i>", Priority: acp.PlanEntryPriorityHigh, Status: acp.PlanEntryStatusCompleted},
+	{Content: "Edit it", Priority: acp.PlanEntryPriorityMedium, Status: acp.PlanEntryStatusInProgress},
+	{Content: "Run the tests", Priority: acp.PlanEntryPriorityLow, Status: acp.PlanEntryStatusPending},
+}
+
+type showAgent struct{ conn *acp.AgentSideConnection }
+
+func (a *showAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	return acp.InitializeResponse{ProtocolVersion: acp.ProtocolVersionNumber}, nil
+}
+
+func (a *showAgent) NewSession(context.Context, acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	return acp.NewSessionResponse{SessionId: "show-1"}, nil
+}
+
+func (a *showAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
+	return acp.AuthenticateResponse{}, nil
+}
+
+func (a *showAgent) Cancel(context.Context, acp.CancelNotification) error { return nil }
+
+func (a *showAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
+	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
+}
+
+func (a *showAgent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
+	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
+}
+
+func (a *showAgent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
+	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
+}
+
+func (a *showAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
+	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
+}
+
+func (a *showAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
+	return acp.SetSessionModeResponse{}, nil
+}
+
+// Prompt plays the one turn: commands, thinking, the plan, a line of
+// text, tool call t1 (an edit with a diff and a terminal), a permission
+// with every option kind, then t1 completed and "Done: <option id>".
+func (a *showAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
+	sid := p.SessionId
+	hint := "what to look at"
+	for _, u := range []acp.SessionUpdate{
+		{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{AvailableCommands: []acp.AvailableCommand{{
+			Name: showCommand, Description: "Review the <b>diff</b>",
+			Input: &acp.AvailableCommandInput{Unstructured: &acp.UnstructuredCommandInput{Hint: hint}},
+		}}}},
+		acp.UpdateAgentThoughtText("Let me <b>think</b>"),
+		acp.UpdateAgentThoughtText(" about it."),
+		acp.UpdatePlan(showPlan...),
+		acp.UpdateAgentMessageText("Plan ready."),
+		acp.StartToolCall("t1", showTitle,
+			acp.WithStartKind(acp.ToolKindEdit),
+			acp.WithStartStatus(acp.ToolCallStatusInProgress),
+			acp.WithStartLocations([]acp.ToolCallLocation{{Path: showPath, Line: acp.Ptr(3)}}),
+			acp.WithStartContent([]acp.ToolCallContent{
+				acp.ToolDiffContent("/src/a.go", "a\n<B>\nc\n", "a\nb\nc\n"),
+				acp.ToolTerminalRef("term-1"),
+			})),
+	} {
+		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	}
+	r, err := a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
+		SessionId: sid,
+		ToolCall:  acp.ToolCallUpdate{ToolCallId: "t1", Title: acp.Ptr(showTitle)},
+		Options: []acp.PermissionOption{
+			{Kind: acp.PermissionOptionKindAllowOnce, Name: "Yes", OptionId: "allow-once"},
+			{Kind: acp.PermissionOptionKindAllowAlways, Name: "Yes, <b>always</b>", OptionId: "allow-always"},
+			{Kind: acp.PermissionOptionKindRejectOnce, Name: "No", OptionId: "reject-once"},
+			{Kind: acp.PermissionOptionKindRejectAlways, OptionId: "reject-always"}, // no name: the button's own words
+		},
+	})
+	if err != nil {
+		return acp.PromptResponse{}, err
+	}
+	chosen := "cancelled"
+	if r.Outcome.Selected != nil {
+		chosen = string(r.Outcome.Selected.OptionId)
+	}
+	for _, u := range []acp.SessionUpdate{
+		acp.UpdateToolCall("t1", acp.WithUpdateStatus(acp.ToolCallStatusCompleted)),
+		acp.UpdateAgentMessageText(" Done: " + chosen),
+	} {
+		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	}
+	return acp.PromptResponse{StopReason: acp.StopReasonEndTurn}, nil
+}
+
+// showJS describes what the show agent's turn left in the chat pane.
+const showJS = `(() => {
+	const log = document.querySelector('[data-testid="chat-log"]');
+	const thought = log.querySelector('[data-testid="thought"]');
+	const reply = log.querySelector('[data-testid="entry"][data-kind="reply"]');
+	const card = log.querySelector('[data-testid="tool-card"]');
+	const plan = document.querySelector('[data-testid="plan"]');
+	return {
+		thought: thought?.querySelector('.thought-text')?.textContent ?? '',
+		thoughtOpen: !!thought?.querySelector('details')?.open,
+		thoughtAbove: !!(thought && reply && (thought.compareDocumentPosition(reply) & Node.DOCUMENT_POSITION_FOLLOWING)),
+		plan: plan.hidden ? [] : [...plan.querySelectorAll('[data-testid="plan-entry"]')].map(e => e.dataset.status + ' ' + e.textContent),
+		title: card?.querySelector('.card-tool')?.textContent ?? '',
+		locations: [...(card?.querySelectorAll('[data-testid="tool-locations"] li') ?? [])].map(l => l.textContent),
+		diffPath: card?.querySelector('[data-testid="tool-diff-path"]')?.textContent ?? '',
+		diff: [...(card?.querySelectorAll('[data-testid="tool-diff"] .diff-line') ?? [])].map(l => l.textContent.replace(/\n$/, '')),
+		terminal: card?.querySelector('[data-testid="tool-terminal"]')?.textContent ?? '',
+	};
+})()`
+
+type showView struct {
+	Thought      string   `json:"thought"`
+	ThoughtOpen  bool     `json:"thoughtOpen"`
+	ThoughtAbove bool     `json:"thoughtAbove"`
+	Plan         []string `json:"plan"`
+	Title        string   `json:"title"`
+	Locations    []string `json:"locations"`
+	DiffPath     string   `json:"diffPath"`
+	Diff         []string `json:"diff"`
+	Terminal     string   `json:"terminal"`
+}
+
+// slashListJS lists the slash commands shown ("" each when the list is hidden).
+const slashListJS = `(l => l.hidden ? [] : [...l.querySelectorAll('[data-testid="slash-command"]')].map(c => c.textContent))(document.querySelector('[data-testid="slash-list"]'))`
+
+// TestACPShowsThoughtPlanDiffAndOptions: an agent's thinking shows folded
+// above its reply, its plan as a checklist, its tool call's diff as
+// -/+ lines and its terminal by id, its four permission options as four
+// buttons (one without a name in the button's own words), and "Always
+// allow" answers with its allow_always option; its slash commands show
+// when "/" is typed; plan and commands come back after a reload; none of
+// its markup becomes markup.
+func TestACPShowsThoughtPlanDiffAndOptions(t *testing.T) {
+	d := startShowAgent(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	waitAgentShown(t, tb, "the session is show's", "show")
+	sendChat(t, tb, "go")
+
+	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2") // Allow once and Reject: cardState counts approve and deny
+	wantButtons := []string{"approve=once:Yes", "approve-always=always:Yes, <b>always</b>", "deny=deny:No", "deny-always=deny_always:Always reject"}
+	if got := mustEval[[]string](tb, approvalButtonsJS); strings.Join(got, "|") != strings.Join(wantButtons, "|") {
+		t.Errorf("the approval card's buttons are %q, want %q", got, wantButtons)
+	}
+	want := showView{
+		Thought: showThought, ThoughtAbove: true,
+		Plan:  []string{"completed Read the <i>code</i>", "in_progress Edit it", "pending Run the tests"},
+		Title: showTitle, Locations: []string{showPath + ":3"},
+		DiffPath: "/src/a.go", Diff: []string{" a", "-b", "+<B>", " c"},
+		Terminal: "terminal term-1",
+	}
+	check := func(what string, v showView, want showView) {
+		t.Helper()
+		if strings.Join(v.Plan, "|") != strings.Join(want.Plan, "|") || v.Thought != want.Thought || v.ThoughtOpen || v.ThoughtAbove != want.ThoughtAbove ||
+			v.Title != want.Title || strings.Join(v.Locations, "|") != strings.Join(want.Locations, "|") ||
+			v.DiffPath != want.DiffPath || strings.Join(v.Diff, "|") != strings.Join(want.Diff, "|") || v.Terminal != want.Terminal {
+			t.Errorf("%s: the chat pane shows\n %+v\nwant\n %+v", what, v, want)
+		}
+	}
+	check("while the approval waits", mustEval[showView](tb, showJS), want)
+
+	tb.Do("always allow", chromedp.Click(chromedp.CSS(approvalCard+` [data-testid="approve-always"]`)))
+	waitCard(t, tb, "the card says always allowed", "approved: always allowed buttons=0")
+	waitAssistant(t, tb, "Plan ready. Done: allow-always", 1)
+	waitToolBadge(t, tb, showTitle, "completed")
+	if bad := mustEval[[]string](tb, inertJS); len(bad) > 0 {
+		t.Errorf("the chat log holds live markup from the agent: %v", bad)
+	}
+	if got := mustEval[string](tb, `String(window.__pwned)`); got != "undefined" {
+		t.Errorf("window.__pwned is %s", got)
+	}
+
+	for _, when := range []string{"live", "after a reload"} {
+		if when != "live" {
+			tb.Do("reload", chromedp.Reload())
+			waitDashboard(t, tb)
+			// Thinking is not kept; the tool card comes from the history
+			// (its title, no content): the plan stays.
+			v := mustEval[showView](tb, showJS)
+			if strings.Join(v.Plan, "|") != strings.Join(want.Plan, "|") {
+				t.Errorf("after a reload the plan reads %q, want %q", v.Plan, want.Plan)
+			}
+		}
+		tb.Do(when+": type /", chromedp.SendKeys(`[data-testid="chat-input"]`, "/"))
+		tb.mustWaitJS(5*time.Second, when+": the agent's command is offered",
+			slashListJS+`.length === 1`, `JSON.stringify(`+slashListJS+`)`)
+		if got := mustEval[[]string](tb, slashListJS); len(got) != 1 || !strings.HasPrefix(got[0], "/review what to look at") || !strings.HasSuffix(got[0], "Review the <b>diff</b>") {
+			t.Errorf("%s: the command list reads %q", when, got)
+		}
+		tb.Do(when+": pick it", chromedp.Click(chromedp.CSS(`[data-testid="slash-command"]`)))
+		if got := mustEval[string](tb, `document.querySelector('[data-testid="chat-input"]').value`); got != "/review " {
+			t.Errorf("%s: the input reads %q after picking the command, want %q", when, got, "/review ")
+		}
+		mustEval[bool](tb, `(i => { i.value = ''; i.dispatchEvent(new Event('input')); return true; })(document.querySelector('[data-testid="chat-input"]'))`)
 	}
 }
