@@ -86,3 +86,64 @@ func TestACPAgentAsUnixUser(t *testing.T) {
 	}
 	waitNoProcs(t, alice.Name, 15*time.Second)
 }
+
+// TestACPConversationOutlivesTheAgent: the agent's conversation id is
+// kept with the session, in the store: after the browser went (the agent
+// reaped) and after dashgate restarted, the next prompt's new agent is
+// asked to load that conversation (the test agent offers loadSession and
+// replays it, as agents do), no notice is told, and nothing of the
+// replay is added to the history a second time.
+func TestACPConversationOutlivesTheAgent(t *testing.T) {
+	state := t.TempDir()
+	agent := "test=" + buildAgent(t, "github.com/dashgate/dashgate/internal/testkit/acpagent")
+	d := startOn(t, state, "--agent", agent)
+	c := d.chat(t)
+	sid := newSession(t, c, "acp load")
+	turn := func(c *chatConn, text string) string {
+		t.Helper()
+		var ps struct {
+			TurnID string `json:"turn_id"`
+		}
+		c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": text}, &ps)
+		out, _ := c.waitTurnEvent("message.complete", sid, ps.TurnID).Payload()["text"].(string)
+		return out
+	}
+	first := turn(c, "session")
+	if !strings.HasPrefix(first, "session s-") {
+		t.Fatalf("first turn: %q", first)
+	}
+	mark := d.logMark()
+	c.drop(false)
+	if _, ok := d.waitLogSince(mark, 15*time.Second, func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid }); !ok {
+		t.Fatalf("the agent was not reaped with the browser; log:\n%s", d.logText())
+	}
+	check := func(c *chatConn) {
+		t.Helper()
+		if got := turn(c, "session"); got != first {
+			t.Fatalf("turn after the reap: %q, want the agent's conversation of before, %q", got, first)
+		}
+		r := resume(t, c, sid)
+		for _, m := range r.History {
+			if m.Kind == "notice" || strings.Contains(m.Text, "REPLAYED") {
+				t.Fatalf("history after the load: %+v", r.History)
+			}
+		}
+		for _, ev := range c.Events() {
+			if ev.Type() == "notice" || strings.Contains(fmt.Sprint(ev.Payload()), "REPLAYED") {
+				t.Fatalf("event after the load: %v", ev)
+			}
+		}
+	}
+	c2 := d.chat(t)
+	resume(t, c2, sid)
+	check(c2)
+	if _, ok := d.findLog(func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid }); !ok {
+		t.Fatal("no worker closed record")
+	}
+
+	d.stop()
+	d2 := startOn(t, state, "--agent", agent)
+	c3 := d2.chat(t)
+	resume(t, c3, sid)
+	check(c3)
+}

@@ -119,7 +119,8 @@ func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.Session
 // Prompt runs the turn its text names: "hello", "big <n>", "plan",
 // "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
 // "terminals <n>", "id" (a terminal says its uid, gid, cwd and HOME; the
-// agent its own uid), "read <path>"; anything else is
+// agent its own uid), "read <path>", "session" (its ACP session id);
+// anything else is
 // echoed.
 func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -223,6 +224,8 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 			return acp.PromptResponse{}, err
 		}
 		a.say(ctx, sid, "terminal "+strings.TrimSpace(o.Output)+fmt.Sprintf("; agent uid=%d", os.Getuid()))
+	case "session":
+		a.say(ctx, sid, "session "+string(sid)) // a loaded one keeps the id of the process that made it
 	case "read":
 		r, err := a.conn().ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid, Path: arg})
 		if err != nil {
