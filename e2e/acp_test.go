@@ -269,3 +269,27 @@ func TestACPAgentThatCannotStart(t *testing.T) {
 	c.mustCall("session.create", map[string]any{"title": "builtin", "agent": "dashgate"}, &bi)
 	c.mustEcho(bi.SessionID, "still here")
 }
+
+// TestACPKilledDashgateTakesTheAgent: dashgate killed (-9) mid-turn takes
+// its ACP agents with it: the bridge dies with dashgate (its parent-death
+// signal) and the agent with the bridge (the bridge arms one on it too).
+func TestACPKilledDashgateTakesTheAgent(t *testing.T) {
+	d := startACP(t)
+	c := d.chat(t)
+	sid := newSession(t, c, "acp kill")
+	c.mustCall("prompt.submit", map[string]any{"session_id": sid, "text": "hello"}, nil)
+	c.waitEvent("message.delta", sid)
+	agents, bridges := agentProcs(t, d, "agent"), chatWorkers(d)
+	if len(agents) != 1 || len(bridges) != 1 {
+		t.Fatalf("mid-turn: demo agents %+v, bridges %+v", agents, bridges)
+	}
+	bridge := d.remember(bridges[0].PID)
+	d.kill()
+	// Dead, not reaped: what a killed dashgate leaves is the test
+	// process's (a subreaper) to reap.
+	for _, p := range []testkit.Proc{agents[0], {PID: bridges[0].PID, Start: bridge}} {
+		if !testkit.Until(5*time.Second, func() bool { return !alive(p.PID, p.Start) }) {
+			t.Errorf("%s outlived its dashgate's kill -9 by 5 s", testkit.Describe(p.PID))
+		}
+	}
+}
