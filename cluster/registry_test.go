@@ -92,7 +92,7 @@ func TestSessionChangedBetweenNodes(t *testing.T) {
 		return len(alicesOnB.of("sentinel")) > 0
 	})
 
-	in, err := a.Create(&watcher{p: alice}, "made on a", false)
+	in, err := a.Create(&watcher{p: alice}, sessions.NewSession{Title: "made on a"})
 	if err != nil {
 		t.Fatal(err)
 	}
