@@ -40,11 +40,6 @@ const agentShownJS = `(() => {
 	return {row: row ? row.textContent : '', head: head && !head.hidden && getComputedStyle(head).display !== 'none' ? head.textContent : ''};
 })()`
 
-type agentShown struct {
-	Row  string `json:"row"`
-	Head string `json:"head"`
-}
-
 // waitAgentShown waits until the current session's row and the header
 // name want ("" for none).
 func waitAgentShown(t *testing.T, tb *tab, what, want string) {
