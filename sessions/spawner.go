@@ -31,10 +31,14 @@ type ProcSpawner struct {
 }
 
 // AgentEOFGrace is how long an ACP agent's bridge has, once its stdin
-// closed, to end the agent politely (a running turn's session/cancel, its
-// stdin closed, its exit awaited) before the usual escalation (SIGTERM to
-// the whole tree, SIGKILL after --worker-grace).
-const AgentEOFGrace = 2 * time.Second
+// closed, to end the agent politely before the usual escalation (SIGTERM
+// to the whole tree, SIGKILL after --worker-grace): a running turn's
+// session/cancel, the agent's stdin closed, 500 ms for it to exit
+// (acpbridge.DefaultCloseWait), SIGTERM to its process group, SIGKILL a
+// second later. Claude Code's adapter, which does not exit on EOF, is gone
+// about 1.3 s after its SIGTERM: within this grace, so the record says
+// escalation none.
+const AgentEOFGrace = 3 * time.Second
 
 // SpawnWorker starts a chat worker, as req.Account when set: WorkerCmd,
 // or the command of req.Agent in Agents. Its "worker closed" record

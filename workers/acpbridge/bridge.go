@@ -40,7 +40,7 @@ const (
 	DefaultInitTimeout = 60 * time.Second
 	// DefaultCloseWait is how long the agent may take to exit once its
 	// stdin closed, before SIGTERM (and SIGKILL a second later).
-	DefaultCloseWait = 2 * time.Second
+	DefaultCloseWait = 500 * time.Millisecond
 )
 
 // Protocol bounds.
