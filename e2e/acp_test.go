@@ -166,6 +166,30 @@ func TestACPAgentTurn(t *testing.T) {
 		t.Fatalf("message.complete: %v", end)
 	}
 
+	// The history keeps what a card shows after a reload: the tool's kind
+	// and files, the agent's options of the approval.
+	var r struct {
+		History []struct {
+			Kind string         `json:"kind"`
+			Data map[string]any `json:"data"`
+		} `json:"history"`
+	}
+	c.mustCall("session.resume", map[string]any{"session_id": sid}, &r)
+	kept := map[string]bool{}
+	for _, e := range r.History {
+		switch {
+		case e.Kind == "tool_call" && e.Data["kind"] == "read" && fmt.Sprint(e.Data["locations"]) == "[map[path:/project/README.md]]":
+			kept["tool_call"] = true
+		case e.Kind == "approval_request" && len(asList(e.Data["options"])) == 2:
+			kept["approval_request"] = true
+		case e.Kind == "tool_result" && e.Data["status"] == "completed":
+			kept["tool_result"] = true
+		}
+	}
+	if len(kept) != 3 {
+		t.Fatalf("history keeps %v of the tool call, the approval and the result: %+v", kept, r.History)
+	}
+
 	mark := d.logMark()
 	c.mustCall("session.close", map[string]any{"session_id": sid}, nil)
 	rec, ok := d.waitLogSince(mark, 15*time.Second, func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid })
@@ -292,4 +316,10 @@ func TestACPKilledDashgateTakesTheAgent(t *testing.T) {
 			t.Errorf("%s outlived its dashgate's kill -9 by 5 s", testkit.Describe(p.PID))
 		}
 	}
+}
+
+// asList is v as a JSON array ([] when it is none).
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }

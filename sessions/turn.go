@@ -447,8 +447,12 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 		}
 		t.approvals[id] = a
 		r.emitLocked(s, "approval.request", a.Approval)
+		data := map[string]any{"request_id": id, "tool": p.Tool}
+		if len(p.Options) > 0 && string(p.Options) != "null" {
+			data["options"] = p.Options // an ACP agent's own choices, for the card after a reload
+		}
 		r.appendLocked(s, Message{Role: store.RoleSystem, Kind: KindApprovalRequest, Text: p.Command, TurnID: t.id,
-			Data: mustJSON(map[string]string{"request_id": id, "tool": p.Tool})})
+			Data: mustJSON(data)})
 	case "tool_start":
 		var p struct {
 			ToolID  string `json:"tool_id"`
@@ -464,8 +468,10 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 		payload := map[string]any{"turn_id": t.id, "tool_id": tid, "name": p.Name, "command": p.Command}
 		p.acpTool.addTo(payload)
 		r.emitLocked(s, "tool.start", payload)
+		data := map[string]any{"tool_id": tid, "name": p.Name}
+		p.acpTool.addTo(data) // an ACP agent's kind, files and content (a diff), for the card after a reload
 		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolCall, Text: p.Command, TurnID: t.id,
-			Data: mustJSON(map[string]string{"tool_id": tid, "name": p.Name})})
+			Data: mustJSON(data)})
 	case "tool_update":
 		var p struct {
 			ToolID string `json:"tool_id"`
@@ -503,16 +509,21 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 			Output     string `json:"output"`
 			Truncated  bool   `json:"truncated"`
 			DurationMS int64  `json:"duration_ms"`
+			Status     string `json:"status"` // an ACP agent's: completed or failed
 		}
 		if json.Unmarshal(ev.Line, &p) != nil {
 			return
 		}
 		t.tools = max(t.tools-1, 0)
 		tid := publicID(t, p.ToolID)
-		r.emitLocked(s, "tool.complete", map[string]any{"turn_id": t.id, "tool_id": tid, "exit_code": p.ExitCode,
-			"output": p.Output, "truncated": p.Truncated, "duration_ms": p.DurationMS})
-		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolResult, Text: p.Output, TurnID: t.id,
-			Data: mustJSON(map[string]any{"tool_id": tid, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS})})
+		payload := map[string]any{"turn_id": t.id, "tool_id": tid, "exit_code": p.ExitCode,
+			"output": p.Output, "truncated": p.Truncated, "duration_ms": p.DurationMS}
+		data := map[string]any{"tool_id": tid, "exit_code": p.ExitCode, "truncated": p.Truncated, "duration_ms": p.DurationMS}
+		if p.Status != "" {
+			payload["status"], data["status"] = p.Status, p.Status
+		}
+		r.emitLocked(s, "tool.complete", payload)
+		r.appendLocked(s, Message{Role: store.RoleTool, Kind: KindToolResult, Text: p.Output, TurnID: t.id, Data: mustJSON(data)})
 	}
 }
 
