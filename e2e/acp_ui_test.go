@@ -1,14 +1,11 @@
 package e2e_test
 
 import (
-	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/coder/acp-go-sdk"
 )
 
 // The dashboard with an agent of the Agent Client Protocol (issue 40): the
@@ -224,137 +221,21 @@ func TestACPTurnInTwoTabs(t *testing.T) {
 	}
 }
 
-// envShowAgent makes the test binary the show agent (showAgent): an ACP
-// agent whose one turn uses what the demo agent does not (thinking, a
-// plan, slash commands, a diff and a terminal in a tool call, the four
-// permission option kinds), with markup in every text it sends.
-const envShowAgent = "DASHGATE_E2E_ACP_SHOW_AGENT"
-
-func init() {
-	if os.Getenv(envShowAgent) == "1" {
-		a := &showAgent{}
-		a.conn = acp.NewAgentSideConnection(a, os.Stdout, os.Stdin)
-		<-a.conn.Done()
-		os.Exit(0)
-	}
-}
-
-// startShowAgent starts dashgate with the show agent as --agent show (the
-// default): the test binary again, behind envShowAgent.
+// startShowAgent starts dashgate with the test agent as --agent show
+// (the default): its "show" turn sends what the SDK's demo agent does
+// not (thinking, a plan, slash commands, a diff and a terminal in a tool
+// call, the four permission option kinds), with markup in every text.
 func startShowAgent(t *testing.T) *dashgate {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startDashgate(t, "--agent", "show=env "+envShowAgent+"=1 "+self)
+	return startDashgate(t, "--agent", "show="+buildAgent(t, "github.com/dashgate/dashgate/internal/testkit/acpagent"))
 }
 
-// The show agent's texts: each carries markup that must stay text.
+// What the show turn sends (internal/testkit/acpagent).
 const (
 	showThought = "Let me <b>think</b> about it."
 	showTitle   = `Edit <img src=x onerror="window.__pwned=1">`
 	showPath    = "/src/<x>.go"
-	showCommand = "review"
 )
-
-var showPlan = []acp.PlanEntry{
-	{Content: "Read the <i>code</i>", Priority: acp.PlanEntryPriorityHigh, Status: acp.PlanEntryStatusCompleted},
-	{Content: "Edit it", Priority: acp.PlanEntryPriorityMedium, Status: acp.PlanEntryStatusInProgress},
-	{Content: "Run the tests", Priority: acp.PlanEntryPriorityLow, Status: acp.PlanEntryStatusPending},
-}
-
-type showAgent struct{ conn *acp.AgentSideConnection }
-
-func (a *showAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
-	return acp.InitializeResponse{ProtocolVersion: acp.ProtocolVersionNumber}, nil
-}
-
-func (a *showAgent) NewSession(context.Context, acp.NewSessionRequest) (acp.NewSessionResponse, error) {
-	return acp.NewSessionResponse{SessionId: "show-1"}, nil
-}
-
-func (a *showAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.AuthenticateResponse, error) {
-	return acp.AuthenticateResponse{}, nil
-}
-
-func (a *showAgent) Cancel(context.Context, acp.CancelNotification) error { return nil }
-
-func (a *showAgent) CloseSession(context.Context, acp.CloseSessionRequest) (acp.CloseSessionResponse, error) {
-	return acp.CloseSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionClose)
-}
-
-func (a *showAgent) ListSessions(context.Context, acp.ListSessionsRequest) (acp.ListSessionsResponse, error) {
-	return acp.ListSessionsResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionList)
-}
-
-func (a *showAgent) ResumeSession(context.Context, acp.ResumeSessionRequest) (acp.ResumeSessionResponse, error) {
-	return acp.ResumeSessionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionResume)
-}
-
-func (a *showAgent) SetSessionConfigOption(context.Context, acp.SetSessionConfigOptionRequest) (acp.SetSessionConfigOptionResponse, error) {
-	return acp.SetSessionConfigOptionResponse{}, acp.NewMethodNotFound(acp.AgentMethodSessionSetConfigOption)
-}
-
-func (a *showAgent) SetSessionMode(context.Context, acp.SetSessionModeRequest) (acp.SetSessionModeResponse, error) {
-	return acp.SetSessionModeResponse{}, nil
-}
-
-// Prompt plays the one turn: commands, thinking, the plan, a line of
-// text, tool call t1 (an edit with a diff and a terminal), a permission
-// with every option kind, then t1 completed and "Done: <option id>".
-func (a *showAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
-	sid := p.SessionId
-	hint := "what to look at"
-	for _, u := range []acp.SessionUpdate{
-		{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{AvailableCommands: []acp.AvailableCommand{{
-			Name: showCommand, Description: "Review the <b>diff</b>",
-			Input: &acp.AvailableCommandInput{Unstructured: &acp.UnstructuredCommandInput{Hint: hint}},
-		}}}},
-		acp.UpdateAgentThoughtText("Let me <b>think</b>"),
-		acp.UpdateAgentThoughtText(" about it."),
-		acp.UpdatePlan(showPlan...),
-		acp.UpdateAgentMessageText("Plan ready."),
-		acp.StartToolCall("t1", showTitle,
-			acp.WithStartKind(acp.ToolKindEdit),
-			acp.WithStartStatus(acp.ToolCallStatusInProgress),
-			acp.WithStartLocations([]acp.ToolCallLocation{{Path: showPath, Line: acp.Ptr(3)}}),
-			acp.WithStartContent([]acp.ToolCallContent{
-				acp.ToolDiffContent("/src/a.go", "a\n<B>\nc\n", "a\nb\nc\n"),
-				acp.ToolTerminalRef("term-1"),
-			})),
-	} {
-		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
-			return acp.PromptResponse{}, err
-		}
-	}
-	r, err := a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{
-		SessionId: sid,
-		ToolCall:  acp.ToolCallUpdate{ToolCallId: "t1", Title: acp.Ptr(showTitle)},
-		Options: []acp.PermissionOption{
-			{Kind: acp.PermissionOptionKindAllowOnce, Name: "Yes", OptionId: "allow-once"},
-			{Kind: acp.PermissionOptionKindAllowAlways, Name: "Yes, <b>always</b>", OptionId: "allow-always"},
-			{Kind: acp.PermissionOptionKindRejectOnce, Name: "No", OptionId: "reject-once"},
-			{Kind: acp.PermissionOptionKindRejectAlways, OptionId: "reject-always"}, // no name: the button's own words
-		},
-	})
-	if err != nil {
-		return acp.PromptResponse{}, err
-	}
-	chosen := "cancelled"
-	if r.Outcome.Selected != nil {
-		chosen = string(r.Outcome.Selected.OptionId)
-	}
-	for _, u := range []acp.SessionUpdate{
-		acp.UpdateToolCall("t1", acp.WithUpdateStatus(acp.ToolCallStatusCompleted)),
-		acp.UpdateAgentMessageText(" Done: " + chosen),
-	} {
-		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
-			return acp.PromptResponse{}, err
-		}
-	}
-	return acp.PromptResponse{StopReason: acp.StopReasonEndTurn}, nil
-}
 
 // showJS describes what the show agent's turn left in the chat pane.
 const showJS = `(() => {
@@ -404,7 +285,7 @@ func TestACPShowsThoughtPlanDiffAndOptions(t *testing.T) {
 	tb := b.newTab(t, "dashboard")
 	openDashboard(t, d, tb)
 	waitAgentShown(t, tb, "the session is show's", "show")
-	sendChat(t, tb, "go")
+	sendChat(t, tb, "show")
 
 	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2") // Allow once and Reject: cardState counts approve and deny
 	wantButtons := []string{"approve=once:Yes", "approve-always=always:Yes, <b>always</b>", "deny=deny:No", "deny-always=deny_always:Always reject"}

@@ -23,6 +23,19 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 )
 
+// The show turn's texts: each carries markup that must stay text
+// (e2e/acp_ui_test.go checks them).
+const (
+	showTitle = `Edit <img src=x onerror="window.__pwned=1">`
+	showPath  = "/src/<x>.go"
+)
+
+var showPlan = []acp.PlanEntry{
+	{Content: "Read the <i>code</i>", Priority: acp.PlanEntryPriorityHigh, Status: acp.PlanEntryStatusCompleted},
+	{Content: "Edit it", Priority: acp.PlanEntryPriorityMedium, Status: acp.PlanEntryStatusInProgress},
+	{Content: "Run the tests", Priority: acp.PlanEntryPriorityLow, Status: acp.PlanEntryStatusPending},
+}
+
 // testAgent is the agent; mode is ACPTEST_MODE.
 type testAgent struct {
 	connP atomic.Pointer[acp.AgentSideConnection] // set once the connection runs
@@ -119,7 +132,7 @@ func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.Session
 // Prompt runs the turn its text names: "hello", "big <n>", "plan",
 // "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
 // "terminals <n>", "id" (a terminal says its uid, gid, cwd and HOME; the
-// agent its own uid), "read <path>", "session" (its ACP session id);
+// agent its own uid), "read <path>", "session" (its ACP session id), "show" (see there);
 // anything else is
 // echoed.
 func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
@@ -224,6 +237,59 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 			return acp.PromptResponse{}, err
 		}
 		a.say(ctx, sid, "terminal "+strings.TrimSpace(o.Output)+fmt.Sprintf("; agent uid=%d", os.Getuid()))
+	case "show":
+		// Everything the SDK's demo agent does not send: its slash commands,
+		// thinking, a plan, a line of text, tool call t1 (an edit with a diff
+		// and a terminal), a permission with every option kind, then t1
+		// completed and "Done: <option id>".
+		hint := "what to look at"
+		for _, u := range []acp.SessionUpdate{
+			{AvailableCommandsUpdate: &acp.SessionAvailableCommandsUpdate{AvailableCommands: []acp.AvailableCommand{{
+				Name: "review", Description: "Review the <b>diff</b>",
+				Input: &acp.AvailableCommandInput{Unstructured: &acp.UnstructuredCommandInput{Hint: hint}},
+			}}}},
+			acp.UpdateAgentThoughtText("Let me <b>think</b>"),
+			acp.UpdateAgentThoughtText(" about it."),
+			acp.UpdatePlan(showPlan...),
+			acp.UpdateAgentMessageText("Plan ready."),
+			acp.StartToolCall("t1", showTitle,
+				acp.WithStartKind(acp.ToolKindEdit),
+				acp.WithStartStatus(acp.ToolCallStatusInProgress),
+				acp.WithStartLocations([]acp.ToolCallLocation{{Path: showPath, Line: acp.Ptr(3)}}),
+				acp.WithStartContent([]acp.ToolCallContent{
+					acp.ToolDiffContent("/src/a.go", "a\n<B>\nc\n", "a\nb\nc\n"),
+					acp.ToolTerminalRef("term-1"),
+				})),
+		} {
+			if err := a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
+		r, err := a.conn().RequestPermission(ctx, acp.RequestPermissionRequest{
+			SessionId: sid,
+			ToolCall:  acp.ToolCallUpdate{ToolCallId: "t1", Title: acp.Ptr(showTitle)},
+			Options: []acp.PermissionOption{
+				{Kind: acp.PermissionOptionKindAllowOnce, Name: "Yes", OptionId: "allow-once"},
+				{Kind: acp.PermissionOptionKindAllowAlways, Name: "Yes, <b>always</b>", OptionId: "allow-always"},
+				{Kind: acp.PermissionOptionKindRejectOnce, Name: "No", OptionId: "reject-once"},
+				{Kind: acp.PermissionOptionKindRejectAlways, OptionId: "reject-always"}, // no name: the button's own words
+			},
+		})
+		if err != nil {
+			return acp.PromptResponse{}, err
+		}
+		chosen := "cancelled"
+		if r.Outcome.Selected != nil {
+			chosen = string(r.Outcome.Selected.OptionId)
+		}
+		for _, u := range []acp.SessionUpdate{
+			acp.UpdateToolCall("t1", acp.WithUpdateStatus(acp.ToolCallStatusCompleted)),
+			acp.UpdateAgentMessageText(" Done: " + chosen),
+		} {
+			if err := a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
 	case "session":
 		a.say(ctx, sid, "session "+string(sid)) // a loaded one keeps the id of the process that made it
 	case "read":
