@@ -18,7 +18,8 @@ import (
 // reports alice's uid, gid and home (its cwd), a file it writes is owned
 // by alice, and its read of a file only bob may read fails as it would
 // for alice; none of dashgate's own environment reaches the agent. When
-// alice's session closes, nothing of hers is left.
+// alice's browser goes, nothing of hers is left: not the bridge, the
+// agent, nor the terminal (a shell and its sleep) the agent left running.
 func TestACPAgentAsUnixUser(t *testing.T) {
 	alice, bob := makeUnixUser(t, "alice"), makeUnixUser(t, "bob")
 	agent := testkit.ExecutableByAll(t, buildAgent(t, "github.com/dashgate/dashgate/internal/testkit/acpagent"))
@@ -79,9 +80,17 @@ func TestACPAgentAsUnixUser(t *testing.T) {
 		t.Errorf("alice's agent reading bob's file: %q, want a permission error", got)
 	}
 
+	// A terminal the agent leaves running (a shell and its sleep) is
+	// alice's too, and goes with the agent when her browser goes.
+	if got := ask("sleepterm"); got != "started" {
+		t.Fatalf("sleepterm: %q", got)
+	}
+	if sleeps := pgrepUser(t, alice.Name); len(sleeps) < 4 { // the bridge, the agent, sh, sleep
+		t.Fatalf("alice's processes with the agent's terminal: %v", sleeps)
+	}
 	mark := u.logMark()
-	c.mustCall("session.close", map[string]any{"session_id": sid}, nil)
-	if rec, ok := u.waitLogSince(mark, 15*time.Second, func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid }); !ok || rec.Str("agent") != "test" {
+	c.drop(false)
+	if rec, ok := u.waitLogSince(mark, 15*time.Second, func(r logRecord) bool { return r.Msg() == "worker closed" && r.Str("sid") == sid }); !ok || rec.Str("agent") != "test" || rec.Str("reason") != "detach" {
 		t.Fatalf("worker closed record: %v (found %v)", rec, ok)
 	}
 	waitNoProcs(t, alice.Name, 15*time.Second)
