@@ -90,21 +90,8 @@ func ConfigFromEnv(argv []string, getenv func(string) string) (Config, error) {
 		}
 		cfg.Argv = append([]string{abs}, argv[1:]...)
 	}
-	for _, d := range []struct {
-		env string
-		to  *time.Duration
-	}{{EnvInitTimeout, &cfg.InitTimeout}, {EnvCloseWait, &cfg.CloseWait}} {
-		v := getenv(d.env)
-		if v == "" {
-			continue
-		}
-		n, err := time.ParseDuration(v)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("%s=%q: want a positive Go duration", d.env, v)
-		}
-		*d.to = n
-	}
-	return cfg, nil
+	err := jsonl.EnvDurations(getenv, []string{EnvInitTimeout, EnvCloseWait}, []*time.Duration{&cfg.InitTimeout, &cfg.CloseWait})
+	return cfg, err
 }
 
 // Main is `dashgate acp -- <agent> [args...]` (args without "acp"): it arms

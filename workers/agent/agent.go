@@ -88,21 +88,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	default:
 		return cfg, fmt.Errorf("%s=%q: want shell or nothing", EnvTools, t)
 	}
-	for _, d := range []struct {
-		env string
-		to  *time.Duration
-	}{{EnvToolTimeout, &cfg.ToolTimeout}, {EnvConnTimeout, &cfg.ConnectTimeout}, {EnvHeadTimeout, &cfg.HeaderTimeout}} {
-		v := getenv(d.env)
-		if v == "" {
-			continue
-		}
-		n, err := time.ParseDuration(v)
-		if err != nil || n <= 0 {
-			return cfg, fmt.Errorf("%s=%q: want a positive Go duration", d.env, v)
-		}
-		*d.to = n
-	}
-	return cfg, nil
+	err := jsonl.EnvDurations(getenv, []string{EnvToolTimeout, EnvConnTimeout, EnvHeadTimeout},
+		[]*time.Duration{&cfg.ToolTimeout, &cfg.ConnectTimeout, &cfg.HeaderTimeout})
+	return cfg, err
 }
 
 // Main runs the agent on the process's stdin and stdout with its Config

@@ -209,3 +209,24 @@ func WatchParent(name string) bool {
 	}()
 	return true
 }
+
+// EnvDurations sets each *to whose environment variable (getenv's answer
+// for its name) is set to that Go duration; a variable left unset or empty
+// leaves its *to as it is. Errors: a value that is not a positive
+// duration, naming the variable (the first such one, in names' order).
+// The workers read their settings this way (dashgate gives them in the
+// environment only, never argv).
+func EnvDurations(getenv func(string) string, names []string, to []*time.Duration) error {
+	for i, name := range names {
+		v := getenv(name)
+		if v == "" {
+			continue
+		}
+		n, err := time.ParseDuration(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s=%q: want a positive Go duration", name, v)
+		}
+		*to[i] = n
+	}
+	return nil
+}
