@@ -71,6 +71,8 @@ var counts = []struct {
 	{"resumes", 200, 20, "session.resume of a 200-entry session per run"},
 	{"stored-sessions", 10000, 500, "sessions in the store at start-up (50 entries each)"},
 	{"agent-prompts", 100, 10, "prompts to the agent worker per run"},
+	{"acp-prompts", 100, 10, "warm prompts per run to each of the ACP agent and the built-in agent (acp)"},
+	{"acp-stream-kib", 4096, 256, "KiB of the reply streamed in 1 KiB chunks, CPU per KiB (acp)"},
 	{"cluster-clients", 4, 2, "chat clients at once (cluster: on the SQLite node, or split over the two PostgreSQL nodes)"},
 	{"cluster-cycles", 100, 8, "create, /echo, prompt, close cycles per run over the clients (cluster)"},
 	{"cluster-sessions", 10000, 500, "sessions in PostgreSQL and SQLite at start-up (cluster; 5 entries each, half closed)"},
@@ -81,7 +83,7 @@ var counts = []struct {
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "cluster", "stall"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "acp", "cluster", "stall"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -142,6 +144,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "relay" { // a reference relay of the keys group (relay.go)
 		if err := serveRelay(args[1], stdout); err != nil {
 			fmt.Fprintln(stderr, "dashgate-bench relay:", err)
+			return 1
+		}
+		return 0
+	}
+	if len(args) == 1 && args[0] == "acp-agent" { // the acp group's ACP agent (acp.go)
+		if err := serveACPAgent(); err != nil {
+			fmt.Fprintln(stderr, "dashgate-bench acp-agent:", err)
 			return 1
 		}
 		return 0
@@ -269,6 +278,7 @@ func (b *bench) groups() []group {
 		idle(n["idle-sockets"], time.Duration(n["idle-secs"])*time.Second),
 		churn("soak", n["soak"], n["clients"], n["soak-drop-every"]),
 		stream(n["stream-words"], n["resumes"]), b.startup(n["stored-sessions"]), agent(n["agent-prompts"]),
+		b.acp(n["acp-prompts"], n["acp-stream-kib"]),
 		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
 		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"], n["stall-load-nice"]),
 	}
