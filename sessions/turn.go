@@ -145,7 +145,7 @@ func (t *turn) checkpoint() {
 	if !t.done {
 		// A turn not done has no status of the worker's and has not
 		// failed yet: its reply is interrupted (replyStatus).
-		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text, At: t.at,
+		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text.String(), At: t.at,
 			TurnID: t.id, Interrupted: true, Status: "interrupted"})
 	}
 }
@@ -167,7 +167,7 @@ func (s *Session) historyLocked() []Message {
 		return h
 	}
 	s.stream.Lock()
-	done, text := t.done, t.text
+	done, text := t.done, t.text.String()
 	s.stream.Unlock()
 	if done || t.seq == 0 {
 		return h
@@ -254,7 +254,7 @@ func (t *turn) completeLocked(output string, interrupted bool) {
 		t.ckpt.Stop()
 		t.ckpt = nil
 	}
-	text := t.text
+	text := t.text.String()
 	s.stream.Unlock()
 	close(t.finished)
 	if s.turn == t {
@@ -415,7 +415,7 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 			// text. Until it completes, the store holds it as interrupted
 			// with what streamed so far, so a crash leaves exactly that.
 			t.seq = s.nextSeq()
-			first = t.reply(t.text, true, nil)
+			first = t.reply(t.text.String(), true, nil)
 		}
 		s.stream.Unlock()
 		if first.Seq != 0 {
@@ -552,7 +552,7 @@ func (t *turn) onDelta(text string) bool {
 // none is pending). t.s.stream must be held.
 func (t *turn) appendStreamLocked(text string) {
 	s := t.s
-	t.text += text
+	t.text.WriteString(text)
 	s.emitStreamLocked("message.delta", map[string]any{"turn_id": t.id, "text": text})
 	if t.ckpt == nil && !s.terminalOnly {
 		t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
@@ -738,7 +738,7 @@ type turn struct {
 	seq       uint64 // the entry seq of its reply, given at its first delta (0: none yet)
 	promptSeq uint64 // the entry seq of its prompt
 	at        time.Time
-	text      string // streamed so far
+	text      strings.Builder // streamed so far: a Builder, so a long reply's deltas cost their own length, not the reply's (String shares its bytes)
 	cancel    func()
 	done      bool
 	paused    bool          // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
