@@ -120,6 +120,7 @@ func Main(args []string, version string) int {
 // bridge is one running `dashgate acp`.
 type bridge struct {
 	srv     *jsonl.Server
+	out     *outbox // the events of the agent's updates, in order (outbox.go)
 	cfg     Config
 	log     *slog.Logger
 	errOut  io.Writer
@@ -175,6 +176,7 @@ func Run(ctx context.Context, cfg Config, in io.Reader, out, errOut io.Writer) i
 		turns:   make(chan struct{}, 1),
 		perms:   map[string]*permission{},
 	}
+	b.out = newOutbox(b.srv)
 	b.terms = newTerminals(b.sessionCwd)
 	b.srv.MaxLine = maxLine
 	var closeOnce sync.Once
@@ -383,11 +385,13 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 	if u := ans.resp.Usage; u != nil {
 		res["usage"] = map[string]any{"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens}
 	}
+	b.out.flush() // the reply after the turn's events
 	b.srv.Reply(id, res)
 }
 
 // replyFailure answers id with f: interrupted is ok with what streamed.
 func (b *bridge) replyFailure(id json.RawMessage, f *failure, t *turn) {
+	b.out.flush() // the reply after the turn's events
 	if f == interrupted {
 		res := map[string]any{"status": "interrupted", "stop_reason": string(acp.StopReasonCancelled)}
 		if text := t.output(); len(text) <= maxOutput {
@@ -460,7 +464,7 @@ func (b *bridge) ensureSession(ctx context.Context, t *turn, p promptParams) *fa
 	if notice != "" {
 		ev["notice"] = notice
 	}
-	b.srv.Event(t.id, "agent_session", ev)
+	b.out.push(t.id, "agent_session", ev)
 	return nil
 }
 
@@ -618,5 +622,5 @@ func (b *bridge) event(t *turn, name string, fields map[string]any) {
 			fields["content_truncated"] = true
 		}
 	}
-	b.srv.Event(t.id, name, fields)
+	b.out.push(t.id, name, fields)
 }

@@ -528,6 +528,35 @@ func TestLoadSessionUnsupported(t *testing.T) {
 // TestEvents covers the other updates: long text cut into deltas of at
 // most 128 KiB (no output then), thoughts and plans, max_tokens, the
 // commands (arriving outside a call, given in the next one) and /help.
+// TestBurstOfChunks: an agent that streams 4,096 chunks of 1 KiB at once
+// while the bridge's reader (dashgate) reads nothing sends them all, and
+// its turn ends complete with every byte delivered, in order: the
+// bridge's updates do not queue up in the ACP library (whose queue of
+// 1,024 notifications ends the connection when full), and the deltas
+// queued meanwhile merge.
+func TestBurstOfChunks(t *testing.T) {
+	t.Parallel()
+	b := startBridge(t, testAgentCmd(""))
+	done := filepath.Join(t.TempDir(), "sent")
+	b.send(1, "prompt", map[string]any{"text": "burst 4096 " + done, "turn_id": "t1"})
+	// Nothing is read meanwhile: past the test's 1,024 buffered lines the
+	// bridge's stdout fills, as a busy dashgate's pipe does.
+	if !testkit.Until(turnWait, func() bool { _, err := os.Stat(done); return err == nil }) {
+		t.Fatalf("the agent could not send its burst while the bridge's reader waited; bridge stderr:\n%s", b.stderr)
+	}
+	r := b.reply(1, turnWait)
+	ds := b.events(1, "delta")
+	if !r.ok() || r.result().str("status") != "complete" || deltaText(ds) != strings.Repeat(strings.Repeat("x", 1023)+"\n", 4096) {
+		t.Fatalf("after a burst of 4,096 chunks: %.300v, %d deltas", r, len(ds))
+	}
+	for _, d := range ds {
+		if len(d.str("text")) > 128<<10 {
+			t.Errorf("a delta of %d bytes", len(d.str("text")))
+		}
+	}
+	t.Logf("4,096 chunks came as %d deltas", len(ds))
+}
+
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	b := startBridge(t, testAgentCmd(""))

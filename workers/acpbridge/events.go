@@ -87,14 +87,14 @@ func (b *bridge) apply(t *turn, u acp.SessionUpdate) {
 			t.mu.Unlock()
 			if t.deltas {
 				for _, piece := range splitUTF8(c.Text, maxDelta) {
-					b.srv.Event(t.id, "delta", map[string]any{"text": piece})
+					b.out.pushText(t.id, "delta", piece)
 				}
 			}
 		}
 	case u.AgentThoughtChunk != nil:
 		if c := u.AgentThoughtChunk.Content.Text; c != nil && c.Text != "" {
 			for _, piece := range splitUTF8(c.Text, maxDelta) {
-				b.srv.Event(t.id, "thought", map[string]any{"text": piece})
+				b.out.pushText(t.id, "thought", piece)
 			}
 		}
 	case u.ToolCall != nil:
@@ -183,7 +183,7 @@ func (b *bridge) maybeComplete(t *turn, id string, st *toolState) {
 	if status == acp.ToolCallStatusFailed {
 		code = 1
 	}
-	b.srv.Event(t.id, "tool_complete", map[string]any{
+	b.out.push(t.id, "tool_complete", map[string]any{
 		"tool_id": id, "exit_code": code, "output": out, "truncated": truncated,
 		"status": string(status), "duration_ms": took.Milliseconds(),
 	})

@@ -132,7 +132,8 @@ func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.Session
 // Prompt runs the turn its text names: "hello", "big <n>", "plan",
 // "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
 // "terminals <n>", "id" (a terminal says its uid, gid, cwd and HOME; the
-// agent its own uid), "read <path>", "session" (its ACP session id), "show" (see there);
+// agent its own uid), "read <path>", "session" (its ACP session id), "show" (see there), "burst <n> [file]"
+// (n chunks of 1 KiB at once, then file made);
 // anything else is
 // echoed.
 func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptResponse, error) {
@@ -287,6 +288,23 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 			acp.UpdateAgentMessageText(" Done: " + chosen),
 		} {
 			if err := a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u}); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
+	case "burst":
+		// n chunks of 1 KiB, written as fast as the pipe takes them;
+		// then, when a path follows, that file is made: all was sent.
+		var n int
+		var done string
+		fmt.Sscan(arg, &n, &done)
+		chunk := strings.Repeat("x", 1023) + "\n"
+		for range n {
+			if err := a.say(ctx, sid, chunk); err != nil {
+				return acp.PromptResponse{}, err
+			}
+		}
+		if done != "" {
+			if err := os.WriteFile(done, nil, 0o600); err != nil {
 				return acp.PromptResponse{}, err
 			}
 		}
