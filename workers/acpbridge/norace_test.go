@@ -1,0 +1,6 @@
+//go:build !race
+
+package acpbridge_test
+
+// raceDetector: see race_test.go.
+const raceDetector = false
