@@ -105,6 +105,9 @@ type bridgeProc struct {
 	lines  chan msg
 	stderr *syncBuffer
 	exited chan struct{}
+	// hold, when not nil, keeps the reader from reading the bridge's
+	// stdout until it is closed (startBridgeHeld).
+	hold chan struct{}
 
 	mu   sync.Mutex
 	seen []msg
@@ -131,11 +134,27 @@ func (s *syncBuffer) String() string {
 // Cleanup kills it (and its group's leftovers) and waits.
 func startBridge(t *testing.T, argv []string, env ...string) *bridgeProc {
 	t.Helper()
+	return startBridgeWith(t, nil, argv, env...)
+}
+
+// startBridgeHeld is startBridge with nothing of the bridge's stdout read
+// until release is called: its pipe fills, as a busy dashgate's does.
+func startBridgeHeld(t *testing.T, argv []string, env ...string) (b *bridgeProc, release func()) {
+	t.Helper()
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	return startBridgeWith(t, hold, argv, env...), release
+}
+
+func startBridgeWith(t *testing.T, hold chan struct{}, argv []string, env ...string) *bridgeProc {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bridgeProc{t: t, lines: make(chan msg, 1024), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	b := &bridgeProc{t: t, lines: make(chan msg, 1024), stderr: &syncBuffer{}, exited: make(chan struct{}), hold: hold}
 	b.cmd = exec.Command(self, append([]string{"--"}, argv...)...)
 	b.cmd.Env = append(append(os.Environ(), helperEnv+"=bridge", "HOME="+t.TempDir()), env...)
 	b.cmd.Stderr = b.stderr
@@ -146,6 +165,9 @@ func startBridge(t *testing.T, argv []string, env ...string) *bridgeProc {
 		t.Fatal(err)
 	}
 	go func() {
+		if b.hold != nil {
+			<-b.hold
+		}
 		sc := bufio.NewScanner(out)
 		sc.Buffer(nil, 1<<20) // dashgate's bound: a longer line fails the test
 		for sc.Scan() {
@@ -528,7 +550,7 @@ func TestLoadSessionUnsupported(t *testing.T) {
 // TestEvents covers the other updates: long text cut into deltas of at
 // most 128 KiB (no output then), thoughts and plans, max_tokens, the
 // commands (arriving outside a call, given in the next one) and /help.
-// TestBurstOfChunks: an agent that streams 4,096 chunks of 1 KiB at once
+// TestBurstOfChunks: an agent that streams 1,500 chunks of 1 KiB at once
 // while the bridge's reader (dashgate) reads nothing sends them all, and
 // its turn ends complete with every byte delivered, in order: the
 // bridge's updates do not queue up in the ACP library (whose queue of
@@ -545,25 +567,27 @@ func TestBurstOfChunks(t *testing.T) {
 		t.Skip("the race detector slows the bridge's decoding below the burst's rate: run without -race")
 	}
 	t.Parallel()
-	b := startBridge(t, testAgentCmd(""))
+	b, release := startBridgeHeld(t, testAgentCmd(""))
 	done := filepath.Join(t.TempDir(), "sent")
-	b.send(1, "prompt", map[string]any{"text": "burst 4096 " + done, "turn_id": "t1"})
-	// Nothing is read meanwhile: past the test's 1,024 buffered lines the
-	// bridge's stdout fills, as a busy dashgate's pipe does.
+	b.send(1, "prompt", map[string]any{"text": "burst 1500 " + done, "turn_id": "t1"})
+	// Nothing is read meanwhile: the bridge's stdout fills (64 KiB), as a
+	// busy dashgate's pipe does. Written from the library's notification
+	// goroutine, the 1,025th update waiting behind it ended the agent.
 	if !testkit.Until(turnWait, func() bool { _, err := os.Stat(done); return err == nil }) {
 		t.Fatalf("the agent could not send its burst while the bridge's reader waited; bridge stderr:\n%s", b.stderr)
 	}
+	release()
 	r := b.reply(1, turnWait)
 	ds := b.events(1, "delta")
-	if !r.ok() || r.result().str("status") != "complete" || deltaText(ds) != strings.Repeat(strings.Repeat("x", 1023)+"\n", 4096) {
-		t.Fatalf("after a burst of 4,096 chunks: %.300v, %d deltas", r, len(ds))
+	if !r.ok() || r.result().str("status") != "complete" || deltaText(ds) != strings.Repeat(strings.Repeat("x", 1023)+"\n", 1500) {
+		t.Fatalf("after a burst of 1,500 chunks: %.300v, %d deltas", r, len(ds))
 	}
 	for _, d := range ds {
 		if len(d.str("text")) > 128<<10 {
 			t.Errorf("a delta of %d bytes", len(d.str("text")))
 		}
 	}
-	t.Logf("4,096 chunks came as %d deltas", len(ds))
+	t.Logf("1,500 chunks came as %d deltas", len(ds))
 }
 
 func TestEvents(t *testing.T) {
