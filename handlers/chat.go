@@ -72,17 +72,17 @@ type SocketConfig struct {
 // Chat serves GET /ws/chat (PROTOCOL.md §2). Origin and auth are checked by
 // the web middleware before it runs.
 type Chat struct {
-	Registry        ChatRegistry
-	Log             *slog.Logger
-	Version         string
-	Socket          SocketConfig
-	MaxFrame        int64       // bytes; larger frames close the socket with 1009
-	SendQueue       int         // frames queued per socket before it is a slow consumer
-	MaxInflight     int         // requests one socket may have running
-	Models          ModelLister // nil: model.list answers no models
+	Registry    ChatRegistry
+	Log         *slog.Logger
+	Version     string
+	Socket      SocketConfig
+	MaxFrame    int64       // bytes; larger frames close the socket with 1009
+	SendQueue   int         // frames queued per socket before it is a slow consumer
+	MaxInflight int         // requests one socket may have running
+	Models      ModelLister // nil: model.list answers no models
 	// Agents is what agent.list answers: the agents a session may talk
 	// to, the built-in worker first (nil: that one alone).
-	Agents []AgentInfo
+	Agents          []AgentInfo
 	OnConn          func(delta int)
 	connSeq         atomic.Uint64
 	defaultsApplied sync.Once
