@@ -302,6 +302,16 @@ type Nodes interface {
 	Nodes(ctx context.Context, now time.Time, expiry time.Duration) ([]Node, error)
 }
 
+// ClusterSecrets is a store shared by the nodes of a cluster that keeps
+// secrets every node uses (PostgreSQL's store implements it).
+type ClusterSecrets interface {
+	// ClusterSecret returns the secret stored under name; when there is
+	// none it stores candidate first (the first node to ask wins, atomic
+	// among concurrent askers) and returns it. candidate must not be
+	// empty. Errors: the store's.
+	ClusterSecret(ctx context.Context, name string, candidate []byte) ([]byte, error)
+}
+
 // Node is one node of a cluster, as its heartbeats say.
 type Node struct {
 	ID       string

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/accounts"
+	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/users"
 	"github.com/dashgate/dashgate/web"
 	"github.com/dashgate/dashgate/workers"
@@ -82,9 +83,8 @@ func listen(addr string, proxy *web.ProxyPeer) (net.Listener, error) {
 // With users, a cookie names a user, so only this state directory's key
 // (<state-dir>/cookie.key) signs it, and its name comes from that key, the
 // bound address and the base path: two instances on one host keep both
-// logins, and a restart on the same address keeps them. (A cluster of
-// nodes with --users-file therefore asks users to log in again on
-// another node; with --user-header no cookie is involved.)
+// logins, and a restart on the same address keeps them. The nodes of a
+// cluster use the cluster's key instead (clusterCookieSecrets).
 func cookieSecrets(usersOn bool, token, adminToken, stateKey, addr, basePath string) (key []byte, name string) {
 	if !usersOn {
 		k := sha256.Sum256([]byte("dashgate cookie key\x00" + token + "\x00" + adminToken))
@@ -92,6 +92,21 @@ func cookieSecrets(usersOn bool, token, adminToken, stateKey, addr, basePath str
 		return k[:], hex.EncodeToString(n[:4])
 	}
 	return []byte(stateKey), cookieInstance(stateKey, addr, basePath)
+}
+
+// clusterCookieSecrets is cookieSecrets for a node of a cluster with
+// users: the key is the cluster's, kept in the shared store (the first
+// node makes it), and the name comes from it and the base path, so a
+// login made on one node is valid on every node (issue 41), and on no
+// dashgate of another store. A removed or rotated user's cookie fails
+// everywhere still: it carries the user's stamp, which every node checks
+// against its users file. Errors: the store's, bounded by ctx.
+func clusterCookieSecrets(ctx context.Context, cs store.ClusterSecrets, basePath string) (key []byte, name string, err error) {
+	key, err = cs.ClusterSecret(ctx, "cookie", []byte(randomToken()))
+	if err != nil {
+		return nil, "", fmt.Errorf("the cluster's login key: %w", err)
+	}
+	return key, cookieInstance(string(key), "cluster", basePath), nil
 }
 
 // cookieInstance names a users-mode instance's login cookies: stable

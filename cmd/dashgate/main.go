@@ -395,6 +395,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		addr = "unix:" + addr
 	}
 	signKey, cookieName := cookieSecrets(usersMode(cfg) != "", token, cfg.AdminToken, cookieKey, addr, cfg.BasePath)
+	if cs, ok := st.Store.(store.ClusterSecrets); ok && nodeID != "" && usersMode(cfg) != "" {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		signKey, cookieName, err = clusterCookieSecrets(kctx, cs, cfg.BasePath)
+		cancel()
+		if err != nil {
+			return &startupError{err}
+		}
+	}
 	wcfg := web.Config{
 		BasePath: cfg.BasePath, Token: token, AdminToken: cfg.AdminToken, TrustedProxies: trusted,
 		AllowedOrigins: splitList(cfg.AllowedOrigins), NodeID: nodeID, Version: version, Log: log,

@@ -757,6 +757,36 @@ WHERE nodes.last_seen <= excluded.last_seen`, node, text(addr), n, load.Sessions
 	return err
 }
 
+// ClusterSecret implements store.ClusterSecrets: one statement that
+// inserts candidate unless name is there and returns the stored secret
+// (again when a concurrent insert won, see below).
+func (s *Store) ClusterSecret(ctx context.Context, name string, candidate []byte) ([]byte, error) {
+	if name == "" || len(candidate) == 0 {
+		return nil, errors.New("cluster secret: a name and a candidate are required")
+	}
+	ctx, done, err := s.call(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	// A node whose insert waited for another's commit sees neither row in
+	// this statement's snapshot (no rows): the next one sees the winner's.
+	for {
+		var secret []byte
+		err = s.pool.QueryRow(ctx, `WITH ins AS (
+	INSERT INTO cluster_secrets (name, secret) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING secret
+)
+SELECT secret FROM ins UNION ALL SELECT secret FROM cluster_secrets WHERE name = $1 LIMIT 1`, name, candidate).Scan(&secret)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil:
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("cluster secret %q: %w", name, deadline(ctx, err))
+		}
+		return secret, nil
+	}
+}
+
 // Nodes implements store.Nodes.
 func (s *Store) Nodes(ctx context.Context, now time.Time, expiry time.Duration) ([]store.Node, error) {
 	if expiry <= 0 {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -574,5 +575,41 @@ func TestLeasesOnTheDatabaseClock(t *testing.T) {
 		if from.Nanosecond()%1000 != 0 || from.After(dbNow) {
 			t.Errorf("%s: lease from %v (ttl before %v): want a whole microsecond of the database's clock, no later than its now() %v", l.ID, from, l.LeaseUntil, dbNow)
 		}
+	}
+}
+
+// TestClusterSecret: two nodes (two pools on one database) asking for a
+// secret at once get the same one, the winner's candidate; a later ask,
+// with another candidate, gets it again; another name is another secret.
+func TestClusterSecret(t *testing.T) {
+	t.Parallel()
+	url := testkit.Postgres(t)
+	a, b := openTest(t, url, Options{}), openTest(t, url, Options{})
+	var wg sync.WaitGroup
+	got := make([][]byte, 16)
+	for i := range got {
+		st := a
+		if i%2 == 1 {
+			st = b
+		}
+		wg.Go(func() {
+			s, err := st.ClusterSecret(t.Context(), "cookie", []byte(fmt.Sprintf("candidate-%02d", i)))
+			if err != nil {
+				t.Errorf("ask %d: %v", i, err)
+			}
+			got[i] = s
+		})
+	}
+	wg.Wait()
+	for i, s := range got {
+		if !bytes.Equal(s, got[0]) || !bytes.HasPrefix(s, []byte("candidate-")) {
+			t.Fatalf("ask %d got %q, ask 0 %q: want one winner's candidate for all", i, s, got[0])
+		}
+	}
+	if s, err := b.ClusterSecret(t.Context(), "cookie", []byte("late")); err != nil || !bytes.Equal(s, got[0]) {
+		t.Fatalf("a later ask: %q, %v; want %q", s, err, got[0])
+	}
+	if s, err := a.ClusterSecret(t.Context(), "other", []byte("other's")); err != nil || string(s) != "other's" {
+		t.Fatalf("another name: %q, %v", s, err)
 	}
 }
