@@ -68,6 +68,13 @@ type journal struct {
 	// writes the store refused as another node's (store.ErrFenced): their
 	// queue was dropped. Set once, before the first write.
 	onFenced func(sids []string)
+	// onOutage is told, outside the journal's lock, the sessions with
+	// changes the store could not take (saved false; each once per
+	// outage, when its first unsaved change fails) and, once a write
+	// succeeds again, those it told (saved true). Set once, before the
+	// first write; nil: nobody is told.
+	onOutage func(saved bool, sids []string)
+	unsaved  map[string]bool // the sessions told unsaved in this outage
 }
 
 type entryKey struct {
@@ -323,9 +330,16 @@ func (j *journal) drain() {
 			}
 			j.signalLocked() // Flush callers see the failure
 			stop := j.stopping
+			var told []string
+			if !stop {
+				told = j.newlyUnsavedLocked(rest)
+			}
 			j.mu.Unlock()
 			if stop {
 				continue // give up at once (the loop ends above)
+			}
+			if len(told) > 0 && j.onOutage != nil {
+				j.onOutage(false, told)
 			}
 			j.wait(backoff)
 			backoff = min(2*backoff, journalRetry)
@@ -337,10 +351,40 @@ func (j *journal) drain() {
 			j.failing = false
 			j.endDropsLocked()
 		}
+		var saved []string
+		for id := range j.unsaved {
+			saved = append(saved, id)
+		}
+		clear(j.unsaved)
 		backoff = 50 * time.Millisecond
 		j.signalLocked()
 		j.mu.Unlock()
+		if len(saved) > 0 && j.onOutage != nil {
+			j.onOutage(true, saved)
+		}
 	}
+}
+
+// newlyUnsavedLocked notes the sessions of b (a batch the store refused)
+// not yet told in this outage and returns them. j.mu must be held.
+func (j *journal) newlyUnsavedLocked(b store.Batch) []string {
+	var out []string
+	note := func(id string) {
+		if !j.unsaved[id] {
+			if j.unsaved == nil {
+				j.unsaved = map[string]bool{}
+			}
+			j.unsaved[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, s := range b.Sessions {
+		note(s.ID)
+	}
+	for _, e := range b.Entries {
+		note(e.SessionID)
+	}
+	return out
 }
 
 // fenced drops, from rest (the part of a batch the store did not write)

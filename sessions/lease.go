@@ -302,6 +302,34 @@ func (l *lease) lapseLocked(now time.Time) func() {
 	return warn
 }
 
+// The notices of a store outage (journal.onOutage): a session whose
+// changes the store could not take hears once that they are not saved
+// yet, and once that they are, when a write succeeds again. They are
+// events only, not history: what they say is over once it is saved.
+const (
+	unsavedNotice = "not saved yet: the conversation store is unreachable; this chat goes on and is saved when the store is back"
+	savedNotice   = "saved: the conversation store is reachable again"
+)
+
+// storeOutage tells each live session of sids whether its changes are
+// saved (journal.onOutage's contract). It takes the registry's mutex.
+func (r *Registry) storeOutage(saved bool, sids []string) {
+	text := unsavedNotice
+	if saved {
+		text = savedNotice
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return
+	}
+	for _, id := range sids {
+		if s := r.sessions[id]; s != nil && s.live() {
+			r.emitLocked(s, "notice", map[string]any{"text": text})
+		}
+	}
+}
+
 // noticeLocked tells s's viewers text (a notice event) and keeps it in
 // its history. r.mu must be held.
 func (r *Registry) noticeLocked(s *Session, text string) {

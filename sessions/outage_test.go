@@ -335,3 +335,59 @@ func TestFlushRightAfterOutage(t *testing.T) {
 		t.Fatalf("stored entries %d (%v); want the command and its output", len(es), err)
 	}
 }
+
+// TestStoreOutageSaidInTheChat: while the store takes no writes, a
+// session whose changes wait is told once that they are not saved yet
+// (however many more wait), and once that they are when a write
+// succeeds; its whole history is stored afterwards (the notices are
+// events, not history).
+func TestStoreOutageSaidInTheChat(t *testing.T) {
+	t.Parallel()
+	st := &downStore{Store: openShared(t, filepath.Join(t.TempDir(), "dashgate.db"))}
+	h := newHarness(t, func(c *Config) { c.Store = st })
+	if _, err := h.r.Claim(t.Context(), "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	v := &recViewer{}
+	in, err := h.r.Create(v, NewSession{Title: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.journal.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st.applyDown.Store(true)
+	for _, cmd := range []string{"/one", "/two"} {
+		if _, err := h.r.Exec(t.Context(), v, in.ID, cmd); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 10*time.Second, "the unsaved notice", func() bool { return countOf(notices(v), unsavedNotice) > 0 })
+	}
+	if _, err := h.r.Exec(t.Context(), v, in.ID, "/three"); err != nil {
+		t.Fatal(err)
+	}
+	st.applyDown.Store(false)
+	testkit.WaitFor(t, 10*time.Second, "the saved notice", func() bool { return countOf(notices(v), savedNotice) > 0 })
+	if got := notices(v); countOf(got, unsavedNotice) != 1 || countOf(got, savedNotice) != 1 {
+		t.Fatalf("notices %q; want one unsaved and one saved", got)
+	}
+	if err := h.r.journal.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hist, _, err := st.HistoryFor(t.Context(), "", in.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range hist {
+		texts = append(texts, e.Text)
+	}
+	for _, want := range []string{"/one", "/two", "/three"} { // the command and its output
+		if countOf(texts, want) != 2 {
+			t.Fatalf("stored history %q: want %q twice", texts, want)
+		}
+	}
+	if countOf(texts, unsavedNotice) != 0 || countOf(texts, savedNotice) != 0 {
+		t.Fatalf("stored history %q: the outage's notices are events only", texts)
+	}
+}

@@ -346,6 +346,7 @@ func New(cfg Config) *Registry {
 	}
 	r.lease = lease{mu: &r.mu, sessions: r.sessions, store: cfg.Store, notice: r.noticeLocked, queued: r.journal.rowsQueued, lost: r.leaseLost}
 	r.journal.onFenced = r.leaseLost
+	r.journal.onOutage = r.storeOutage
 	return r
 }
 
