@@ -80,6 +80,9 @@ type Chat struct {
 	SendQueue   int         // frames queued per socket before it is a slow consumer
 	MaxInflight int         // requests one socket may have running
 	Models      ModelLister // nil: model.list answers no models
+	// Node is this node's id in a cluster ("" alone): gateway.ready says
+	// it, so a page that reconnected to another node shows which.
+	Node string
 	// Agents is what agent.list answers: the agents a session may talk
 	// to, the built-in worker first (nil: that one alone).
 	Agents          []AgentInfo
@@ -170,7 +173,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.OnConn(1)
 		defer h.OnConn(-1)
 	}
-	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version}}))
+	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version, "node": h.Node}}))
 	unwatch := func() {}
 	if w, ok := h.Registry.(SessionWatcher); ok {
 		unwatch = w.Watch(c)

@@ -18,6 +18,13 @@ import (
 // the store is back.
 const CodeLeaseUnproven = 5006
 
+// CodeHeldElsewhere answers session.resume (or session.reopen) of the
+// caller's session that another node of the cluster holds under a live
+// lease (sessions.HeldElsewhereError): its node died and the lease has
+// not lapsed yet, or it lives and this request reached another node.
+// data: {"node", "retry_in_ms"}: ask again then (issue 41).
+const CodeHeldElsewhere = 4010
+
 // The error edges: one function per transport turns the errors of the
 // registry and the worker manager into that transport's codes, and logs an
 // internal error (one it has no code for) once, at ERROR, since only then is
@@ -36,9 +43,13 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var uc *sessions.UserCapacityError
 	var se *sessions.StoreError
 	var ua *sessions.UnknownAgentError
+	var he *sessions.HeldElsewhereError
 	switch {
 	case errors.As(err, &rpc):
 		return rpc
+	case errors.As(err, &he):
+		return &RPCError{Code: CodeHeldElsewhere, Message: he.Error(),
+			Data: map[string]any{"node": he.Node, "retry_in_ms": he.RetryIn.Milliseconds()}}
 	case errors.As(err, &ua):
 		return invalidParams(ua.Error())
 	case errors.Is(err, sessions.ErrNotFound):

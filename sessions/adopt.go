@@ -19,6 +19,28 @@ import (
 // missing (ErrNotFound): nginx's sticky routing sends its user there.
 // Without a Claim nothing is adopted.
 
+// HeldElsewhereError: the session asked for is p's, stored and not
+// closed, but another node holds it under a live lease (it lives, or it
+// died and its lease has not lapsed yet): nothing was claimed. RetryIn is
+// the lease's time left by this node's clock (at least a second: a retry
+// sooner is refused again), Node the holder. A viewer that waits and asks
+// again then gets the session from whichever node adopted it (issue 41).
+// The caller answers 4010 with {node, retry_in_ms}.
+type HeldElsewhereError struct {
+	Node    string
+	RetryIn time.Duration
+}
+
+func (e *HeldElsewhereError) Error() string {
+	return fmt.Sprintf("the server holding this conversation (%s) does not answer here; another takes over within %s", e.Node, e.RetryIn.Round(time.Second))
+}
+
+// heldElsewhere is the HeldElsewhereError of row, held by another node
+// until row.LeaseUntil.
+func heldElsewhere(row store.Session, now time.Time) *HeldElsewhereError {
+	return &HeldElsewhereError{Node: row.Node, RetryIn: max(row.LeaseUntil.Sub(now), time.Second)}
+}
+
 // errStoredClosed: the session asked for is stored closed, not
 // adoptable; Reopen reopens it, Resume answers ErrNotFound.
 var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFound)
@@ -37,8 +59,9 @@ var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFo
 //
 // It returns nil when sid is live here afterwards, or when there is no
 // lease (nothing to adopt: the caller answers as before). Errors:
-// ErrNotFound (unknown, another user's, held by a live node, or ended
-// meanwhile), errStoredClosed (stored closed), ErrCapacity or a
+// ErrNotFound (unknown, another user's, or ended meanwhile), a
+// *HeldElsewhereError (p's, held by another node under a live lease),
+// errStoredClosed (stored closed), ErrCapacity or a
 // *UserCapacityError (no room: the lease it took lapses unrenewed),
 // ErrShuttingDown, *StoreError, ctx's error.
 func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict bool) error {
@@ -91,7 +114,9 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	}
 	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Time{}) // the store's clock
 	switch {
-	case errors.Is(err, store.ErrLeaseHeld), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrLeaseHeld):
+		return heldElsewhere(row, time.Now())
+	case errors.Is(err, store.ErrNotFound):
 		return ErrNotFound
 	case err != nil:
 		return &StoreError{err}
@@ -186,8 +211,9 @@ func (r *Registry) adoptForList(p Principal) {
 		if row.Node != "" && row.Node != node && row.LeaseUntil.After(now) {
 			continue // its node lives: it serves it
 		}
+		var held *HeldElsewhereError
 		switch err := r.adopt(ctx, p, row.ID, false); {
-		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, errStoredClosed):
+		case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, errStoredClosed), errors.As(err, &held):
 		case errors.Is(err, ErrCapacity), errors.Is(err, ErrShuttingDown):
 			return
 		default:

@@ -189,8 +189,10 @@ func TestAdoptAfterOwnerDied(t *testing.T) {
 }
 
 // TestNoAdoptionWhileOwnerLives: while node a's lease on a session is
-// live, its owner's resume and reopen on b answer as missing, and b
-// neither claims it nor makes it live.
+// live, its owner's resume and reopen on b answer that a holds it, with
+// the lease's time left (a HeldElsewhereError, 4010: the dashboard waits
+// and asks again, issue 41), and b neither claims it nor makes it live.
+// Another user's resume of it on b still answers as missing.
 func TestNoAdoptionWhileOwnerLives(t *testing.T) {
 	t.Parallel()
 	for _, backend := range sharedStores {
@@ -199,11 +201,17 @@ func TestNoAdoptionWhileOwnerLives(t *testing.T) {
 			a, b, _, sb := twoNodes(t, backend.open, time.Hour)
 			sid, _ := annOn(t, a)
 			ann := &recViewer{p: Principal{User: "ann"}}
-			if _, err := b.r.Resume(ann, sid); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("resume on b while a holds it: %v; want ErrNotFound", err)
+			for name, call := range map[string]func() error{
+				"resume": func() error { _, err := b.r.Resume(ann, sid); return err },
+				"reopen": func() error { _, err := b.r.Reopen(t.Context(), ann, sid); return err },
+			} {
+				var held *HeldElsewhereError
+				if err := call(); !errors.As(err, &held) || held.Node != "a" || held.RetryIn < 59*time.Minute || held.RetryIn > time.Hour {
+					t.Fatalf("%s on b while a holds it: %v; want a HeldElsewhereError naming a, about an hour left", name, err)
+				}
 			}
-			if _, err := b.r.Reopen(t.Context(), ann, sid); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("reopen on b while a holds it: %v; want ErrNotFound", err)
+			if _, err := b.r.Resume(&recViewer{p: Principal{User: "bob"}}, sid); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("bob's resume on b of ann's session a holds: %v; want ErrNotFound", err)
 			}
 			if _, ok := b.r.Get(AdminPrincipal, sid); ok {
 				t.Fatal("a's session is live on b")

@@ -45,6 +45,7 @@ const els = {
 	planList: byTestId('plan-list'),
 	slashList: byTestId('slash-list'),
 	log: byTestId('chat-log'),
+	moving: byTestId('session-moving'),
 	form: byTestId('chat-form'),
 	input: byTestId('chat-input'),
 	status: byTestId('conn-status'),
@@ -130,6 +131,7 @@ function setCurrent(id, explicit) {
 	if (previous && previous !== id && rpc.ready) {
 		rpc.call('session.detach', { session_id: previous }).catch(() => {});
 	}
+	if (previous !== id) clearMoving();
 	currentGone = false;
 	streaming.clear();
 	execs = 0;
@@ -426,19 +428,29 @@ async function closeSession(id) {
 
 // On every new chat socket: list, then resume the current (or stored) session
 // if it is still alive, else create one.
-function onReady() {
+function onReady(payload) {
 	restarting = false;
+	showNode(payload?.node);
 	loadModels();
 	agentsLoaded = loadAgents();
 	serial(async () => {
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
 		const s = sessions.find((x) => x.session_id === want);
-		if (s && !isGone(s)) {
+		// A reconnect follows the session this page shows, listed here or
+		// not: on another node of a cluster it may still be its dead
+		// node's (4010) until that node's lease lapses, and then this one
+		// adopts it. The page waits for it rather than make a new one.
+		if ((s && !isGone(s)) || (!s && current)) {
 			try {
 				await resume(want);
+				clearMoving();
 				return;
 			} catch (err) {
+				if (err instanceof RpcError && err.code === HELD_ELSEWHERE) {
+					showMoving(want, err.data);
+					return;
+				}
 				if (!(err instanceof RpcError) || err.code !== 4001) throw err;
 			}
 		}
@@ -458,6 +470,61 @@ function onReady() {
 		}
 		await create();
 	});
+}
+
+// The error of a session another node of the cluster still holds
+// (docs/PROTOCOL.md, issue 41): data {node, retry_in_ms}.
+const HELD_ELSEWHERE = 4010;
+let movingTimer = 0;
+let movingTick = 0;
+
+/**
+ * Says, in the chat pane, that session id's node stopped and another
+ * takes it over within the lease's time left (data.retry_in_ms), counting
+ * down, and resumes it then (again while the answer is 4010). The draft
+ * in the input stays; the conversation shown stays until the resume
+ * brings it back whole.
+ */
+function showMoving(id, data) {
+	clearMoving();
+	const wait = Math.max(1000, Number(data?.retry_in_ms) || 3000);
+	const until = Date.now() + wait;
+	const say = () => {
+		const left = Math.max(0, Math.ceil((until - Date.now()) / 1000));
+		els.moving.textContent = `The server holding this conversation stopped; another takes over within ${left} s.`;
+	};
+	say();
+	els.moving.hidden = false;
+	movingTick = setInterval(say, 1000);
+	movingTimer = setTimeout(() => serial(() => followMoving(id)), wait + 300);
+}
+
+function clearMoving() {
+	clearInterval(movingTick);
+	clearTimeout(movingTimer);
+	els.moving.hidden = true;
+}
+
+/** Resumes the session showMoving waits for, unless the page moved on. */
+async function followMoving(id) {
+	if (current !== id || !rpc.ready) return; // another session, or the socket is down: onReady follows it
+	try {
+		await resume(id);
+		clearMoving();
+	} catch (err) {
+		if (err instanceof RpcError && err.code === HELD_ELSEWHERE) {
+			showMoving(id, err.data);
+			return;
+		}
+		clearMoving();
+		throw err;
+	}
+}
+
+/** Shows the node this page's socket reached (gateway.ready's node). */
+function showNode(node) {
+	const meta = document.querySelector('.meta[title="node"]');
+	if (meta && typeof node === 'string' && node) meta.textContent = node;
 }
 
 function onEvent(ev) {
