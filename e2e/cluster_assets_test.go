@@ -19,15 +19,7 @@ func TestClusterAssetsFromAnyNode(t *testing.T) {
 	a := startDashgate(t, "--node-id", "a", "--trusted-proxies", "127.0.0.1/32")
 	b := startDashgate(t, "--node-id", "b", "--trusted-proxies", "127.0.0.1/32")
 	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{a.Addr, b.Addr}})
-	var c *clusterClient
-	for i := 0; c == nil; i++ {
-		if i == 30 {
-			t.Fatal("30 browsers, none pinned to node a")
-		}
-		if l := loginCluster(t, n, "browser"); l.node == "a" {
-			c = l
-		}
-	}
+	c := loginPinned(t, n, "browser", "a", "a", "b")
 	fetchAll := func(when string) {
 		t.Helper()
 		html := http.Header{"Accept": {"text/html"}}

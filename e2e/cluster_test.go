@@ -110,6 +110,25 @@ func loginCluster(t *testing.T, n *nginx, name string) *clusterClient {
 	return c
 }
 
+// loginPinned logs browsers in through nginx until one is served, and
+// so pinned, by node (nginx sends a browser without the dashgate_node
+// cookie round-robin); a browser served by a node not in nodes fails the
+// test, and so do 30 logins none pinned to node.
+func loginPinned(t *testing.T, n *nginx, name, node string, nodes ...string) *clusterClient {
+	t.Helper()
+	for range 30 {
+		l := loginCluster(t, n, name)
+		if l.node == node {
+			return l
+		}
+		if len(nodes) > 0 && !slices.Contains(nodes, l.node) {
+			t.Fatalf("%s served by unknown node %q", name, l.node)
+		}
+	}
+	t.Fatalf("30 logins through nginx, none served by node %s", node)
+	return nil
+}
+
 // ws is how this browser opens a WebSocket: its cookies, its page's origin.
 func (c *clusterClient) ws(n *nginx) testkit.DialOptions {
 	return testkit.DialOptions{Origin: n.Origin(), Jar: c.client.Jar}

@@ -135,15 +135,7 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 
 	// A dashgate_node cookie naming a (nginx round-robins browsers
 	// without one), from a login a served.
-	var pin *clusterClient
-	for i := 0; pin == nil; i++ {
-		if i == 30 {
-			t.Fatal("30 logins through nginx, none served by node a")
-		}
-		if l := loginCluster(t, n, "pin"); l.node == "a" {
-			pin = l
-		}
-	}
+	pin := loginPinned(t, n, "pin", "a")
 	// The session the page shows, made on a and left detached: a first
 	// visit resumes a waiting session rather than make one.
 	setup := openChat(t, "setup chat to a", n.WS("/ws/chat"), pin.ws(n))

@@ -58,17 +58,7 @@ func TestPostgresClusterBrowserStaysAfterNodeReturns(t *testing.T) {
 
 	// A browser pinned to a (nginx sends browsers without the cookie
 	// round-robin).
-	var c *clusterClient
-	for i := 0; c == nil; i++ {
-		if i == 30 {
-			t.Fatal("30 browsers, none pinned to node a")
-		}
-		if l := loginCluster(t, n, "browser"); l.node == "a" {
-			c = l
-		} else if l.node != "b" {
-			t.Fatalf("browser served by unknown node %q", l.node)
-		}
-	}
+	c := loginPinned(t, n, "browser", "a", "a", "b")
 	if !strings.HasPrefix(c.cookie, "a.") {
 		t.Fatalf("the browser node a served has the cookie %q, want a.<random>", c.cookie)
 	}

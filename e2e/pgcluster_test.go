@@ -68,17 +68,7 @@ func TestPostgresClusterFailover(t *testing.T) {
 
 	// A browser pinned to a (the cookie's random part spreads them;
 	// 2^-30 to miss a 30 times).
-	var c *clusterClient
-	for i := 0; c == nil; i++ {
-		if i == 30 {
-			t.Fatal("30 browsers, none pinned to node a: the dashgate_node cookie does not spread them")
-		}
-		if l := loginCluster(t, n, "browser"); l.node == "a" {
-			c = l
-		} else if l.node != "b" {
-			t.Fatalf("browser served by unknown node %q", l.node)
-		}
-	}
+	c := loginPinned(t, n, "browser", "a", "a", "b")
 
 	chat := openChat(t, "chat to a", n.WS("/ws/chat"), c.ws(n))
 	sid := chat.createSession("failover")
