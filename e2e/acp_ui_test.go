@@ -219,6 +219,19 @@ func TestACPTurnInTwoTabs(t *testing.T) {
 			t.Errorf("tab %s: the chat log holds live markup from the agent: %v", tb.name, bad)
 		}
 	}
+	// After a reload the cards come from the history alone: each keeps
+	// its kind and its final status (the result's), and shows no exit
+	// code (no process ran).
+	tb2.Do("reload tab 2 after the turn", chromedp.Reload())
+	waitDashboard(t, tb2)
+	for _, title := range []string{"Reading project files", edit} {
+		if c := waitToolBadge(t, tb2, title, "completed"); c.Kind == "" {
+			t.Errorf("tab 2 after a reload: the tool card %s shows no kind: %+v", title, c)
+		}
+	}
+	if exits := mustEval[[]string](tb2, `[...document.querySelectorAll('[data-testid="tool-status"]')].map(s => s.textContent).filter(t => t.includes('exit'))`); len(exits) > 0 {
+		t.Errorf("tab 2 after a reload: the agent's tool cards show exit codes %q", exits)
+	}
 }
 
 // startShowAgent starts dashgate with the test agent as --agent show

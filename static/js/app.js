@@ -594,7 +594,7 @@ function onEvent(ev) {
 				kind: 'tool_result',
 				text: p.output ?? '',
 				turn_id: p.turn_id,
-				data: { tool_id: p.tool_id, exit_code: p.exit_code, truncated: p.truncated, duration_ms: p.duration_ms },
+				data: { tool_id: p.tool_id, exit_code: p.exit_code, truncated: p.truncated, duration_ms: p.duration_ms, status: p.status },
 			});
 			break;
 		case 'session.closed':

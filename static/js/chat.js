@@ -782,7 +782,8 @@ function toolCard(toolId, name, command, acp = {}) {
 	card.dataset.toolId = toolId ?? '';
 	card.dataset.state = 'running';
 	const head = el('div', 'card-head');
-	const status = el('span', 'card-status tool-status', 'running…');
+	// An ACP agent's card has its status badge instead.
+	const status = el('span', 'card-status tool-status', isACPTool(acp) ? '' : 'running…');
 	status.dataset.testid = 'tool-status';
 	head.append(el('span', 'card-label', 'tool'), el('span', 'card-tool', name || 'tool'), status);
 	card.append(head);
@@ -967,12 +968,17 @@ function completeToolCard(card, r) {
 	card.dataset.state = 'done';
 	const code = Number(r.exit_code ?? 0);
 	card.dataset.exitCode = String(code);
-	const parts = [`exit ${code}`];
+	// An ACP agent's tool (a read, an edit) ran no process: its final
+	// status (completed, failed) goes to its badge, not an exit code, live
+	// and from the history alike.
+	const acp = typeof r.status === 'string' && r.status !== '';
+	if (acp) applyTool(card, { status: r.status });
+	const parts = acp ? [] : [`exit ${code}`];
 	if (r.duration_ms != null) parts.push(formatDuration(Number(r.duration_ms)));
 	if (r.truncated) parts.push('(truncated)');
 	const status = card.querySelector('.tool-status');
 	status.textContent = parts.join(' · ');
-	status.classList.toggle('failed', code !== 0);
+	status.classList.toggle('failed', acp ? r.status === 'failed' : code !== 0);
 	const output = String(r.output ?? '');
 	card.querySelector('.tool-output')?.remove();
 	// An ACP tool call's output is its text content, shown already.
