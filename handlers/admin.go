@@ -94,6 +94,10 @@ type Admin struct {
 	// reaps are forwarded. nil: Sessions, when it is one (sessions.AdminView
 	// is) and has a node id; else the node's own rows only, as alone.
 	Cluster AdminCluster
+	// Outage, when set (sessions.AdminView.StoreOutage), says whether the
+	// conversation store refuses this node's writes now, since when and
+	// how many entries wait: the page shows a notice while it does.
+	Outage func() (failing bool, since time.Time, waiting int)
 	// Users: users are on (--user-header or --users-file), and the admin
 	// token is no user: it sees no session's title (adminInfo). false:
 	// token mode, where the admin token is the one (anonymous) user's and
@@ -542,6 +546,13 @@ func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 // of its own sessions only (adminInfo).
 func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f UserFilter) templates.AdminView {
 	now := time.Now()
+	var outage string
+	if h.Outage != nil {
+		if failing, since, waiting := h.Outage(); failing {
+			outage = fmt.Sprintf("The conversation store refuses this node's writes since %s (%s ago): chat goes on from memory; %d history entries wait to be saved.",
+				since.UTC().Format("15:04:05 UTC"), now.Sub(since).Round(time.Second), waiting)
+		}
+	}
 	c := h.cluster()
 	// The store's two reads (the nodes, the other nodes' sessions) go on
 	// while this node's snapshots are taken.
@@ -561,7 +572,8 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 	reads.Wait()
 
 	v := templates.AdminView{
-		BasePath: base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
+		StoreOutage: outage,
+		BasePath:    base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
 		SelfRSS: humanize.IBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
 		SelfFDs: self.NumFDs, Goroutines: runtime.NumGoroutine(),
 	}

@@ -10,7 +10,32 @@ import (
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/templates"
 )
+
+// TestAdminShowsStoreOutage: while the store refuses writes the page
+// says so (since when, what waits); otherwise it says nothing of it.
+func TestAdminShowsStoreOutage(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	failing := true
+	since := time.Now().Add(-90 * time.Second)
+	adm := &handlers.Admin{Sessions: s.reg.Admin(), Procs: s.mgr,
+		Outage: func() (bool, time.Time, int) { return failing, since, 7 }}
+	v := adm.View(t.Context(), sessions.AdminPrincipal, "/", handlers.UserFilter{})
+	if !strings.Contains(v.StoreOutage, "refuses this node's writes since") || !strings.Contains(v.StoreOutage, "1m30s ago") ||
+		!strings.Contains(v.StoreOutage, "7 history entries wait") {
+		t.Fatalf("during an outage the page says %q", v.StoreOutage)
+	}
+	var page strings.Builder
+	if err := templates.AdminBody(v).Render(t.Context(), &page); err != nil || !strings.Contains(page.String(), `data-testid="store-outage"`) {
+		t.Fatalf("the rendered page has no store-outage notice (%v)", err)
+	}
+	failing = false
+	if v := adm.View(t.Context(), sessions.AdminPrincipal, "/", handlers.UserFilter{}); v.StoreOutage != "" {
+		t.Fatalf("without an outage the page says %q", v.StoreOutage)
+	}
+}
 
 // TestAdminReadableValues: the admin page's sizes and times read as
 // go-humanize writes them ("12 MiB", "now", "3 minutes ago"), each made

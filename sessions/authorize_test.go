@@ -587,16 +587,17 @@ var accounting = map[string]entry{
 	}},
 
 	// The server's own calls.
-	"Registry.Admin":      {class: classSystem, reason: "returns the admin view, whose methods are accounted as AdminView's; only the admin routes are given it"},
-	"AdminView.Node":      {class: classSystem, reason: "names this node (\"\" alone); reads no session"},
-	"Registry.Run":        {class: classSystem, reason: "the registry's own loop (sweeps, retention) until ctx ends"},
-	"Registry.Shutdown":   {class: classSystem, reason: "ends every session with end_reason shutdown, at the process's stop"},
-	"Registry.Wait":       {class: classSystem, reason: "joins the background teardowns; touches no session"},
-	"Registry.Sweep":      {class: classSystem, reason: "expires detached sessions past their TTL, by time alone"},
-	"Registry.Prune":      {class: classSystem, reason: "drops stored conversations past retention, by time alone"},
-	"Registry.Claim":      {class: classSystem, reason: "a node's startup claim of its sessions' leases, each to its stored owner"},
-	"Registry.Renew":      {class: classSystem, reason: "renews the node's leases; reads no session of a caller's"},
-	"Registry.FlushStore": {class: classSystem, reason: "writes what is queued for the store and releases the leases, at the process's stop"},
+	"Registry.Admin":        {class: classSystem, reason: "returns the admin view, whose methods are accounted as AdminView's; only the admin routes are given it"},
+	"AdminView.Node":        {class: classSystem, reason: "names this node (\"\" alone); reads no session"},
+	"AdminView.StoreOutage": {class: classSystem, reason: "whether the store refuses writes, since when, how many entries wait; reads no session"},
+	"Registry.Run":          {class: classSystem, reason: "the registry's own loop (sweeps, retention) until ctx ends"},
+	"Registry.Shutdown":     {class: classSystem, reason: "ends every session with end_reason shutdown, at the process's stop"},
+	"Registry.Wait":         {class: classSystem, reason: "joins the background teardowns; touches no session"},
+	"Registry.Sweep":        {class: classSystem, reason: "expires detached sessions past their TTL, by time alone"},
+	"Registry.Prune":        {class: classSystem, reason: "drops stored conversations past retention, by time alone"},
+	"Registry.Claim":        {class: classSystem, reason: "a node's startup claim of its sessions' leases, each to its stored owner"},
+	"Registry.Renew":        {class: classSystem, reason: "renews the node's leases; reads no session of a caller's"},
+	"Registry.FlushStore":   {class: classSystem, reason: "writes what is queued for the store and releases the leases, at the process's stop"},
 }
 
 // accountedTypes are the types whose exported methods must each have an

@@ -54,8 +54,9 @@ type journal struct {
 	applied  uint64        // every change queued up to this count is stored
 	progress chan struct{} // closed and replaced when applied moves or the drain stops
 
-	failing  bool // the current burst of failures was logged
-	dropping bool // the backlog was full and entries were dropped in this burst
+	failing  bool      // the current burst of failures was logged
+	failFrom time.Time // when the current burst began (failing)
+	dropping bool      // the backlog was full and entries were dropped in this burst
 	dropped  int
 	dropLog  []lostRange     // what was dropped in this burst, per session, the first journalLostSessions
 	dropAt   map[string]int  // index in dropLog by sid
@@ -322,7 +323,7 @@ func (j *journal) drain() {
 		if err != nil {
 			j.requeueLocked(rest)
 			if !j.failing {
-				j.failing = true
+				j.failing, j.failFrom = true, time.Now()
 				j.log.Warn("store write failed", "err", err, "pending_entries", len(j.order), "note", "chat goes on from memory; writes are retried")
 			}
 			if errors.Is(err, store.ErrClosed) {
@@ -363,6 +364,14 @@ func (j *journal) drain() {
 			j.onOutage(true, saved)
 		}
 	}
+}
+
+// outage reports whether the store refuses writes now, since when, and
+// how many entries wait for it.
+func (j *journal) outage() (failing bool, since time.Time, waiting int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failing, j.failFrom, len(j.order)
 }
 
 // newlyUnsavedLocked notes the sessions of b (a batch the store refused)

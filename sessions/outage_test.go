@@ -366,10 +366,16 @@ func TestStoreOutageSaidInTheChat(t *testing.T) {
 	if _, err := h.r.Exec(t.Context(), v, in.ID, "/three"); err != nil {
 		t.Fatal(err)
 	}
+	if failing, since, waiting := h.r.Admin().StoreOutage(); !failing || since.IsZero() || waiting < 6 {
+		t.Fatalf("StoreOutage during the outage: %v since %v, %d waiting; want failing, 6 entries or more", failing, since, waiting)
+	}
 	st.applyDown.Store(false)
 	testkit.WaitFor(t, 10*time.Second, "the saved notice", func() bool { return countOf(notices(v), savedNotice) > 0 })
 	if got := notices(v); countOf(got, unsavedNotice) != 1 || countOf(got, savedNotice) != 1 {
 		t.Fatalf("notices %q; want one unsaved and one saved", got)
+	}
+	if failing, _, _ := h.r.Admin().StoreOutage(); failing {
+		t.Fatal("StoreOutage after the outage: still failing")
 	}
 	if err := h.r.journal.flush(t.Context()); err != nil {
 		t.Fatal(err)

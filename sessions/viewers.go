@@ -346,6 +346,13 @@ func (r *Registry) Admin() AdminView { return AdminView{r} }
 // List is Registry.List for the admin: every session.
 func (a AdminView) List() []Info { return a.r.List(AdminPrincipal) }
 
+// StoreOutage reports whether the conversation store refuses this node's
+// writes now (chat goes on from memory, issue 41), since when, and how
+// many history entries wait for it. It reads no session.
+func (a AdminView) StoreOutage() (failing bool, since time.Time, waiting int) {
+	return a.r.journal.outage()
+}
+
 // Close is Registry.Close acting for by (it blocks until the session is
 // torn down).
 func (a AdminView) Close(by Principal, sid string, reason EndReason) (bool, error) {

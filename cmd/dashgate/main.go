@@ -368,7 +368,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 
 	sock := handlers.SocketConfig{PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, WriteTimeout: cfg.WriteTimeout}
-	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version, Users: usersMode(cfg) != ""}
+	admin := &handlers.Admin{Sessions: reg.Admin(), Procs: mgr, Metrics: metrics, Log: log, Version: version, Users: usersMode(cfg) != "",
+		Outage: reg.Admin().StoreOutage}
 	if nodes, ok := st.Store.(store.Nodes); ok && isPostgresURL(cfg.Store) {
 		admin.Nodes = func(ctx context.Context) ([]store.Node, error) {
 			return nodes.Nodes(ctx, time.Now(), cfg.NodeExpiry)
