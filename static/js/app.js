@@ -1017,7 +1017,8 @@ function renderAgents() {
 		...list.map((a) => {
 			const o = document.createElement('option');
 			o.value = a.name;
-			o.textContent = a.name;
+			// The built-in worker's name says nothing to a newcomer: say what it is.
+			o.textContent = a.kind === 'builtin' ? `${a.name} (built-in)` : a.name;
 			o.title = a.kind === 'builtin' ? "dashgate's own agent" : `an Agent Client Protocol agent (${a.name})`;
 			o.dataset.kind = a.kind ?? '';
 			return o;
