@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/static"
 )
 
 // The tests of issue 8: dashgate behind a real nginx running the deploy
@@ -211,8 +212,8 @@ func TestSubPathURLsBehindNginx(t *testing.T) {
 			}
 		}
 	}
-	checkPage(subPath, subPath+"admin", subPath+"static/js/app.js")
-	checkPage(subPath+"admin", subPath, subPath+"static/js/admin.js")
+	checkPage(subPath, subPath+"admin", static.URL(subPath, "js/app.js"))
+	checkPage(subPath+"admin", subPath, static.URL(subPath, "js/admin.js"))
 	t.Logf("%d URLs checked through nginx", len(checked))
 	if len(checked) < 8 {
 		t.Errorf("only %d URLs checked: %q", len(checked), slices.Sorted(maps.Keys(checked)))

@@ -15,6 +15,7 @@ import (
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
+	"github.com/dashgate/dashgate/static"
 	"github.com/dashgate/dashgate/templates"
 	"github.com/dashgate/dashgate/web"
 	"github.com/dashgate/dashgate/workers"
@@ -243,10 +244,14 @@ func TestAdminComponents(t *testing.T) {
 		`action="/dg/admin/workers/42/reap"`,
 		`data-testid="unowned-row" data-pid="77"`,
 		`action="/dg/admin/sessions/reap-detached"`,
-		`src="/dg/static/js/admin.js"`,
+		`src="/dg/static/v/` + static.Version() + `/js/admin.js"`,
 	} {
 		if !strings.Contains(html, want) {
 			t.Fatalf("admin page lacks %q", want)
 		}
+	}
+	// Every asset at its versioned URL (issue 41), none at the old one.
+	if n, v := strings.Count(html, `"/dg/static/`), strings.Count(html, `"/dg/static/v/`+static.Version()+`/`); n != v || n < 4 {
+		t.Errorf("admin page links %d assets, %d of them versioned; want at least 4, all versioned", n, v)
 	}
 }

@@ -200,14 +200,23 @@ func New(cfg Config, h Handlers) (*Server, error) {
 	app.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	// The stylesheet of the login and "not found" pages, which a browser
 	// without a token loads: nothing secret in it.
-	app.Get("/static/css/page.css", func(w http.ResponseWriter, r *http.Request) {
+	pageCSS := func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, static.FS, "css/page.css")
-	})
+	}
+	app.Get("/static/css/page.css", pageCSS)
+	app.Method(http.MethodGet, "/static/v/{version}/css/page.css", thisVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", cacheForGood)
+		pageCSS(w, r)
+	})))
 	app.NotFound(s.notFound)
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
-		r.Handle("/static/*", http.StripPrefix(strings.TrimSuffix(cfg.BasePath, "/")+"/static/", staticHandler()))
+		// The assets under static.URL's versioned prefix, cached for
+		// good; the unversioned ones (links of an older page) as before,
+		// revalidated on each use.
+		r.Handle("/static/v/{version}/*", thisVersion(http.StripPrefix(static.URL(cfg.BasePath, ""), staticHandler(cacheForGood))))
+		r.Handle("/static/*", http.StripPrefix(cfg.BasePath+"static/", staticHandler("no-cache")))
 		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/chat", h.Chat)
 		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/pty", h.Terminal)
 		if h.Export != nil {
@@ -245,15 +254,37 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func staticHandler() http.Handler {
+// cacheForGood is the Cache-Control of a versioned asset (static.URL): its
+// URL names its bytes, so a browser keeps it without asking again.
+const cacheForGood = "private, max-age=31536000, immutable"
+
+// staticHandler serves static.FS with that Cache-Control, directory
+// listings refused.
+func staticHandler(cacheControl string) http.Handler {
 	fs := http.FileServerFS(static.FS)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") || r.URL.Path == "" {
 			http.NotFound(w, r) // no directory listings
 			return
 		}
-		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("Cache-Control", cacheControl)
 		fs.ServeHTTP(w, r)
+	})
+}
+
+// thisVersion answers 404 to a versioned asset URL whose {version} is not
+// static.Version: that URL names another release's bytes, which this node
+// does not have. The 404 sends nginx to the next node
+// (deploy/nginx/dashgate-cluster.conf), where, during a rolling upgrade, a
+// node of that release answers; serving this node's files under it would
+// put them in the browser's cache for good under the wrong name.
+func thisVersion(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if chi.URLParam(r, "version") != static.Version() {
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
