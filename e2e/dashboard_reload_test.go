@@ -166,6 +166,10 @@ func TestDisconnectedSaysSoAndGreysStates(t *testing.T) {
 	attached := fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] .session-state[data-state="attached"]`, js(sid))
 	tb.mustWaitJS(10*time.Second, "the session green and attached", colourOf(attached)+` === `+js(okColour), dashboardState)
 
+	typeInTerminal(t, tb, "echo before-the-$((6*7))-restart")
+	if _, err := waitTerminalOutput(t, tb, "echo before-the-$((6*7))-restart", exactly("before-the-42-restart"), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	_, port, err := net.SplitHostPort(d.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +191,11 @@ func TestDisconnectedSaysSoAndGreysStates(t *testing.T) {
 	waitDashboard(t, tb)
 	tb.mustWaitJS(10*time.Second, "the terminal status gone and the state green again",
 		status+`.hidden && `+colourOf(attached)+` === `+js(okColour), dashboardState)
+	// The terminal did not survive the stop: the page says a new one
+	// began, below the old one's output rather than in its place (issue 41:
+	// "a new terminal replaces the old one with no word").
+	tb.mustWaitJS(10*time.Second, "the old output kept above a line that says a new terminal began",
+		`(t => /before-the-42-restart[\s\S]*── new terminal: the one above ended while this page was away ──/.test(t))(window.dashgate.terminalText())`, dashboardState)
 }
 
 // A line sent while the chat socket is down is not lost: it stays in the

@@ -57,10 +57,24 @@ func openDashboard(t *testing.T, d *dashgate, tb *tab) string {
 	return currentSession(t, tb)
 }
 
+// waitDashboard waits until the dashboard shows a session, both sockets
+// open. A page with no session to show (a first visit, every session
+// closed) creates none by itself (issue 41): then it presses New session,
+// as a person would, and waits for that one.
 func waitDashboard(t *testing.T, tb *tab) {
 	t.Helper()
+	tb.mustWaitJS(15*time.Second, "dashboard ready or no session open", dashboardReady+` || (`+noSessionShown+`)`, dashboardState)
+	if mustEval[bool](tb, noSessionShown) {
+		tb.Do("start a session", chromedp.Click(chromedp.CSS(byTestID("new-session"))))
+	}
 	tb.mustWaitJS(15*time.Second, "dashboard ready", dashboardReady, dashboardState)
 }
+
+// noSessionShown holds while the dashboard says no session is open (its
+// chat's no-session line shown, its chat socket open).
+const noSessionShown = `!!(window.dashgate && !window.dashgate.currentSession() &&
+	window.dashgate.chatSocketState() === 'open' &&
+	document.querySelector('[data-testid="no-session"]')?.checkVisibility())`
 
 func currentSession(t *testing.T, tb *tab) string {
 	t.Helper()

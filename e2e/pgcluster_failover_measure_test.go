@@ -106,23 +106,6 @@ func killBytes(expiry time.Duration, i, runs int) int {
 	return killAfter + int(extra/streamEvery)*streamChunk
 }
 
-// startMeasureNode is startAgentNode with leases of expiry.
-func startMeasureNode(t *testing.T, m *modelServer, storeURL, id string, expiry time.Duration) *dashgate {
-	t.Helper()
-	return launch(t, testkit.Options{Sub: "serve", Dir: t.TempDir(), Env: append(testkit.CleanEnv(), "E2E_MODEL_KEY="+agentKey), Args: []string{
-		"--worker-grace", workerGrace.String(),
-		"--log-level", "debug",
-		"--pty-cmd", "/bin/bash --noprofile --norc",
-		"--store", storeURL,
-		"--node-id", id,
-		"--trusted-proxies", "127.0.0.1/32",
-		"--state-dir", filepath.Join(t.TempDir(), "state-"+id),
-		"--node-expiry", expiry.String(),
-		"--node-heartbeat", "1s",
-		"--llm-url", m.URL + "/v1", "--llm-api-key-env", "E2E_MODEL_KEY",
-	}})
-}
-
 // measureRecorder (a function of the session id and streamChunk) is installed in the page
 // before the prompt: a MutationObserver that notes, at every change of
 // the document, by the page's clock (performance.timeOrigin +
@@ -278,8 +261,8 @@ func measureFailover(t *testing.T, expiry time.Duration, killAt int) failoverRun
 	stream := newPacedStream()
 	m.then(stream.serve, reply("Answered on b, cold."), reply("Answered on b, warm."))
 	storeURL := testkit.Postgres(t)
-	a := startMeasureNode(t, m, storeURL, "a", expiry)
-	b := startMeasureNode(t, m, storeURL, "b", expiry)
+	a := startAgentNode(t, m, storeURL, "a", filepath.Join(t.TempDir(), "state-a"), expiry)
+	b := startAgentNode(t, m, storeURL, "b", filepath.Join(t.TempDir(), "state-b"), expiry)
 	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{a.Addr, b.Addr}})
 
 	pin := loginPinned(t, n, "pin", "a")

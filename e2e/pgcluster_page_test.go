@@ -26,10 +26,10 @@ const pageExpiry = 5 * time.Second
 
 // startAgentNode starts one node of a PostgreSQL cluster as startLeasedNode
 // does (store, node id, the suite's token, state directory) with the agent
-// on the model server m (startAgent's flags and key) and leases of
-// pageExpiry (heartbeat every second: --node-expiry must be longer than
+// on the model server m (startAgent's flags and key) and leases of expiry
+// (heartbeat every second: --node-expiry must be longer than
 // --node-heartbeat, 5 s by default).
-func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string) *dashgate {
+func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string, expiry time.Duration) *dashgate {
 	t.Helper()
 	return launch(t, testkit.Options{Sub: "serve", Dir: t.TempDir(), Env: append(testkit.CleanEnv(), "E2E_MODEL_KEY="+agentKey), Args: []string{
 		"--worker-grace", workerGrace.String(),
@@ -39,7 +39,7 @@ func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string) *d
 		"--node-id", id,
 		"--trusted-proxies", "127.0.0.1/32",
 		"--state-dir", state,
-		"--node-expiry", pageExpiry.String(),
+		"--node-expiry", expiry.String(),
 		"--node-heartbeat", "1s",
 		"--llm-url", m.URL + "/v1", "--llm-api-key-env", "E2E_MODEL_KEY",
 	}})
@@ -129,8 +129,8 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 	// its worker goes with node a; the next prompt is answered on b.
 	m.then(halted([]string{"Cut ", "short "}, nil, ""), reply("Still here, on b."))
 	storeURL := testkit.Postgres(t)
-	a := startAgentNode(t, m, storeURL, "a", filepath.Join(t.TempDir(), "state-a"))
-	b := startAgentNode(t, m, storeURL, "b", filepath.Join(t.TempDir(), "state-b"))
+	a := startAgentNode(t, m, storeURL, "a", filepath.Join(t.TempDir(), "state-a"), pageExpiry)
+	b := startAgentNode(t, m, storeURL, "b", filepath.Join(t.TempDir(), "state-b"), pageExpiry)
 	n := startNginx(t, nginxSite{file: "dashgate-cluster.conf", upstreams: []string{a.Addr, b.Addr}})
 
 	// A dashgate_node cookie naming a (nginx round-robins browsers

@@ -160,6 +160,9 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 	if att.ResumeToken != "" {
 		hello["resume_token"] = att.ResumeToken
 	}
+	if att.Started {
+		hello["started"] = true
+	}
 	if err := h.writeJSON(sock, hello); err != nil {
 		sock.abort(err)
 		return

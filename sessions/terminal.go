@@ -297,6 +297,7 @@ type Attachment struct {
 	ReplayEnd   int64  // output offset at the attach: bytes before it are a replay
 	ResumeToken string // set when keepalive was asked for
 	Reset       bool   // the client must clear its screen before the replay
+	Started     bool   // this attach started the terminal's program: none ran for the session
 	detachOnce  sync.Once
 	page        string
 	principal   Principal // who attached: the owner of its session
@@ -430,7 +431,7 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	s.term = t
 	cols, rows := o.size()
 	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page, principal: p,
-		cols: cols, rows: rows, keepalive: o.Keepalive, toldPeers: -1}
+		cols: cols, rows: rows, keepalive: o.Keepalive, toldPeers: -1, Started: fresh}
 	if o.Share {
 		a.toldPeers = 0 // told at its first Next
 	}

@@ -46,6 +46,7 @@ const els = {
 	slashList: byTestId('slash-list'),
 	log: byTestId('chat-log'),
 	moving: byTestId('session-moving'),
+	noSession: byTestId('no-session'),
 	form: byTestId('chat-form'),
 	input: byTestId('chat-input'),
 	status: byTestId('conn-status'),
@@ -83,6 +84,7 @@ const terminal = new TerminalPane(els.terminal, base, {
 	shared: byTestId('terminal-shared'),
 	sharedText: byTestId('terminal-shared-text'),
 	takeover: byTestId('terminal-takeover'),
+	start: () => serial(create),
 });
 const layout = initLayout(() => terminal.refit());
 const notifier = new Notifier(byTestId('notify-toggle'));
@@ -144,6 +146,7 @@ function setCurrent(id, explicit) {
 	}
 	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
+	els.noSession.hidden = true;
 	renderLists();
 	terminal.attach(id, explicit);
 	setExport(id);
@@ -405,7 +408,7 @@ async function create() {
 	await refresh();
 }
 
-/** Resumes the first live session other than `except`, or creates one. */
+/** Resumes the first live session other than `except`, or shows that none is open. */
 async function pickAnother(except) {
 	const next = sessions.find((s) => s.session_id !== except && !isGone(s));
 	if (next) {
@@ -416,7 +419,40 @@ async function pickAnother(except) {
 			if (!(err instanceof RpcError) || err.code !== 4001) throw err;
 		}
 	}
-	await create();
+	showNoSession();
+}
+
+/**
+ * Shows that no session is open (a first visit, the last one closed): the
+ * chat says how to start one and the terminal waits for it. The page
+ * creates no session by itself: every visit of a browser without one
+ * would leave an empty "session N" behind (issue 41). The first prompt
+ * sent (submit), New session, or the terminal's "Start a session" makes
+ * one; picking one from the list resumes it.
+ */
+function showNoSession() {
+	if (current && rpc.ready) rpc.call('session.detach', { session_id: current }).catch(() => {});
+	current = null;
+	currentGone = false;
+	streaming.clear();
+	execs = 0;
+	execSeq++;
+	currentAgent = '';
+	setPlan(null);
+	setCommands([]);
+	clearMoving();
+	chat.clear();
+	follow.reset();
+	oldestSeq = 0;
+	els.historyMore.hidden = true;
+	localStorage.removeItem(SESSION_KEY);
+	setAgent('');
+	setModel('');
+	updateBusy();
+	renderLists();
+	terminal.attach(null);
+	setExport(null);
+	els.noSession.hidden = false;
 }
 
 async function closeSession(id) {
@@ -427,7 +463,7 @@ async function closeSession(id) {
 }
 
 // On every new chat socket: list, then resume the current (or stored) session
-// if it is still alive, else create one.
+// if it is still alive, else a detached one, else show that none is open.
 function onReady(payload) {
 	restarting = false;
 	showNode(payload?.node);
@@ -468,7 +504,7 @@ function onReady(payload) {
 				if (!(err instanceof RpcError) || err.code !== 4001) throw err;
 			}
 		}
-		await create();
+		showNoSession();
 	});
 }
 

@@ -87,6 +87,7 @@ export class TerminalPane {
 	#ui; // {status, text, restart} elements of the status line
 	#endNote = ''; // why the terminal ended, when the chat said (an admin's reap)
 	#keep = false; // the next program starts below the old scrollback
+	#keepOnReset = false; // this socket's hello started a new program below the old output: its reset clears nothing
 	#early = []; // keys typed while the socket connects (or that take the terminal back): sent after its hello
 	#earlyBytes = 0;
 	#ctrl = null; // the key row's Ctrl button while it is pressed (the next key is a control character)
@@ -95,7 +96,7 @@ export class TerminalPane {
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement}} ui the page's id (?page=), the status line, the key row and the line that says the terminal is shared
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, and what starts a session when none is open (the status line's button then)
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
@@ -213,7 +214,11 @@ export class TerminalPane {
 
 	/** Starts a new terminal (or takes this one back) after it ended, below the old scrollback. */
 	restart() {
-		if (!this.#sessionId || this.#ws || this.#halted === 'stopped') return;
+		if (!this.#sessionId) {
+			this.#ui.start?.(); // no session: the page starts one, which attaches here
+			return;
+		}
+		if (this.#ws || this.#halted === 'stopped') return;
 		if (this.#halted === 'takeover') this.#exclusive = true;
 		this.#halted = null;
 		this.#backoff.reset();
@@ -271,7 +276,7 @@ export class TerminalPane {
 	 * exited): then it is attached afresh, taking it back from another tab.
 	 */
 	attach(sessionId, retake = false) {
-		if (sessionId === this.#sessionId && !(retake && this.#halted)) return;
+		if (sessionId && sessionId === this.#sessionId && !(retake && this.#halted)) return;
 		this.#save();
 		this.#disconnect();
 		this.#sessionId = sessionId;
@@ -286,6 +291,7 @@ export class TerminalPane {
 		this.#earlyBytes = 0;
 		this.#status(null);
 		if (sessionId) this.#connect();
+		else this.#status('idle', 'No session is open; its terminal starts with it.', 'Start a session');
 	}
 
 	/**
@@ -344,6 +350,7 @@ export class TerminalPane {
 			this.#pos = 0;
 		}
 		this.#endNote = '';
+		this.#keepOnReset = false;
 		let started = false; // its first byte arrived
 		this.#status('starting', resuming ? 'reconnecting to the terminal…' : 'starting the terminal…');
 		this.#skip = 0;
@@ -435,6 +442,15 @@ export class TerminalPane {
 			case 'hello': {
 				this.#backoff.reset();
 				this.#tokenFailures = 0;
+				if (msg.started === true && resuming && this.#pos > 0) {
+					// The terminal shown ended while this page was away (it
+					// expired, or its server stopped): a new program, below
+					// what the old one left, as after an exit; the reset
+					// that follows clears nothing.
+					this.term.write(`\x1b[!p\r\n${DIM}── new terminal: the one above ended while this page was away ──${PLAIN}\r\n`);
+					this.#pos = 0;
+					this.#keepOnReset = true;
+				}
 				const offset = Number.isSafeInteger(msg.offset) && msg.offset >= 0 ? msg.offset : 0;
 				// When the replay starts before what is on screen, drop the overlap.
 				this.#skip = resuming ? Math.max(0, this.#pos - offset) : 0;
@@ -450,7 +466,8 @@ export class TerminalPane {
 				break;
 			}
 			case 'reset':
-				this.term.reset();
+				if (!this.#keepOnReset) this.term.reset();
+				this.#keepOnReset = false;
 				this.#skip = 0;
 				break;
 			case 'exit': {
