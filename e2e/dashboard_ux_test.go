@@ -294,6 +294,8 @@ func TestTerminalStartingAndFailure(t *testing.T) {
 		b := newBrowser(t)
 		tb := b.newTab(t, "dashboard")
 		tb.Do("open the dashboard", chromedp.Navigate(d.LoginURL("/")))
+		tb.mustWaitJS(15*time.Second, "no session open", noSessionShown, dashboardState)
+		startSession(tb)
 		tb.mustWaitJS(15*time.Second, "the terminal says it is starting",
 			`window.dashgate?.ptySocketState() === 'open' && `+visible(byTestID("terminal-status"))+
 				` && document.querySelector('[data-testid="terminal-status"]').dataset.state === 'starting'`, dashboardState)
@@ -312,6 +314,8 @@ func TestTerminalStartingAndFailure(t *testing.T) {
 		b := newBrowser(t)
 		tb := b.newTab(t, "dashboard")
 		tb.Do("open the dashboard", chromedp.Navigate(d.LoginURL("/")))
+		tb.mustWaitJS(15*time.Second, "no session open", noSessionShown, dashboardState)
+		startSession(tb)
 		tb.mustWaitJS(15*time.Second, "the terminal says it could not start",
 			visible(byTestID("terminal-status"))+` && document.querySelector('[data-testid="terminal-status"]').dataset.state === 'error' && document.querySelector('[data-testid="terminal-status-text"]').textContent.includes('could not start')`,
 			dashboardState)
