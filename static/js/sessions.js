@@ -12,8 +12,10 @@
 // with the title, when and why it closed, and the reopen/delete buttons.
 //
 // Search hits (session.search): <li data-testid="search-hit"
-// data-session-id="..." data-seq="..."> with the title and the snippet, the
-// words of the query marked (<mark>, made with DOM nodes, never HTML).
+// data-session-id="..." data-seq="..." data-kind="..."> with the title and
+// the snippet, the word prefixes the query matched marked (<mark>, made with
+// DOM nodes, never HTML). A reply's snippet reads as the reply does, without
+// its Markdown marks; other entries are shown as they were written.
 // Every text is set with textContent. A list is updated in place (morph.js):
 // an item that did not change is the same node after a refresh.
 //
@@ -212,6 +214,7 @@ export function renderHits(ul, hits, query = '') {
 		li.dataset.testid = 'search-hit';
 		li.dataset.sessionId = h.session_id;
 		li.dataset.seq = String(h.seq ?? '');
+		li.dataset.kind = h.kind ?? '';
 		li.tabIndex = 0;
 		const title = document.createElement('span');
 		title.className = 'search-hit-title';
@@ -219,7 +222,8 @@ export function renderHits(ul, hits, query = '') {
 		const snippet = document.createElement('span');
 		snippet.className = 'search-hit-snippet';
 		snippet.dataset.testid = 'search-snippet';
-		snippet.append(...highlight(h.snippet ?? '', query));
+		const text = String(h.snippet ?? '');
+		snippet.append(...highlight(h.kind === 'reply' ? plainSnippet(text) : text, query));
 		li.append(title, snippet);
 		return li;
 	});
@@ -234,29 +238,60 @@ export function renderHits(ul, hits, query = '') {
 }
 
 /**
- * The nodes of text with every whole word of query (case-insensitive, as
- * session.search matches) in a <mark>: text nodes and <mark>s only.
+ * The nodes of text with the start of each of its words that a word of
+ * query begins (case-insensitive, as session.search matches: `pomegran`
+ * marks the first eight letters of "Pomegranate") in a <mark>: text nodes
+ * and <mark>s only. Words are runs of letters and digits, as the stores
+ * split them.
  */
 export function highlight(text, query) {
 	const words = String(query)
 		.toLowerCase()
-		.split(/[^\p{L}\p{N}_]+/u)
+		.split(/[^\p{L}\p{N}]+/u)
 		.filter(Boolean);
 	if (words.length === 0) return [document.createTextNode(text)];
 	const nodes = [];
-	const re = /[\p{L}\p{N}_]+/gu;
+	const re = /[\p{L}\p{N}]+/gu;
 	let last = 0;
 	for (let m; (m = re.exec(text)); ) {
-		if (!words.includes(m[0].toLowerCase())) continue;
+		const lower = m[0].toLowerCase();
+		const w = words.filter((x) => lower.startsWith(x)).reduce((a, b) => (b.length > a.length ? b : a), '');
+		if (!w) continue;
+		// The matched prefix; the whole word when lower-casing changed its length.
+		const end = m.index + (lower.length === m[0].length ? w.length : m[0].length);
 		if (m.index > last) nodes.push(document.createTextNode(text.slice(last, m.index)));
 		const mark = document.createElement('mark');
 		mark.dataset.testid = 'search-mark';
-		mark.textContent = m[0];
+		mark.textContent = text.slice(m.index, end);
 		nodes.push(mark);
-		last = m.index + m[0].length;
+		last = end;
 	}
 	if (last < text.length) nodes.push(document.createTextNode(text.slice(last)));
 	return nodes;
+}
+
+/**
+ * A reply's snippet as the rendered reply reads, on one line: without
+ * fence lines, a line's heading, quote and bullet marks, link syntax
+ * ([text](url) is its text), code marks (a code span's text is kept as
+ * is) and emphasis marks. A snippet is cut out of the text anywhere, so
+ * this is no Markdown parser: an emphasis mark (a run of *, _ or ~) goes
+ * when it touches a word or a code span on one side only (**bold**, _it_,
+ * a closing ** whose opening was cut off), and stays inside a word
+ * (snake_case) or between spaces (2 * 3).
+ */
+export function plainSnippet(text) {
+	return String(text)
+		.replace(/^[ \t]*(`{3,}|~{3,}).*$/gm, '')
+		.replace(/^[ \t]*(#{1,6}|>[> ]*|[-*+])[ \t]+/gm, '')
+		.replace(/!?\[([^\]\n]*)\]\([^)\s]*(?:\s+"[^"\n]*")?\)/g, '$1')
+		.replace(/\]\([^)\s]*\)/g, '')
+		.replace(
+			/(`+)([^`]+?)\1(?!`)|`+|(?<![\p{L}\p{N}`])[*_~]+(?=[\p{L}\p{N}`])|(?<=[\p{L}\p{N}`])[*_~]+(?![\p{L}\p{N}`])/gu,
+			(_, ticks, code) => code ?? '',
+		)
+		.replace(/\s+/g, ' ')
+		.trim();
 }
 
 /** "14:05" today, "Mar 3, 14:05" this year, else "Mar 3, 2025". */
