@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -73,4 +74,30 @@ func TestTrialSearchPrefixMarkedSnippetPlain(t *testing.T) {
 			t.Errorf("plainSnippet(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
+}
+
+// TestTrialNotifyBlockedSaysSo: while the browser blocks notifications for
+// the site, the Notify button says so on its face and in its title (a
+// click on it did nothing visible), and again after a reload.
+func TestTrialNotifyBlockedSaysSo(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	const button = `document.querySelector('[data-testid="notify-toggle"]')`
+	const state = `(b => JSON.stringify({text: b.textContent, state: b.dataset.state, title: b.title, pressed: b.getAttribute('aria-pressed'), permission: Notification.permission}))(` + button + `)`
+	tb.mustWaitJS(5*time.Second, "the Notify button offers notifications", visible(byTestID("notify-toggle"))+` && `+button+`.textContent === 'Notify'`, state)
+
+	origin := mustEval[string](tb, `location.origin`)
+	if _, err := chromedp.CallBrowser(tb.ctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+		Permission: &cdpbrowser.PermissionDescriptor{Name: "notifications"}, Setting: cdpbrowser.PermissionSettingDenied, Origin: origin,
+	}); err != nil {
+		t.Fatalf("block notifications: %v", err)
+	}
+	blocked := `(b => b.textContent === 'Notify: blocked' && b.dataset.state === 'blocked' && b.title.includes('blocked') && b.getAttribute('aria-pressed') === 'false')(` + button + `)`
+	tb.Do("click Notify", chromedp.Click(chromedp.CSS(byTestID("notify-toggle"))))
+	tb.mustWaitJS(10*time.Second, "the button says notifications are blocked", blocked, state)
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	tb.mustWaitJS(10*time.Second, "after a reload, the button says so from the start", blocked, state)
 }

@@ -7,7 +7,10 @@
 //    turned it on with the "Notify" button of the top bar
 //    (data-testid="notify-toggle", aria-pressed). The browser's permission
 //    is asked for on that click, never on load. A click on a notification
-//    brings the tab to the front.
+//    brings the tab to the front. While the browser blocks notifications
+//    for the site, the button says so ("Notify: blocked", data-state
+//    "blocked"; its title says where to allow them), as soon as the
+//    permission changes.
 //
 // localStorage key:
 //   dashgate.notify  "on" when notifications are wanted (and were allowed)
@@ -33,6 +36,10 @@ export class Notifier {
 		}
 		button.hidden = false;
 		button.addEventListener('click', () => this.#toggle());
+		navigator.permissions?.query({ name: 'notifications' }).then(
+			(status) => status.addEventListener('change', () => this.#render()),
+			() => {}, // no Permissions API: a click still renders
+		);
 		this.#render();
 	}
 
@@ -94,12 +101,14 @@ export class Notifier {
 	#render() {
 		const b = this.#button;
 		const on = this.enabled;
+		const blocked = Notification.permission === 'denied';
 		b.setAttribute('aria-pressed', String(on));
-		b.title =
-			Notification.permission === 'denied'
-				? 'Notifications are blocked for this site in the browser’s settings; the tab’s title still counts what waits'
-				: on
-					? 'Notifications are on when an approval waits or a reply finishes in a hidden tab; click to turn them off'
-					: 'Turn on notifications when an approval waits or a reply finishes in a hidden tab';
+		b.dataset.state = blocked ? 'blocked' : on ? 'on' : 'off';
+		b.textContent = blocked ? 'Notify: blocked' : 'Notify';
+		b.title = blocked
+			? 'Notifications are blocked for this site in the browser’s settings (the icon left of the address); the tab’s title still counts what waits'
+			: on
+				? 'Notifications are on when an approval waits or a reply finishes in a hidden tab; click to turn them off'
+				: 'Turn on notifications when an approval waits or a reply finishes in a hidden tab';
 	}
 }
