@@ -21,9 +21,10 @@ type Memory struct {
 	MaxClosed  int // 1000 when <= 0
 	MaxEntries int // 10000 when <= 0
 
-	mu       sync.Mutex
-	sessions map[string]*memSession
-	closed   bool
+	mu          sync.Mutex
+	sessions    map[string]*memSession
+	attachments map[string]Attachment // by id
+	closed      bool
 }
 
 type memSession struct {
@@ -34,7 +35,9 @@ type memSession struct {
 var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty memory store.
-func NewMemory() *Memory { return &Memory{sessions: map[string]*memSession{}} }
+func NewMemory() *Memory {
+	return &Memory{sessions: map[string]*memSession{}, attachments: map[string]Attachment{}}
+}
 
 func (m *Memory) check(ctx context.Context) error {
 	if m.closed {
@@ -78,7 +81,7 @@ func (m *Memory) Apply(ctx context.Context, b Batch) error {
 		}
 	}
 	for _, id := range b.Deletes {
-		delete(m.sessions, id)
+		m.deleteLocked(id)
 	}
 	m.trimLocked()
 	return nil
@@ -112,7 +115,17 @@ func (m *Memory) trimLocked() {
 	}
 	slices.SortFunc(closed, func(a, b *memSession) int { return a.row.ClosedAt.Compare(b.row.ClosedAt) })
 	for _, s := range closed[:len(closed)-limit] {
-		delete(m.sessions, s.row.ID)
+		m.deleteLocked(s.row.ID)
+	}
+}
+
+// deleteLocked forgets session id with its entries and attachments.
+func (m *Memory) deleteLocked(id string) {
+	delete(m.sessions, id)
+	for aid, a := range m.attachments {
+		if a.SessionID == id {
+			delete(m.attachments, aid)
+		}
 	}
 }
 
@@ -236,12 +249,13 @@ func (m *Memory) Search(ctx context.Context, owner, query string, limit int) ([]
 			continue
 		}
 		for _, e := range s.entries {
-			at, ok := matchAll(e.Text, words)
+			text := e.SearchText()
+			at, ok := matchAll(text, words)
 			if !ok {
 				continue
 			}
 			hits = append(hits, Hit{SessionID: s.row.ID, Title: s.row.Title, Seq: e.Seq, Kind: e.Kind, At: e.At,
-				Snippet: snippet(e.Text, at)})
+				Snippet: snippet(text, at)})
 		}
 	}
 	slices.SortFunc(hits, func(a, b Hit) int { return cmp.Or(b.At.Compare(a.At), cmp.Compare(b.Seq, a.Seq)) })
@@ -326,7 +340,7 @@ func (m *Memory) Delete(ctx context.Context, owner, id string) (bool, error) {
 	if s == nil || s.row.Owner != owner {
 		return false, nil
 	}
-	delete(m.sessions, id)
+	m.deleteLocked(id)
 	return true, nil
 }
 
@@ -340,7 +354,7 @@ func (m *Memory) Prune(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	for id, s := range m.sessions {
 		if s.row.State == StateClosed && s.row.ClosedAt.Before(cutoff) {
-			delete(m.sessions, id)
+			m.deleteLocked(id)
 			n++
 		}
 	}
@@ -474,4 +488,49 @@ func (m *Memory) Close() error {
 	defer m.mu.Unlock()
 	m.closed = true
 	return nil
+}
+
+// PutAttachment implements Store.
+func (m *Memory) PutAttachment(ctx context.Context, a Attachment) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	if _, dup := m.attachments[a.ID]; dup {
+		return fmt.Errorf("put attachment %q: id taken", a.ID)
+	}
+	a.Data = slices.Clone(a.Data)
+	m.attachments[a.ID] = a
+	return nil
+}
+
+// Attachment implements Store.
+func (m *Memory) Attachment(ctx context.Context, owner, sid, id string) (Attachment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return Attachment{}, err
+	}
+	a, ok := m.attachments[id]
+	if !ok || a.Owner != owner || a.SessionID != sid {
+		return Attachment{}, ErrNotFound
+	}
+	a.Data = slices.Clone(a.Data)
+	return a, nil
+}
+
+// DeleteAttachment implements Store.
+func (m *Memory) DeleteAttachment(ctx context.Context, owner, sid, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return false, err
+	}
+	a, ok := m.attachments[id]
+	if !ok || a.Owner != owner || a.SessionID != sid {
+		return false, nil
+	}
+	delete(m.attachments, id)
+	return true, nil
 }

@@ -129,6 +129,9 @@ type Entry struct {
 	// Data holds the fields of a kind beyond these (a JSON object): an
 	// approval's request_id, a tool result's exit_code, ...
 	Data json.RawMessage `json:"data,omitempty"`
+	// Attachments are the files sent with a prompt (issue 42), in the
+	// order they were attached; their bytes are stored apart (Attachment).
+	Attachments []AttachmentRef `json:"attachments,omitempty"`
 }
 
 // Entry kinds and roles.
@@ -282,6 +285,20 @@ type Store interface {
 	Release(ctx context.Context, node string) (int, error)
 	// Close releases the store; the caller writes nothing after it.
 	Close() error
+
+	// PutAttachment stores a file attached to a session of a.Owner's
+	// (a.ID new). The session's row need not be stored yet: the bytes
+	// come before the prompt that names them. They go with the session
+	// (Delete, Prune, a Batch's Deletes).
+	PutAttachment(ctx context.Context, a Attachment) error
+	// Attachment returns owner's attachment id of session sid with its
+	// bytes; ErrNotFound for any other (another owner's, another
+	// session's, deleted).
+	Attachment(ctx context.Context, owner, sid, id string) (Attachment, error)
+	// DeleteAttachment removes owner's attachment id of session sid and
+	// reports whether it was there (the page took back a file it had not
+	// sent).
+	DeleteAttachment(ctx context.Context, owner, sid, id string) (bool, error)
 }
 
 // Nodes is what a Store shared by several dashgate nodes also does (the

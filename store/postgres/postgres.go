@@ -272,15 +272,21 @@ WHERE sessions.owner = excluded.owner`,
 			in, out = &i, &o
 		}
 		body := text(e.Text)
+		refs, err := attachmentsColumn(e.Attachments)
+		if err != nil {
+			return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, deadline(ctx, err))
+		}
+		// The words of its attachments' names too: search finds a
+		// prompt by the files it carried.
 		q.Queue(`INSERT INTO entries
-	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, words)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, array_to_tsvector($14::text[]))
+	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, words, attachments)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, array_to_tsvector($14::text[]), $15)
 ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = excluded.kind, text = excluded.text,
 	at = excluded.at, turn_id = excluded.turn_id, interrupted = excluded.interrupted,
 	input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, code = excluded.code,
-	status = excluded.status, data = excluded.data, words = excluded.words`,
+	status = excluded.status, data = excluded.data, words = excluded.words, attachments = excluded.attachments`,
 			e.SessionID, seq, text(e.Role), text(e.Kind), body, at, text(e.TurnID), e.Interrupted, in, out, int64(e.Code),
-			text(e.Status), text(string(e.Data)), indexWords(body))
+			text(e.Status), text(string(e.Data)), indexWords(text(e.SearchText())), text(refs))
 		checks = append(checks, check{fmt.Sprintf("entry %d of session %q", e.Seq, e.SessionID), false})
 	}
 	if len(b.Deletes) > 0 {
@@ -421,7 +427,7 @@ func (s *Store) HistoryFor(ctx context.Context, owner, sid string, beforeSeq uin
 	return s.history(ctx, owner, sid, beforeSeq, limit)
 }
 
-const entryColumns = `seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data`
+const entryColumns = `seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, attachments`
 
 // history reads sid's entries when owner owns sid.
 func (s *Store) history(ctx context.Context, owner, sid string, beforeSeq uint64, limit int) ([]store.Entry, bool, error) {
@@ -445,12 +451,17 @@ ORDER BY seq DESC LIMIT $4`, sid, before, owner, limit+1)
 		var e store.Entry
 		var seq, at, code int64
 		var in, outTok *int64
-		var data string
-		if err := r.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &code, &e.Status, &data); err != nil {
+		var data, refs string
+		if err := r.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &code, &e.Status, &data, &refs); err != nil {
 			return e, err
 		}
 		if data != "" {
 			e.Data = []byte(data)
+		}
+		if refs != "" {
+			if err := json.Unmarshal([]byte(refs), &e.Attachments); err != nil {
+				return e, fmt.Errorf("entry %d's attachments: %w", seq, err)
+			}
 		}
 		e.Seq, e.At, e.Code = uint64(seq), fromNanos(at), int(code)
 		if in != nil || outTok != nil {
@@ -502,8 +513,8 @@ func (s *Store) Search(ctx context.Context, owner, query string, limit int) ([]s
 	// or one no entry has, costs an index probe. The planner alone, seeing
 	// a word its statistics do not know, may walk every entry (800 ms over
 	// 500,000) or read every match of a common one from the index (60 ms).
-	rows, err := s.pool.Query(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, e.text
-FROM (SELECT id, session_id, seq, kind, at, text, words FROM entries ORDER BY id DESC LIMIT $4) e
+	rows, err := s.pool.Query(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, e.text, e.attachments
+FROM (SELECT id, session_id, seq, kind, at, text, attachments, words FROM entries ORDER BY id DESC LIMIT $4) e
 JOIN sessions s ON s.id = e.session_id
 WHERE e.words @@ $1::tsquery AND s.owner = $2
 ORDER BY e.id DESC LIMIT $3`, q, owner, limit, searchWindow)
@@ -524,7 +535,7 @@ ORDER BY e.id DESC LIMIT $3`, q, owner, limit, searchWindow)
 	if len(matched) == 0 {
 		return nil, nil
 	}
-	rows, err = s.pool.Query(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, e.text
+	rows, err = s.pool.Query(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, e.text, e.attachments
 FROM entries e JOIN sessions s ON s.id = e.session_id
 WHERE e.id = ANY($1) AND s.owner = $2
 ORDER BY e.id DESC LIMIT $3`, matched, owner, limit)
@@ -540,11 +551,15 @@ func collectHits(rows pgx.Rows, words []string) ([]store.Hit, error) {
 	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Hit, error) {
 		var h store.Hit
 		var seq, at int64
-		var body string
-		if err := r.Scan(&h.SessionID, &h.Title, &seq, &h.Kind, &at, &body); err != nil {
+		var e store.Entry
+		var refs string
+		if err := r.Scan(&h.SessionID, &h.Title, &seq, &h.Kind, &at, &e.Text, &refs); err != nil {
 			return h, err
 		}
-		h.Seq, h.At, h.Snippet = uint64(seq), fromNanos(at), snippet(body, words, snippetWords)
+		if refs != "" {
+			json.Unmarshal([]byte(refs), &e.Attachments) // a snippet without the names at worst
+		}
+		h.Seq, h.At, h.Snippet = uint64(seq), fromNanos(at), snippet(e.SearchText(), words, snippetWords)
 		return h, nil
 	})
 	if err != nil {

@@ -370,12 +370,12 @@ ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.cre
 	}
 	if len(b.Entries) > 0 {
 		st, err := tx.PrepareContext(ctx, `INSERT INTO entries
-	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, attachments, names)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = excluded.kind, text = excluded.text,
 	at = excluded.at, turn_id = excluded.turn_id, interrupted = excluded.interrupted,
 	input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, code = excluded.code,
-	status = excluded.status, data = excluded.data`)
+	status = excluded.status, data = excluded.data, attachments = excluded.attachments, names = excluded.names`)
 		if err != nil {
 			return err
 		}
@@ -394,7 +394,12 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 				in = sql.NullInt64{Int64: int64(e.Usage.InputTokens), Valid: true}
 				out = sql.NullInt64{Int64: int64(e.Usage.OutputTokens), Valid: true}
 			}
-			if _, err := st.ExecContext(ctx, e.SessionID, seq, e.Role, e.Kind, e.Text, at, e.TurnID, e.Interrupted, in, out, e.Code, e.Status, string(e.Data)); err != nil {
+			refs, err := attachmentsColumn(e.Attachments)
+			if err != nil {
+				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, err)
+			}
+			if _, err := st.ExecContext(ctx, e.SessionID, seq, e.Role, e.Kind, e.Text, at, e.TurnID, e.Interrupted, in, out, e.Code, e.Status, string(e.Data),
+				refs, store.AttachmentNames(e.Attachments)); err != nil {
 				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, err)
 			}
 		}
@@ -549,7 +554,7 @@ func (s *Store) history(ctx context.Context, owner, sid string, beforeSeq uint64
 	if beforeSeq > 0 && beforeSeq <= math.MaxInt64 {
 		before = int64(beforeSeq)
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data
+	rows, err := s.r.QueryContext(ctx, `SELECT seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, attachments
 FROM entries WHERE session_id = ? AND seq < ? AND EXISTS (SELECT 1 FROM sessions WHERE id = entries.session_id AND owner = ?)
 ORDER BY seq DESC LIMIT ?`, sid, before, owner, limit+1)
 	if err != nil {
@@ -561,12 +566,17 @@ ORDER BY seq DESC LIMIT ?`, sid, before, owner, limit+1)
 		var e store.Entry
 		var seq, at int64
 		var in, outTok sql.NullInt64
-		var data string
-		if err := rows.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &e.Code, &e.Status, &data); err != nil {
+		var data, refs string
+		if err := rows.Scan(&seq, &e.Role, &e.Kind, &e.Text, &at, &e.TurnID, &e.Interrupted, &in, &outTok, &e.Code, &e.Status, &data, &refs); err != nil {
 			return nil, false, fmt.Errorf("history %q: %w", sid, err)
 		}
 		if data != "" {
 			e.Data = json.RawMessage(data)
+		}
+		if refs != "" {
+			if err := json.Unmarshal([]byte(refs), &e.Attachments); err != nil {
+				return nil, false, fmt.Errorf("history %q: entry %d's attachments: %w", sid, seq, err)
+			}
 		}
 		e.Seq, e.At = uint64(seq), fromNanos(at)
 		if in.Valid || outTok.Valid {
@@ -595,7 +605,8 @@ ORDER BY seq DESC LIMIT ?`, sid, before, owner, limit+1)
 // were first written (the full-text index walks rowids backwards and stops
 // at limit, so a common word costs no more than a rare one); a rewritten
 // checkpoint keeps its place. The snippet is about 14 words of plain text
-// around the first match, "…" where it was cut.
+// around the first match, "…" where it was cut, from the entry's text or
+// its attachments' names, whichever matched best.
 func (s *Store) Search(ctx context.Context, owner, query string, limit int) ([]store.Hit, error) {
 	if err := s.acquire(); err != nil {
 		return nil, err
@@ -606,7 +617,7 @@ func (s *Store) Search(ctx context.Context, owner, query string, limit int) ([]s
 		return nil, ctx.Err()
 	}
 	// CROSS JOIN keeps the index as the outer loop, in rowid order.
-	rows, err := s.r.QueryContext(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, snippet(entries_fts, 0, '', '', '…', 14)
+	rows, err := s.r.QueryContext(ctx, `SELECT e.session_id, s.title, e.seq, e.kind, e.at, snippet(entries_fts, -1, '', '', '…', 14)
 FROM entries_fts
 CROSS JOIN entries e ON e.id = entries_fts.rowid
 CROSS JOIN sessions s ON s.id = e.session_id

@@ -54,6 +54,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"claims at once", func(t *testing.T, st store.Store) { ClaimRace(t, st, st) }},
 		{"claim one session", testClaimSession},
 		{"claims of one session at once", func(t *testing.T, st store.Store) { ClaimSessionRace(t, st, st) }},
+		{"attachments", testAttachments},
+		{"search by attachment name", testAttachmentSearch},
+		{"attachments go with their session", testAttachmentsGoWithSession},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
