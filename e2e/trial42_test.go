@@ -101,3 +101,26 @@ func TestTrialNotifyBlockedSaysSo(t *testing.T) {
 	waitDashboard(t, tb)
 	tb.mustWaitJS(10*time.Second, "after a reload, the button says so from the start", blocked, state)
 }
+
+// TestTrialToolCardCountsLines: a command that prints two lines (each
+// ended by a newline) is "output (2 lines)" on its card, live and after a
+// reload (the last newline was counted as a third line).
+func TestTrialToolCardCountsLines(t *testing.T) {
+	m := newModelServer(t)
+	d := startAgent(t, m, t.TempDir())
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	m.then(toolCall("printf 'one\\ntwo\\n'"), reply("Printed."))
+	sendChat(t, tb, "print two lines")
+	waitCard(t, tb, "the approval card is pending", "pending:  buttons=2")
+	tb.Do("approve", chromedp.Click(chromedp.CSS(approvalCard+` [data-testid="approve"]`)))
+
+	const output = `(c => c && c.dataset.state === 'done' ? JSON.stringify({summary: c.querySelector('[data-testid="tool-output"] summary').textContent, text: c.querySelector('[data-testid="tool-output"] pre').textContent}) : '')(document.querySelector('[data-testid="chat-log"] [data-testid="tool-card"]'))`
+	want := `{"summary":"output (2 lines)","text":"one\ntwo\n"}`
+	tb.mustWaitJS(15*time.Second, "the tool card counts two lines", output+` === `+js(want), output)
+	waitAssistant(t, tb, "Printed.", 1)
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	tb.mustWaitJS(15*time.Second, "after a reload, two lines still", output+` === `+js(want), output)
+}

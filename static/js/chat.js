@@ -985,7 +985,8 @@ function completeToolCard(card, r) {
 	if (card._contentText != null && output === card._contentText && card.querySelector('[data-testid="tool-content"]')) return;
 	const details = el('details', 'tool-output');
 	details.dataset.testid = 'tool-output';
-	const lines = output.split('\n').length;
+	// The newline that ends the last line starts no line of its own.
+	const lines = output.replace(/\n$/, '').split('\n').length;
 	details.open = output !== '' && lines <= 12;
 	details.append(el('summary', '', output === '' ? 'no output' : `output (${lines} line${lines === 1 ? '' : 's'})${r.truncated ? ' (truncated)' : ''}`));
 	details.append(el('pre', 'tool-output-text', output));
