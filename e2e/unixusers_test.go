@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -593,4 +596,46 @@ func TestSystemdUnixUsersUnit(t *testing.T) {
 			t.Errorf("the unit's terminal: %q, want %s:-bash", got, alice.Name)
 		}
 	})
+}
+
+// A user whose Unix account is missing sees why in the terminal pane, not
+// "could not start; retrying…" for ever (issue 42): the page asks
+// terminal/refusal after the refused upgrade. Asked for another user's
+// session, terminal/refusal answers as for an unknown one.
+func TestUnixUsersRefusalInTerminalPane(t *testing.T) {
+	alice := makeUnixUser(t, "alice")
+	ghost := uniqueName("dgtnone")
+	mapFile := filepath.Join(t.TempDir(), "unix-users.map")
+	if err := os.WriteFile(mapFile, []byte(ghost+":"+ghost+"\n"+alice.Name+":"+alice.Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := startUnixUsers(t, []string{alice.Name, ghost}, nil, "--unix-users-map", mapFile)
+	b := newBrowser(t)
+	tb := b.newTab(t, ghost)
+	tb.Do("open "+ghost+"'s dashboard", chromedp.Navigate(u.URL("/?token="+url.QueryEscape(u.tokens[ghost]))))
+	tb.mustWaitJS(15*time.Second, "no session open", noSessionShown, dashboardState)
+	startSession(tb)
+	want := `no Unix account for dashgate user "` + ghost + `"`
+	tb.mustWaitJS(20*time.Second, "the terminal pane says why it cannot start",
+		visible(byTestID("terminal-status"))+` && document.querySelector('[data-testid="terminal-status-text"]').textContent.startsWith('The terminal cannot start: ') && document.querySelector('[data-testid="terminal-status-text"]').textContent.includes(`+js(want)+`)`,
+		dashboardState)
+	sid := currentSession(t, tb)
+
+	// alice asks about ghost's session: 404, as for a session that does not exist.
+	for _, id := range []string{sid, missingID()} {
+		req, err := http.NewRequest(http.MethodGet, u.URL("/terminal/refusal?session_id="+id), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+u.tokens[alice.Name])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusNotFound || strings.Contains(string(body), "Unix account") {
+			t.Errorf("alice's terminal/refusal of %s: %s %q, want 404 saying nothing of it", id, res.Status, body)
+		}
+	}
 }

@@ -71,3 +71,26 @@ func (r *Registry) checkAccount(s *Session) error {
 	r.mu.Unlock()
 	return err
 }
+
+// TerminalRefusal says why session sid's terminal would be refused before
+// its program starts, for p (who must be able to use sid): the owner's
+// account refusal (an *accounts.RefusedError, matching
+// accounts.ErrRefused), or nil when nothing refuses it now. It starts
+// nothing: the dashboard asks it after a refused upgrade, whose 403 and
+// sentence a browser's WebSocket never shows. Errors: ErrNotFound (an
+// unknown, ended or another user's session, answered alike).
+func (r *Registry) TerminalRefusal(p Principal, sid string) error {
+	r.mu.Lock()
+	s := r.findLocked(p, sid, accessUse)
+	r.mu.Unlock()
+	if s == nil {
+		return ErrNotFound
+	}
+	if r.cfg.Accounts == nil {
+		return nil
+	}
+	if _, err := r.accountOf(s); refused(err) {
+		return err
+	}
+	return nil
+}

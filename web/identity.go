@@ -341,6 +341,27 @@ func (s *Server) setLogin(w http.ResponseWriter, r *http.Request, g grant) {
 	s.audit(r, auditUser(g.p), g.mode)
 }
 
+// logout ends this browser's login cookies (POST {base}logout): the
+// dashboard's and the admin's, each expired on the path it was set for,
+// and the raw-token cookies of before users; then it sends the browser to
+// the dashboard, which asks for a token. The cookies are signed, not
+// stored: a copy taken elsewhere before stays valid until it expires or
+// its user's token is rotated (docs/users.md).
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	base := s.base(r)
+	for _, c := range []struct{ name, path string }{
+		{s.loginCookie, base}, {s.adminCookie, base + "admin"}, {TokenCookie, base}, {AdminTokenCookie, base + "admin"},
+	} {
+		if _, err := r.Cookie(c.name); err == nil {
+			http.SetCookie(w, &http.Cookie{Name: c.name, Value: "", Path: c.path, MaxAge: -1, HttpOnly: true,
+				SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https"})
+		}
+	}
+	p, _ := s.fromCookies(r, false)
+	s.log.Info("logout", "user", auditUser(p), "remote", r.RemoteAddr)
+	http.Redirect(w, r, base, http.StatusSeeOther)
+}
+
 // forbidden answers 403 to an authenticated non-admin on an admin route:
 // plain text, or a short page for a browser.
 func (s *Server) forbidden(w http.ResponseWriter, r *http.Request) {

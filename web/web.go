@@ -130,6 +130,9 @@ type Handlers struct {
 	// Export serves GET /sessions/{id}/export (handlers.Export) to the
 	// dashboard's users; nil: no such route.
 	Export http.Handler
+	// TerminalRefusal serves GET /terminal/refusal (handlers.TerminalRefusal)
+	// to the dashboard's users; nil: no such route.
+	TerminalRefusal http.Handler
 }
 
 // Server is dashgate's HTTP handler.
@@ -209,6 +212,10 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		pageCSS(w, r)
 	})))
 	app.NotFound(s.notFound)
+	// Log out: this browser's login cookies end (the dashboard's and the
+	// admin's), then the login page. Same-origin only (a page elsewhere
+	// cannot log a user out); no identity needed.
+	app.With(s.cop.Handler).Post("/logout", s.logout)
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
@@ -221,6 +228,9 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		r.With(s.checkOrigin, s.limitConns, s.track).Handle("/ws/pty", h.Terminal)
 		if h.Export != nil {
 			r.Method(http.MethodGet, "/sessions/{id}/export", h.Export)
+		}
+		if h.TerminalRefusal != nil {
+			r.Method(http.MethodGet, "/terminal/refusal", h.TerminalRefusal)
 		}
 	})
 	app.Group(func(r chi.Router) {
@@ -353,7 +363,24 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	templates.Dashboard(templates.DashboardView{BasePath: s.base(r), Version: s.cfg.Version, NodeID: s.cfg.NodeID}).Render(r.Context(), w)
+	p := handlers.PrincipalFrom(r.Context())
+	src, _ := r.Context().Value(authKey{}).(tokenSource)
+	v := templates.DashboardView{BasePath: s.base(r), Version: s.cfg.Version, NodeID: s.cfg.NodeID,
+		// The admin link for those the admin page lets in: an admin user, the
+		// one token that is also the admin's, or a browser holding the admin
+		// login already.
+		AdminLink: p.Admin || (!s.usersOn() && !s.sepAdm),
+		// A user the proxy names (--user-header) logs out at the proxy.
+		Logout: src != tokenHeader,
+	}
+	if s.usersOn() {
+		v.User = p.User
+	}
+	if !v.AdminLink {
+		ap, ok := s.fromCookies(r, true)
+		v.AdminLink = ok && ap.Admin
+	}
+	templates.Dashboard(v).Render(r.Context(), w)
 }
 
 // headers sets the security headers and the sticky-routing cookie.

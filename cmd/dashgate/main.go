@@ -424,10 +424,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	srv, err := web.New(wcfg, web.Handlers{
 		Chat: &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models,
 			Agents: agentList(defAgent, cfg.Agents), Node: nodeID},
-		Terminal: &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
-		Admin:    admin,
-		Metrics:  metrics.Handler(),
-		Export:   &handlers.Export{Registry: reg, Log: log},
+		Terminal:        &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
+		Admin:           admin,
+		Metrics:         metrics.Handler(),
+		Export:          &handlers.Export{Registry: reg, Log: log},
+		TerminalRefusal: &handlers.TerminalRefusal{Registry: reg, Log: log},
 	})
 	if err != nil {
 		return err

@@ -429,11 +429,27 @@ export class TerminalPane {
 		fetch(this.#base + 'healthz', { cache: 'no-store' })
 			.then((r) => r.ok)
 			.catch(() => false)
-			.then((up) => {
+			.then(async (up) => {
+				// Up: ask why (terminal/refusal), e.g. the owner has no Unix
+				// account, which no retry mends until an administrator does.
+				const refusal = up ? await this.#refusal(sid) : '';
 				if (!still()) return;
-				if (up) this.#status('error', 'The terminal could not start; retrying…');
+				if (refusal) this.#status('error', `The terminal cannot start: ${refusal}`);
+				else if (up) this.#status('error', 'The terminal could not start; retrying…');
 				else this.#status('disconnected', DISCONNECTED);
 			});
+	}
+
+	/** Why session sid's terminal is refused (GET terminal/refusal), "" when not known. */
+	async #refusal(sid) {
+		try {
+			const r = await fetch(this.#base + 'terminal/refusal?' + new URLSearchParams({ session_id: sid }), { cache: 'no-store' });
+			if (!r.ok) return '';
+			const body = await r.json();
+			return typeof body?.refusal === 'string' ? body.refusal : '';
+		} catch {
+			return '';
+		}
 	}
 
 	#control(msg, resuming) {

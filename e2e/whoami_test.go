@@ -1,0 +1,100 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The top bar names the signed-in user; a non-admin sees no admin link,
+// an admin does; Log out ends the browser's login cookie, after which the
+// page asks for a token again (issue 42).
+func TestWhoAmIAndLogout(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "users")
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	aliceURL, aliceToken := userAdd(t, file, "alice", "http://"+addr+"/")
+	carolURL, carolToken := userAdd(t, file, "carol", "http://"+addr+"/")
+	d := startDashgate(t, "--users-file", file, "--addr", addr, "--admin-users", "carol")
+	d.secrets = append(d.secrets, aliceToken, carolToken)
+	b := newBrowser(t)
+
+	whoami := `document.querySelector('[data-testid="whoami"]')?.textContent ?? ''`
+	adminLink := exists(byTestID("admin-link"))
+
+	alice := b.newTab(t, "alice")
+	alice.Do("open alice's login URL", chromedp.Navigate(aliceURL))
+	waitDashboard(t, alice)
+	if got := mustEval[string](alice, whoami); got != "alice" {
+		t.Errorf("alice's top bar names %q, want alice", got)
+	}
+	if mustEval[bool](alice, adminLink) {
+		t.Errorf("alice, no admin, sees an admin link")
+	}
+	if names := loginCookies(alice, d.URL("/")); len(names) != 1 {
+		t.Fatalf("alice's login cookies before Log out: %v, want one", names)
+	}
+	alice.Do("log out", chromedp.Click(chromedp.CSS(byTestID("logout"))))
+	alice.mustWaitJS(15*time.Second, "the login page after Log out", exists(byTestID("login-token")), dashboardState)
+	if names := loginCookies(alice, d.URL("/")); len(names) != 0 {
+		t.Errorf("alice's login cookies after Log out: %v, want none", names)
+	}
+	alice.Do("reload", chromedp.Reload())
+	alice.mustWaitJS(15*time.Second, "still the login page after a reload", exists(byTestID("login-token"))+` && !window.dashgate`, dashboardState)
+	if _, ok := d.waitLog(5*time.Second, func(r logRecord) bool { return r.Msg() == "logout" && r.Str("user") == "alice" }); !ok {
+		t.Errorf("no logout record of alice")
+	}
+
+	carol := b.newTab(t, "carol")
+	carol.Do("open carol's login URL", chromedp.Navigate(carolURL))
+	waitDashboard(t, carol)
+	if got := mustEval[string](carol, whoami); got != "carol" {
+		t.Errorf("carol's top bar names %q, want carol", got)
+	}
+	if !mustEval[bool](carol, adminLink) {
+		t.Errorf("carol, an admin, sees no admin link")
+	}
+
+	// A logout from another site's page is refused (and logs nobody out).
+	c := httpClient(t)
+	req, err := http.NewRequest(http.MethodPost, d.URL("/logout"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Origin", "https://elsewhere.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("a cross-site POST /logout: %s, want 403", res.Status)
+	}
+}
+
+// With the one token and no users the top bar names nobody, and the
+// admin link is there (that token opens the admin page too).
+func TestWhoAmIOneToken(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	if mustEval[bool](tb, exists(byTestID("whoami"))) {
+		t.Errorf("with one token the top bar names a user: %q", mustEval[string](tb, `document.querySelector('[data-testid="whoami"]').textContent`))
+	}
+	if !mustEval[bool](tb, exists(byTestID("admin-link"))) {
+		t.Errorf("with one token (the admin's too) there is no admin link")
+	}
+	if !strings.Contains(mustEval[string](tb, `document.querySelector('[data-testid="logout"]')?.textContent ?? ''`), "Log out") {
+		t.Errorf("no Log out button with one token")
+	}
+}
