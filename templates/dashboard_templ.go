@@ -125,79 +125,86 @@ func Dashboard(v DashboardView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "\"></script><script type=\"module\" src=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "\"></script><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var8 string
-		templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "js/app.js")).ResolveURL(ctx)
+		templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/addon-web-links.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 37, Col: 66}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 37, Col: 74}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "\"></script></head><body data-base-path=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "\"></script><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var9 string
-		templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath).Resolve(ctx)
+		templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/addon-search.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 35}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 38, Col: 71}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\" data-version=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\"></script><script type=\"module\" src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var10 string
-		templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Version).Resolve(ctx)
+		templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "js/app.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 62}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 66}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var10)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "\"><header class=\"topbar\"><button type=\"button\" class=\"btn sidebar-toggle\" data-testid=\"sidebar-toggle\" aria-controls=\"sessions-pane\" aria-expanded=\"true\" title=\"Show or hide the sessions\">Sessions</button> <span class=\"brand\">dashgate</span> ")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "\"></script></head><body data-base-path=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var11 string
+		templ_7745c5c3_Var11, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath).Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 41, Col: 35}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var11)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "\" data-version=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var12 string
+		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Version).Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 41, Col: 62}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "\"><header class=\"topbar\"><button type=\"button\" class=\"btn sidebar-toggle\" data-testid=\"sidebar-toggle\" aria-controls=\"sessions-pane\" aria-expanded=\"true\" title=\"Show or hide the sessions\">Sessions</button> <span class=\"brand\">dashgate</span> ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		if v.Version != "" {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "<span class=\"meta\" title=\"version\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "<span class=\"meta\" title=\"version\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			var templ_7745c5c3_Var11 string
-			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
+			var templ_7745c5c3_Var13 string
+			templ_7745c5c3_Var13, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 44, Col: 51}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 46, Col: 51}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "</span> ")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-		}
-		if v.NodeID != "" {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "<span class=\"meta\" title=\"node\">")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			var templ_7745c5c3_Var12 string
-			templ_7745c5c3_Var12, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
-			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 47, Col: 47}
-			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var12))
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var13))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -206,68 +213,87 @@ func Dashboard(v DashboardView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "<span class=\"spacer\"></span> <button type=\"button\" class=\"btn notify-toggle\" data-testid=\"notify-toggle\" aria-pressed=\"false\" hidden>Notify</button> <button type=\"button\" class=\"btn shortcuts-open\" data-testid=\"shortcuts-open\" aria-haspopup=\"dialog\" aria-label=\"Keyboard shortcuts\" title=\"Keyboard shortcuts (?)\">?</button> <span class=\"conn-status\" data-testid=\"conn-status\" data-state=\"connecting\" role=\"status\">connecting</span> <select class=\"theme-select\" data-testid=\"theme-select\" aria-label=\"Theme\" title=\"Colour theme\"><option value=\"system\">System theme</option> <option value=\"light\">Light</option> <option value=\"dark\">Dark</option></select> ")
+		if v.NodeID != "" {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "<span class=\"meta\" title=\"node\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var14 string
+			templ_7745c5c3_Var14, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 49, Col: 47}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var14))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "</span> ")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 17, "<span class=\"spacer\"></span> <button type=\"button\" class=\"btn notify-toggle\" data-testid=\"notify-toggle\" aria-pressed=\"false\" hidden>Notify</button> <button type=\"button\" class=\"btn shortcuts-open\" data-testid=\"shortcuts-open\" aria-haspopup=\"dialog\" aria-label=\"Keyboard shortcuts\" title=\"Keyboard shortcuts (?)\">?</button> <span class=\"conn-status\" data-testid=\"conn-status\" data-state=\"connecting\" role=\"status\">connecting</span> <select class=\"theme-select\" data-testid=\"theme-select\" aria-label=\"Theme\" title=\"Colour theme\"><option value=\"system\">System theme</option> <option value=\"light\">Light</option> <option value=\"dark\">Dark</option></select> ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		if v.User != "" {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "<span class=\"whoami\" data-testid=\"whoami\" title=\"signed in as\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 18, "<span class=\"whoami\" data-testid=\"whoami\" title=\"signed in as\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			var templ_7745c5c3_Var13 string
-			templ_7745c5c3_Var13, templ_7745c5c3_Err = templ.JoinStringErrs(v.User)
+			var templ_7745c5c3_Var15 string
+			templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(v.User)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 59, Col: 76}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 61, Col: 76}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var13))
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 17, "</span> ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "</span> ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 		}
 		if v.AdminLink {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 18, "<a class=\"admin-link\" data-testid=\"admin-link\" href=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<a class=\"admin-link\" data-testid=\"admin-link\" href=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			var templ_7745c5c3_Var14 string
-			templ_7745c5c3_Var14, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
+			var templ_7745c5c3_Var16 string
+			templ_7745c5c3_Var16, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 62, Col: 79}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 64, Col: 79}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var14)
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var16)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "\">admin</a> ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "\">admin</a> ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 		}
 		if v.Logout {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<form class=\"logout\" method=\"post\" action=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 22, "<form class=\"logout\" method=\"post\" action=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			var templ_7745c5c3_Var15 string
-			templ_7745c5c3_Var15, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(v.BasePath + "logout")).ResolveURL(ctx)
+			var templ_7745c5c3_Var17 string
+			templ_7745c5c3_Var17, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(v.BasePath + "logout")).ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 65, Col: 85}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 67, Col: 85}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var15)
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var17)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "\"><button type=\"submit\" class=\"btn\" data-testid=\"logout\" title=\"End this browser's login\">Log out</button></form>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "\"><button type=\"submit\" class=\"btn\" data-testid=\"logout\" title=\"End this browser's login\">Log out</button></form>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 22, "</header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><span class=\"new-session\"><select class=\"agent-picker\" data-testid=\"agent-picker\" aria-label=\"Agent of a new session\" title=\"The agent a new session talks to\" hidden></select> <button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></span></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-agent\" data-testid=\"chat-agent\" title=\"the agent of this session\" hidden></span> <span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-moving\" data-testid=\"session-moving\" role=\"status\" hidden></div><p class=\"chat-start\" data-testid=\"no-session\" hidden>No conversation is open: type a message to start one, or pick one from the list.</p><section class=\"chat-plan\" data-testid=\"plan\" aria-label=\"The agent's plan\" hidden><h3 class=\"chat-plan-title\">Plan</h3><ol class=\"chat-plan-list\" data-testid=\"plan-list\"></ol></section><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><ul class=\"slash-list\" data-testid=\"slash-list\" role=\"listbox\" aria-label=\"The agent's commands\" hidden></ul><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal-shared\" data-testid=\"terminal-shared\" role=\"status\" hidden><span data-testid=\"terminal-shared-text\" title=\"Every tab of this session sees the terminal and can type into it; its size follows the tab typed in last\">Shared with 1 other tab</span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-takeover\" title=\"Close the terminal in the other tabs; they can take it back\">Take over</button></div><div class=\"term-keys\" data-testid=\"term-keys\" role=\"toolbar\" aria-label=\"Terminal keys\"><button type=\"button\" class=\"btn\" data-key=\"esc\" data-testid=\"term-key-esc\">Esc</button> <button type=\"button\" class=\"btn\" data-key=\"ctrl\" data-testid=\"term-key-ctrl\" aria-pressed=\"false\" title=\"The next key is sent with Ctrl\">Ctrl</button> <button type=\"button\" class=\"btn\" data-key=\"tab\" data-testid=\"term-key-tab\">Tab</button> <button type=\"button\" class=\"btn\" data-key=\"left\" data-testid=\"term-key-left\" aria-label=\"Left arrow\">←</button> <button type=\"button\" class=\"btn\" data-key=\"up\" data-testid=\"term-key-up\" aria-label=\"Up arrow\">↑</button> <button type=\"button\" class=\"btn\" data-key=\"down\" data-testid=\"term-key-down\" aria-label=\"Down arrow\">↓</button> <button type=\"button\" class=\"btn\" data-key=\"right\" data-testid=\"term-key-right\" aria-label=\"Right arrow\">→</button></div><div class=\"terminal\" data-testid=\"terminal\"></div></section></main><dialog class=\"shortcuts-dialog\" data-testid=\"shortcuts-dialog\" aria-labelledby=\"shortcuts-title\"><h2 id=\"shortcuts-title\">Keyboard shortcuts</h2><dl class=\"shortcuts-list\"><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>N</kbd></dt><dd>New session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>↑</kbd> / <kbd>↓</kbd></dt><dd>Previous / next session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>C</kbd></dt><dd>Focus the chat</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>T</kbd></dt><dd>Focus the terminal</dd><dt><kbd>Esc</kbd></dt><dd>In the chat: stop the running reply</dd><dt><kbd>?</kbd></dt><dd>This list (outside the chat box and the terminal)</dd></dl><p class=\"shortcuts-note\">The Alt+Shift keys work everywhere, the terminal too; Esc closes this list.</p><button type=\"button\" class=\"btn\" data-testid=\"shortcuts-close\">Close</button></dialog></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "</header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><span class=\"new-session\"><select class=\"agent-picker\" data-testid=\"agent-picker\" aria-label=\"Agent of a new session\" title=\"The agent a new session talks to\" hidden></select> <button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></span></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-agent\" data-testid=\"chat-agent\" title=\"the agent of this session\" hidden></span> <span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-moving\" data-testid=\"session-moving\" role=\"status\" hidden></div><p class=\"chat-start\" data-testid=\"no-session\" hidden>No conversation is open: type a message to start one, or pick one from the list.</p><section class=\"chat-plan\" data-testid=\"plan\" aria-label=\"The agent's plan\" hidden><h3 class=\"chat-plan-title\">Plan</h3><ol class=\"chat-plan-list\" data-testid=\"plan-list\"></ol></section><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><ul class=\"slash-list\" data-testid=\"slash-list\" role=\"listbox\" aria-label=\"The agent's commands\" hidden></ul><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal-shared\" data-testid=\"terminal-shared\" role=\"status\" hidden><span data-testid=\"terminal-shared-text\" title=\"Every tab of this session sees the terminal and can type into it; its size follows the tab typed in last\">Shared with 1 other tab</span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-takeover\" title=\"Close the terminal in the other tabs; they can take it back\">Take over</button></div><div class=\"term-keys\" data-testid=\"term-keys\" role=\"toolbar\" aria-label=\"Terminal keys\"><button type=\"button\" class=\"btn\" data-key=\"esc\" data-testid=\"term-key-esc\">Esc</button> <button type=\"button\" class=\"btn\" data-key=\"ctrl\" data-testid=\"term-key-ctrl\" aria-pressed=\"false\" title=\"The next key is sent with Ctrl\">Ctrl</button> <button type=\"button\" class=\"btn\" data-key=\"tab\" data-testid=\"term-key-tab\">Tab</button> <button type=\"button\" class=\"btn\" data-key=\"left\" data-testid=\"term-key-left\" aria-label=\"Left arrow\">←</button> <button type=\"button\" class=\"btn\" data-key=\"up\" data-testid=\"term-key-up\" aria-label=\"Up arrow\">↑</button> <button type=\"button\" class=\"btn\" data-key=\"down\" data-testid=\"term-key-down\" aria-label=\"Down arrow\">↓</button> <button type=\"button\" class=\"btn\" data-key=\"right\" data-testid=\"term-key-right\" aria-label=\"Right arrow\">→</button></div><div class=\"terminal-search\" data-testid=\"terminal-search\" role=\"search\" hidden><input type=\"search\" class=\"terminal-search-input\" data-testid=\"terminal-search-input\" placeholder=\"Search the terminal\" aria-label=\"Search the terminal's scrollback\" title=\"Enter: next match, Shift+Enter: previous, Esc: close\"> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-prev\" aria-label=\"Previous match\" title=\"Previous match (Shift+Enter)\">↑</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-next\" aria-label=\"Next match\" title=\"Next match (Enter)\">↓</button> <span class=\"terminal-search-status\" data-testid=\"terminal-search-status\" role=\"status\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-close\" aria-label=\"Close the search\" title=\"Close (Esc)\">×</button></div><button type=\"button\" class=\"btn terminal-search-open\" data-testid=\"terminal-search-open\" aria-label=\"Search the terminal\" title=\"Search the terminal's scrollback (Alt+Shift+F)\">Search</button><div class=\"terminal\" data-testid=\"terminal\"></div></section></main><dialog class=\"shortcuts-dialog\" data-testid=\"shortcuts-dialog\" aria-labelledby=\"shortcuts-title\"><h2 id=\"shortcuts-title\">Keyboard shortcuts</h2><dl class=\"shortcuts-list\"><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>N</kbd></dt><dd>New session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>↑</kbd> / <kbd>↓</kbd></dt><dd>Previous / next session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>C</kbd></dt><dd>Focus the chat</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>T</kbd></dt><dd>Focus the terminal</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>F</kbd></dt><dd>Search the terminal's scrollback</dd><dt><kbd>Esc</kbd></dt><dd>In the chat: stop the running reply</dd><dt><kbd>?</kbd></dt><dd>This list (outside the chat box and the terminal)</dd></dl><p class=\"shortcuts-note\">The Alt+Shift keys work everywhere, the terminal too; Esc closes this list.</p><button type=\"button\" class=\"btn\" data-testid=\"shortcuts-close\">Close</button></dialog></body></html>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -85,6 +85,15 @@ const terminal = new TerminalPane(els.terminal, base, {
 	sharedText: byTestId('terminal-shared-text'),
 	takeover: byTestId('terminal-takeover'),
 	start: () => serial(create),
+	search: {
+		bar: byTestId('terminal-search'),
+		input: byTestId('terminal-search-input'),
+		prev: byTestId('terminal-search-prev'),
+		next: byTestId('terminal-search-next'),
+		status: byTestId('terminal-search-status'),
+		close: byTestId('terminal-search-close'),
+		open: byTestId('terminal-search-open'),
+	},
 });
 const layout = initLayout(() => terminal.refit());
 const notifier = new Notifier(byTestId('notify-toggle'));
@@ -1281,6 +1290,10 @@ initShortcuts(
 		focusTerminal: () => {
 			layout.show('terminal');
 			terminal.term.focus();
+		},
+		searchTerminal: () => {
+			layout.show('terminal');
+			terminal.openSearch();
 		},
 	},
 	byTestId('shortcuts-dialog'),

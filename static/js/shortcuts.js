@@ -5,6 +5,7 @@
 //   Alt+Shift+↑ / ↓    the previous / next session of the list
 //   Alt+Shift+C        focus the chat input
 //   Alt+Shift+T        focus the terminal
+//   Alt+Shift+F        search the terminal's scrollback
 //   ?                  this list (not while typing: a text field or the terminal)
 //   Esc                closes it
 //
@@ -26,6 +27,7 @@ const CHORDS = {
 	ArrowDown: 'nextSession',
 	KeyC: 'focusChat',
 	KeyT: 'focusTerminal',
+	KeyF: 'searchTerminal',
 };
 
 /**

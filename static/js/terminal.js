@@ -70,6 +70,7 @@ export class TerminalPane {
 	/** @type {Terminal} the xterm.js instance */
 	term;
 	#fit;
+	#search; // xterm's SearchAddon
 	#base;
 	#sessionId = null;
 	#ws = null;
@@ -96,7 +97,7 @@ export class TerminalPane {
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, and what starts a session when none is open (the status line's button then)
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void, search?: {bar: HTMLElement, input: HTMLInputElement, prev: HTMLButtonElement, next: HTMLButtonElement, status: HTMLElement, close: HTMLButtonElement, open: HTMLButtonElement}}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, what starts a session when none is open (the status line's button then), and the search row
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
@@ -115,6 +116,12 @@ export class TerminalPane {
 		});
 		this.#fit = new FitAddon.FitAddon();
 		this.term.loadAddon(this.#fit);
+		// Links (http and https only) open in a new tab, without this page
+		// as its opener; search finds text in the scrollback.
+		this.term.loadAddon(new WebLinksAddon.WebLinksAddon((_ev, uri) => openLink(uri)));
+		this.#search = new SearchAddon.SearchAddon();
+		this.term.loadAddon(this.#search);
+		if (ui.search) this.#searchBar(ui.search);
 		this.term.open(el);
 		document.addEventListener('dashgate:theme', () => {
 			if (window.dashgateTheme) this.term.options.theme = window.dashgateTheme.xterm();
@@ -196,6 +203,56 @@ export class TerminalPane {
 
 	get sessionId() {
 		return this.#sessionId;
+	}
+
+	/** Opens the search row (Alt+Shift+F, its Search button) with its text selected. */
+	openSearch() {
+		const ui = this.#ui.search;
+		if (!ui) return;
+		if (ui.bar.hidden) {
+			ui.bar.hidden = false;
+			this.refit();
+		}
+		ui.input.focus();
+		ui.input.select();
+	}
+
+	/** Closes the search row and gives the keyboard back to the terminal. */
+	closeSearch() {
+		const ui = this.#ui.search;
+		if (!ui || ui.bar.hidden) return;
+		ui.bar.hidden = true;
+		ui.status.textContent = '';
+		this.term.clearSelection();
+		this.refit();
+		this.term.focus();
+	}
+
+	#searchBar(ui) {
+		const find = (back, incremental = false) => {
+			const q = ui.input.value;
+			if (!q) {
+				ui.status.textContent = '';
+				this.term.clearSelection();
+				return;
+			}
+			const found = back ? this.#search.findPrevious(q) : this.#search.findNext(q, { incremental });
+			ui.status.textContent = found ? '' : 'no match';
+		};
+		ui.open.addEventListener('click', () => this.openSearch());
+		ui.close.addEventListener('click', () => this.closeSearch());
+		ui.next.addEventListener('click', () => find(false));
+		ui.prev.addEventListener('click', () => find(true));
+		ui.input.addEventListener('input', () => find(false, true));
+		ui.input.addEventListener('keydown', (ev) => {
+			if (ev.key === 'Enter') {
+				ev.preventDefault();
+				find(ev.shiftKey);
+			} else if (ev.key === 'Escape') {
+				ev.preventDefault();
+				this.closeSearch();
+			}
+		});
 	}
 
 	/** Fits the terminal to its element (after a layout change). */
@@ -620,6 +677,18 @@ export class TerminalPane {
 		if (ws && ws.readyState <= WebSocket.OPEN) ws.close(CLOSE_NORMAL);
 		this.#shared(0);
 	}
+}
+
+/** Opens a link of the terminal's output in a new tab, http and https only, without this page as its opener. */
+function openLink(uri) {
+	let u;
+	try {
+		u = new URL(uri);
+	} catch {
+		return;
+	}
+	if (u.protocol !== 'http:' && u.protocol !== 'https:') return;
+	window.open(u.href, '_blank', 'noopener,noreferrer');
 }
 
 function parseControl(text) {
