@@ -4,10 +4,13 @@ package e2e_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -123,4 +126,121 @@ func TestTrialToolCardCountsLines(t *testing.T) {
 	tb.Do("reload", chromedp.Reload())
 	waitDashboard(t, tb)
 	tb.mustWaitJS(15*time.Second, "after a reload, two lines still", output+` === `+js(want), output)
+}
+
+// fakeSamples replaces GET /admin/api/samples in a page (before its
+// scripts run) with n+1 samples 5 s apart, the last off seconds past the
+// current minute: the server's ring takes 15 minutes to fill. The values
+// vary; the RSS is in the thousands of MiB, and four reasons close
+// sessions.
+func fakeSamples(n, off int) string {
+	return fmt.Sprintf(`(() => {
+	const real = window.fetch;
+	window.fetch = (url, o) => {
+		if (!String(url).includes('admin/api/samples')) return real(url, o);
+		const end = Math.floor(Date.now() / 60000) * 60000 + %d * 1000, out = [];
+		for (let i = %d; i >= 0; i--) {
+			const c = {};
+			if (i %% 7 === 0) c.client_close = 2;
+			if (i %% 11 === 0) c.detached_ttl = 1;
+			if (i %% 13 === 0) c.close_on_disconnect = 3;
+			if (i %% 17 === 0) c.admin_reap = 1;
+			out.push({t: new Date(end - i * 5000).toISOString(), sessions: 20 + (i %% 9), workers: 40 + (i %% 5), rss_bytes: (1500 + i * 3) * 1048576, closes: c});
+		}
+		return Promise.resolve(new Response(JSON.stringify({samples: out}), {headers: {'Content-Type': 'application/json'}}));
+	};
+})()`, off, n)
+}
+
+// recordCanvasText makes a page (before its scripts run) keep, per canvas,
+// the box of each text drawn on it since it was last cleared whole
+// (window.__canvasTexts(canvas): [{text, left, right, top, bottom}], in
+// the canvas's pixels): a plot's axis labels are drawn, not elements.
+const recordCanvasText = `(() => {
+	const P = CanvasRenderingContext2D.prototype;
+	const texts = new WeakMap();
+	window.__canvasTexts = (c) => texts.get(c) ?? [];
+	const clear = P.clearRect;
+	P.clearRect = function (x, y, w, h) {
+		if (x <= 0 && y <= 0 && w >= this.canvas.width && h >= this.canvas.height) texts.set(this.canvas, []);
+		return clear.apply(this, arguments);
+	};
+	const fill = P.fillText;
+	P.fillText = function (text, x, y) {
+		const m = this.measureText(text), t = this.getTransform();
+		const l = x - m.actualBoundingBoxLeft, r = x + m.actualBoundingBoxRight, tp = y - m.actualBoundingBoxAscent, b = y + m.actualBoundingBoxDescent;
+		const pts = [[l, tp], [r, tp], [l, b], [r, b]].map(([px, py]) => [t.a * px + t.c * py + t.e, t.b * px + t.d * py + t.f]);
+		const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
+		if (!texts.has(this.canvas)) texts.set(this.canvas, []);
+		texts.get(this.canvas).push({text: String(text), left: Math.min(...xs), right: Math.max(...xs), top: Math.min(...ys), bottom: Math.max(...ys)});
+		return fill.apply(this, arguments);
+	};
+})()`
+
+// plotLabelClashes lists, per admin plot, the labels drawn on its canvas
+// that reach past the canvas (cut), the caption and legend cells outside
+// its figure, and every two of them (with the canvas, for the elements)
+// whose boxes overlap.
+const plotLabelClashes = `(() => {
+	const out = [];
+	const overlap = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+	const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+	const box = (text, r) => ({text, left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+	for (const fig of document.querySelectorAll('[data-testid="plots"] figure')) {
+		const id = fig.dataset.testid, c = fig.querySelector('canvas');
+		if (!c) { out.push(id + ': no canvas'); continue; }
+		const cr = c.getBoundingClientRect(), k = cr.width / c.width;
+		const drawn = window.__canvasTexts(c).map((b) => ({text: JSON.stringify(b.text), left: cr.left + b.left * k, right: cr.left + b.right * k, top: cr.top + b.top * k, bottom: cr.top + b.bottom * k}));
+		if (drawn.length < 4) out.push(id + ': only ' + drawn.length + ' labels drawn');
+		for (const b of drawn) if (!inside(b, cr)) out.push(id + ': ' + b.text + ' cut by the edge of the plot');
+		const shown = [...fig.querySelectorAll('figcaption, .u-legend th, .u-legend td')].map((e) => box('<' + e.textContent.trim() + '>', e.getBoundingClientRect()));
+		for (const b of shown) if (!inside(b, fig.getBoundingClientRect())) out.push(id + ': ' + b.text + ' outside the figure');
+		const all = [...drawn, ...shown];
+		for (let i = 0; i < all.length; i++) for (let j = i + 1; j < all.length; j++) if (overlap(all[i], all[j])) out.push(id + ': ' + all[i].text + ' overlaps ' + all[j].text);
+		for (const b of shown) if (overlap(b, box('the plot', cr))) out.push(id + ': ' + b.text + ' overlaps the plot');
+	}
+	return out;
+})()`
+
+// TestTrialAdminPlotLabelsApart: on /admin no two labels of a plot
+// overlap and none is cut, at the default width and a phone's, in the
+// first minute (the date line under the first tick ran into the next
+// minute's label) and with 15 minutes of samples (the value axis cut
+// "1,500" to ",500").
+func TestTrialAdminPlotLabelsApart(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	for _, c := range []struct {
+		name   string
+		n, off int
+	}{
+		{"the first minute, a minute turning at its second tick", 12, 45},
+		{"15 minutes", 180, 5},
+	} {
+		for _, width := range []int64{0, 390} {
+			what := fmt.Sprintf("%s, width %d", c.name, width)
+			if width == 0 {
+				what = c.name + ", the default width"
+			}
+			admin := b.newTab(t, "admin")
+			for _, src := range []string{fakeSamples(c.n, c.off), recordCanvasText} {
+				if _, err := chromedp.Call(admin.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: src}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if width != 0 {
+				if _, err := chromedp.Call(admin.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: width, Height: 844, DeviceScaleFactor: 1, Mobile: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+			admin.mustWaitJS(15*time.Second, what+": the samples plotted",
+				fmt.Sprintf(`document.querySelector('[data-testid="plots"]').dataset.samples === '%d' && document.querySelectorAll('[data-testid="plot-closes"] .u-legend .u-series').length === 5`, c.n+1),
+				`JSON.stringify(document.querySelector('[data-testid="plots"]').dataset)`)
+			if clashes := mustEval[[]string](admin, plotLabelClashes); len(clashes) > 0 {
+				t.Errorf("%s: %d label clashes:\n%s", what, len(clashes), strings.Join(clashes, "\n"))
+			}
+			admin.Close()
+		}
+	}
 }

@@ -14,7 +14,10 @@
 // Plots: the last 15 minutes of GET /admin/api/samples (sampled by the
 // server every few seconds into a bounded ring), drawn with the vendored
 // uPlot: live sessions, workers, their total RSS, and session closes per
-// minute by end_reason; an all-zero series on a 0–5 axis. Each plot
+// minute by end_reason; an all-zero series on a 0–5 axis. The time axis
+// has one line of labels ("7:50am", ":15" between whole minutes), spaced
+// wider than the widest label (uPlot's second line, the date, ran into
+// its neighbours); the value axis is as wide as its widest label. Each plot
 // carries data-max (its highest value) and data-y-max (its axis's top).
 // The plots section carries data-samples (how many
 // samples are drawn) and data-last (the newest sample, JSON) for tests.
@@ -145,7 +148,30 @@ const COLORS = ['#5fa8d3', '#e5a54b', '#9fe0b4', '#f07178', '#c792ea', '#82aaff'
 // not uPlot's 0–100 for a flat line at 0; any other gets uPlot's own range.
 const ZERO_MAX = 5;
 const Y_RANGE = (u, min, max) => (min == null || (max <= 0 && min >= 0) ? [0, ZERO_MAX] : uPlot.rangeNum(min, max, 0.1, true));
-const AXIS = { stroke: '#7b8594', grid: { stroke: '#2a3140', width: 1 }, ticks: { stroke: '#2a3140', width: 1 } };
+// uPlot's own axis font, named so that labels can be measured in it.
+const FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+const measure = document.createElement('canvas').getContext('2d');
+function textWidth(s) {
+	measure.font = FONT;
+	return Math.ceil(measure.measureText(s).width);
+}
+const AXIS = { font: FONT, stroke: '#7b8594', grid: { stroke: '#2a3140', width: 1 }, ticks: { stroke: '#2a3140', width: 1 } };
+const HM = uPlot.fmtDate('{h}:{mm}{aa}');
+const SS = uPlot.fmtDate(':{ss}');
+/** A time tick's label: ":15" between whole minutes when ticks are seconds apart, else "7:50am". */
+function timeLabel(t, incr) {
+	const d = new Date(t * 1000);
+	return incr < 60 && d.getSeconds() !== 0 ? SS(d) : HM(d);
+}
+const X_AXIS = {
+	...AXIS,
+	size: 32,
+	space: textWidth('12:59pm') + 16, // ticks the widest label and a gap apart
+	values: (u, splits, axis, space, incr) => splits.map((t) => (t == null ? null : timeLabel(t, incr))),
+};
+// The tick, the gap, the widest label and a margin (uPlot sizes an axis
+// before its labels are known, then again with them).
+const Y_AXIS = { ...AXIS, size: (u, values) => 10 + 5 + Math.max(24, ...(values ?? []).map((v) => textWidth(String(v ?? '')))) + 4 };
 
 function plot(name, labels, data) {
 	const el = document.querySelector(`[data-testid="plot-${name}"]`);
@@ -167,7 +193,7 @@ function plot(name, labels, data) {
 				scales: { x: { time: true }, y: { range: Y_RANGE } },
 				// The y axis's top, for tests.
 				hooks: { setScale: [(u, key) => key === 'y' && (el.dataset.yMax = String(u.scales.y.max))] },
-				axes: [AXIS, { ...AXIS, size: 44 }],
+				axes: [X_AXIS, Y_AXIS],
 				series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: false } }))],
 			},
 			data,
