@@ -655,7 +655,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 					continue
 				}
 				remoteWorkers = append(remoteWorkers, templates.WorkerRow{
-					PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, Node: n.ID, Remote: true,
+					PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, User: w.User, Node: n.ID, Remote: true,
 					Age: humanAge(now, w.StartedAt), AgeExact: w.StartedAt.UTC().Format(time.RFC3339Nano),
 				})
 			}
@@ -670,14 +670,19 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		v.Sessions = append(v.Sessions, r)
 	}
 	kinds := map[string]int{}
+	owners := make(map[string]string, len(all)) // session id -> its user
+	for _, s := range all {
+		owners[s.ID] = s.Owner
+	}
 	slices.SortFunc(procs, func(a, b workers.ProcInfo) int { return a.PID - b.PID })
 	for _, p := range procs {
 		kinds[string(p.Kind)]++
 		if shown != nil && !shown[p.SessionID] {
 			continue
 		}
+		owner, listed := owners[p.SessionID]
 		v.Workers = append(v.Workers, templates.WorkerRow{
-			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State,
+			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, User: owner, UserGone: !listed, State: p.State,
 			Age: humanAge(now, p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
 			RSS: humanize.IBytes(p.RSSBytes), RSSExact: fmt.Sprintf("%d bytes", p.RSSBytes),
 			CPU: fmt.Sprintf("%.1f%%", p.CPUPercent), FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
