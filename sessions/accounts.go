@@ -3,6 +3,8 @@ package sessions
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/dashgate/dashgate/accounts"
 	"github.com/dashgate/dashgate/store"
@@ -93,4 +95,40 @@ func (r *Registry) TerminalRefusal(p Principal, sid string) error {
 		return err
 	}
 	return nil
+}
+
+// TerminalDir is where a file dropped on session sid's terminal goes, and
+// whom it is written as, for p (who must be able to use sid): the current
+// directory of the terminal's shell when one runs, else the account's home
+// (without accounts: a ProcSpawner's PTYDir, else dashgate's own
+// directory); acct is the owner's Unix account, nil without accounts
+// (dashgate's own user). Errors: ErrNotFound (an unknown, ended or
+// another user's session), the owner's account refusal (accounts.ErrRefused).
+func (r *Registry) TerminalDir(p Principal, sid string) (dir string, acct *accounts.Account, err error) {
+	r.mu.Lock()
+	s := r.findLocked(p, sid, accessUse)
+	pid := 0
+	if s != nil && s.term != nil {
+		pid = s.term.PID()
+	}
+	r.mu.Unlock()
+	if s == nil {
+		return "", nil, ErrNotFound
+	}
+	if acct, err = r.accountOf(s); err != nil {
+		return "", nil, err
+	}
+	if pid > 0 {
+		if d, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && strings.HasPrefix(d, "/") && !strings.HasSuffix(d, " (deleted)") {
+			return d, acct, nil
+		}
+	}
+	if acct != nil {
+		return acct.Home, acct, nil
+	}
+	if ps, ok := r.cfg.Spawner.(*ProcSpawner); ok && ps.PTYDir != "" {
+		return ps.PTYDir, nil, nil
+	}
+	d, err := os.Getwd()
+	return d, nil, err
 }

@@ -133,6 +133,10 @@ type Handlers struct {
 	// TerminalRefusal serves GET /terminal/refusal (handlers.TerminalRefusal)
 	// to the dashboard's users; nil: no such route.
 	TerminalRefusal http.Handler
+	// TerminalFiles serves /sessions/{id}/terminal/files (uploads into and
+	// downloads out of a session's terminal) to the dashboard's users; nil:
+	// no such routes.
+	TerminalFiles *handlers.TerminalFiles
 }
 
 // Server is dashgate's HTTP handler.
@@ -231,6 +235,10 @@ func New(cfg Config, h Handlers) (*Server, error) {
 		}
 		if h.TerminalRefusal != nil {
 			r.Method(http.MethodGet, "/terminal/refusal", h.TerminalRefusal)
+		}
+		if f := h.TerminalFiles; f != nil {
+			r.With(s.cop.Handler).Post("/sessions/{id}/terminal/files", f.Upload) // same-origin only
+			r.Get("/sessions/{id}/terminal/files", f.Download)
 		}
 	})
 	app.Group(func(r chi.Router) {

@@ -19,13 +19,26 @@ func Output(cmd *exec.Cmd) ([]byte, error) {
 	if cmd.Stderr == nil {
 		cmd.Stderr = &stderr
 	}
+	err := Run(cmd)
+	if ee, ok := err.(*exec.ExitError); ok && stderr.Len() > 0 {
+		ee.Stderr = stderr.Bytes()
+	}
+	return stdout.Bytes(), err
+}
+
+// Run starts cmd and waits for it, as exec.Cmd.Run does, with its child
+// registered as one dashgate waits for itself (see Output): for a short
+// helper whose standard streams the caller wires (a file copied in or
+// out as a Unix account, workers/files). cmd must not have been started;
+// the caller owns its streams.
+func Run(cmd *exec.Cmd) error {
 	spawnMu.Lock()
 	beginFork()
 	err := cmd.Start()
 	if err != nil {
 		endFork(nil)
 		spawnMu.Unlock()
-		return nil, err
+		return err
 	}
 	pid := cmd.Process.Pid
 	endFork(func() { unreaped[pid]++ })
@@ -39,10 +52,7 @@ func Output(cmd *exec.Cmd) ([]byte, error) {
 		delete(unreaped, pid)
 	}
 	regMu.Unlock()
-	if ee, ok := err.(*exec.ExitError); ok && stderr.Len() > 0 {
-		ee.Stderr = stderr.Bytes()
-	}
-	return stdout.Bytes(), err
+	return err
 }
 
 // outputStarted, when set (by a test), runs between Output's Start and its

@@ -54,6 +54,7 @@ type config struct {
 	MaxWorkers       int
 	PTYKeepalive     time.Duration
 	PTYBuffer        int
+	PTYUploadMax     int64 // --terminal-upload-max, bytes
 	PTYSpare         bool
 	PTYSpareIdle     time.Duration
 	PingInterval     time.Duration
@@ -157,6 +158,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxWorkers, "max-workers", 64, "live children (workers and terminals); beyond it calls get error 4029")
 	fs.DurationVar(&c.PTYKeepalive, "pty-keepalive", 5*time.Minute, "how long a terminal attached with keepalive=1 waits for a reattach (0: off)")
 	fs.IntVar(&c.PTYBuffer, "pty-buffer", 1<<20, "terminal output kept for replay, bytes")
+	fs.Int64Var(&c.PTYUploadMax, "terminal-upload-max", 100<<20, "bytes a file dropped on a terminal may hold (written as the session's owner into the shell's directory)")
 	fs.BoolVar(&c.PTYSpare, "pty-spare", true, "keep a terminal program started ahead for the next terminal opened without a session (its first output is there sooner)")
 	fs.DurationVar(&c.PTYSpareIdle, "pty-spare-idle", time.Minute, "spares are ended once no terminal was opened without a session for this long")
 	fs.DurationVar(&c.PingInterval, "ws-ping-interval", 20*time.Second, "WebSocket ping interval (0: no pings)")
@@ -305,6 +307,9 @@ func (c config) validate() error {
 	}
 	if c.WorkerGrace <= 0 || c.WorkerTimeout <= 0 || c.DetachedTTL <= 0 || c.ShutdownTimeout <= 0 || c.WriteTimeout <= 0 || c.InterruptGrace <= 0 || c.PTYSpareIdle <= 0 {
 		errs = append(errs, errors.New("--worker-grace, --worker-timeout, --detached-ttl, --shutdown-timeout, --ws-write-timeout, --interrupt-grace and --pty-spare-idle must be positive"))
+	}
+	if c.PTYUploadMax < 1 {
+		errs = append(errs, errors.New("--terminal-upload-max must be at least 1"))
 	}
 	if c.MaxSessions < 1 || c.MaxPerSocket < 1 || c.MaxWorkers < 1 || c.PTYBuffer < 64<<10 {
 		errs = append(errs, errors.New("--max-sessions, --max-sessions-per-socket and --max-workers must be at least 1, --pty-buffer at least 65536"))

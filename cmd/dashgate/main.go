@@ -40,6 +40,7 @@ import (
 	"github.com/dashgate/dashgate/workers"
 	"github.com/dashgate/dashgate/workers/agent"
 	"github.com/dashgate/dashgate/workers/builtin"
+	"github.com/dashgate/dashgate/workers/files"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -60,6 +61,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "acp" {
 		return runACP(args[1:])
+	}
+	if len(args) > 0 && args[0] == "file" {
+		return files.Main(args[1:], os.Stdin, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "user" {
 		return userMain(args[1:], stdout, stderr)
@@ -429,6 +433,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Metrics:         metrics.Handler(),
 		Export:          &handlers.Export{Registry: reg, Log: log},
 		TerminalRefusal: &handlers.TerminalRefusal{Registry: reg, Log: log},
+		TerminalFiles:   &handlers.TerminalFiles{Registry: reg, Self: self, MaxUpload: cfg.PTYUploadMax, Log: log},
 	})
 	if err != nil {
 		return err

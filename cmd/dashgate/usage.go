@@ -54,7 +54,7 @@ var serveFlagGroups = []flagGroup{
 	{"Tuning (timeouts, buffers, threads; the defaults suit most)", []string{
 		"detached-ttl", "detach-turn-grace",
 		"worker-grace", "worker-timeout", "interrupt-grace",
-		"pty-keepalive", "pty-buffer", "pty-spare", "pty-spare-idle",
+		"pty-keepalive", "pty-buffer", "pty-spare", "pty-spare-idle", "terminal-upload-max",
 		"ws-ping-interval", "ws-ping-timeout", "ws-write-timeout", "ws-close-timeout",
 		"http-idle-timeout", "http-header-timeout",
 		"shutdown-timeout", "store-backlog",

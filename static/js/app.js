@@ -94,6 +94,16 @@ const terminal = new TerminalPane(els.terminal, base, {
 		close: byTestId('terminal-search-close'),
 		open: byTestId('terminal-search-open'),
 	},
+	files: {
+		line: byTestId('terminal-transfer'),
+		text: byTestId('terminal-transfer-text'),
+		dismiss: byTestId('terminal-transfer-close'),
+		row: byTestId('terminal-download'),
+		path: byTestId('terminal-download-path'),
+		go: byTestId('terminal-download-go'),
+		close: byTestId('terminal-download-close'),
+		open: byTestId('terminal-download-open'),
+	},
 });
 const layout = initLayout(() => terminal.refit());
 const notifier = new Notifier(byTestId('notify-toggle'));

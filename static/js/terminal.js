@@ -97,7 +97,7 @@ export class TerminalPane {
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void, search?: {bar: HTMLElement, input: HTMLInputElement, prev: HTMLButtonElement, next: HTMLButtonElement, status: HTMLElement, close: HTMLButtonElement, open: HTMLButtonElement}}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, what starts a session when none is open (the status line's button then), and the search row
+	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void, search?: {bar: HTMLElement, input: HTMLInputElement, prev: HTMLButtonElement, next: HTMLButtonElement, status: HTMLElement, close: HTMLButtonElement, open: HTMLButtonElement}, files?: {line: HTMLElement, text: HTMLElement, dismiss: HTMLButtonElement, row: HTMLElement, path: HTMLInputElement, go: HTMLButtonElement, close: HTMLButtonElement, open: HTMLButtonElement}}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, what starts a session when none is open (the status line's button then), the search row, and the file transfer's line and download row
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
@@ -122,6 +122,7 @@ export class TerminalPane {
 		this.#search = new SearchAddon.SearchAddon();
 		this.term.loadAddon(this.#search);
 		if (ui.search) this.#searchBar(ui.search);
+		if (ui.files) this.#fileTransfer(el, ui.files);
 		this.term.open(el);
 		document.addEventListener('dashgate:theme', () => {
 			if (window.dashgateTheme) this.term.options.theme = window.dashgateTheme.xterm();
@@ -251,6 +252,103 @@ export class TerminalPane {
 			} else if (ev.key === 'Escape') {
 				ev.preventDefault();
 				this.closeSearch();
+			}
+		});
+	}
+
+	/**
+	 * Wires file transfer (issue 42): a file dropped on the terminal is
+	 * uploaded into its shell's current directory (POST
+	 * sessions/{id}/terminal/files?name=), written as the session's owner;
+	 * Download asks for a path and downloads it (GET …?path=). The transfer
+	 * line says how an upload went, or why a download is refused.
+	 */
+	#fileTransfer(el, ui) {
+		const pane = el.closest('.terminal-pane') ?? el;
+		const say = (text, state = '') => {
+			ui.text.textContent = text;
+			if (state) ui.line.dataset.state = state;
+			else delete ui.line.dataset.state;
+			ui.line.hidden = !text;
+			this.refit();
+		};
+		ui.dismiss.addEventListener('click', () => say(''));
+		const url = (q) => `${this.#base}sessions/${encodeURIComponent(this.#sessionId)}/terminal/files?${new URLSearchParams(q)}`;
+		pane.addEventListener('dragover', (ev) => {
+			if (!this.#sessionId || !ev.dataTransfer?.types.includes('Files')) return;
+			ev.preventDefault();
+			ev.dataTransfer.dropEffect = 'copy';
+			pane.classList.add('drop-target');
+		});
+		pane.addEventListener('dragleave', (ev) => {
+			if (!pane.contains(ev.relatedTarget)) pane.classList.remove('drop-target');
+		});
+		pane.addEventListener('drop', async (ev) => {
+			pane.classList.remove('drop-target');
+			const list = [...(ev.dataTransfer?.files ?? [])];
+			if (!this.#sessionId || list.length === 0) return;
+			ev.preventDefault();
+			for (const f of list) {
+				say(`Uploading ${f.name}…`);
+				try {
+					const r = await fetch(url({ name: f.name }), { method: 'POST', body: f, headers: { 'Content-Type': 'application/octet-stream' } });
+					if (!r.ok) {
+						say(`${f.name} was not uploaded: ${(await r.text()).trim() || r.statusText}`, 'error');
+						return;
+					}
+					const done = await r.json();
+					say(`Uploaded ${done.path} (${sizeText(done.size)}).`, 'done');
+				} catch (err) {
+					say(`${f.name} was not uploaded: ${err.message}`, 'error');
+					return;
+				}
+			}
+		});
+		const closeRow = () => {
+			if (ui.row.hidden) return;
+			ui.row.hidden = true;
+			this.refit();
+			this.term.focus();
+		};
+		ui.open.addEventListener('click', () => {
+			if (!this.#sessionId) return;
+			ui.row.hidden = false;
+			this.refit();
+			ui.path.focus();
+			ui.path.select();
+		});
+		ui.close.addEventListener('click', closeRow);
+		const download = async () => {
+			const path = ui.path.value.trim();
+			if (!path || !this.#sessionId) return;
+			// Fetched, not navigated to: a refusal is said here, not as an
+			// error page or a saved error text. The file passes through
+			// memory, as a blob.
+			const href = url({ path });
+			const r = await fetch(href, { method: 'GET' }).catch((err) => ({ ok: false, statusText: err.message, text: async () => '' }));
+			if (!r.ok) {
+				say(`Not downloaded: ${(await r.text()).trim() || r.statusText}`, 'error');
+				return;
+			}
+			const blob = await r.blob();
+			const a = document.createElement('a');
+			a.href = URL.createObjectURL(blob);
+			a.download = path.split('/').pop() || 'download';
+			document.body.append(a);
+			a.click();
+			a.remove();
+			setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+			say(`Downloaded ${a.download} (${sizeText(blob.size)}).`, 'done');
+			closeRow();
+		};
+		ui.go.addEventListener('click', download);
+		ui.path.addEventListener('keydown', (ev) => {
+			if (ev.key === 'Enter') {
+				ev.preventDefault();
+				download();
+			} else if (ev.key === 'Escape') {
+				ev.preventDefault();
+				closeRow();
 			}
 		});
 	}
@@ -677,6 +775,13 @@ export class TerminalPane {
 		if (ws && ws.readyState <= WebSocket.OPEN) ws.close(CLOSE_NORMAL);
 		this.#shared(0);
 	}
+}
+
+/** n bytes in words: "812 B", "12.5 KiB", "3.0 MiB". */
+function sizeText(n) {
+	if (!(n >= 1024)) return `${n} B`;
+	if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+	return `${(n / (1 << 20)).toFixed(1)} MiB`;
 }
 
 /** Opens a link of the terminal's output in a new tab, http and https only, without this page as its opener. */
