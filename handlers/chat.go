@@ -27,7 +27,7 @@ type ChatRegistry interface {
 	Close(p sessions.Principal, sid string, reason sessions.EndReason) (bool, error)
 	List(p sessions.Principal) []sessions.Info
 	Exec(ctx context.Context, v sessions.Viewer, sid, command string) (string, error)
-	Prompt(v sessions.Viewer, sid, text string) (string, func(), error)
+	Prompt(v sessions.Viewer, sid, text string, files ...string) (string, func(), error)
 	Interrupt(v sessions.Viewer, sid string) (string, error)
 	Leave(v sessions.Viewer, sid string) (bool, error)
 	DetachViewer(v sessions.Viewer, reason workers.Reason)
@@ -85,7 +85,10 @@ type Chat struct {
 	Node string
 	// Agents is what agent.list answers: the agents a session may talk
 	// to, the built-in worker first (nil: that one alone).
-	Agents          []AgentInfo
+	Agents []AgentInfo
+	// Attach is the attachment limits gateway.ready tells the page, so
+	// that it refuses a file over them before uploading it (issue 42).
+	Attach          sessions.AttachLimits
 	OnConn          func(delta int)
 	connSeq         atomic.Uint64
 	defaultsApplied sync.Once
@@ -173,7 +176,8 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.OnConn(1)
 		defer h.OnConn(-1)
 	}
-	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version, "node": h.Node}}))
+	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version, "node": h.Node,
+		"attachments": attachLimits(h.Attach)}}))
 	unwatch := func() {}
 	if w, ok := h.Registry.(SessionWatcher); ok {
 		unwatch = w.Watch(c)

@@ -428,13 +428,19 @@ func (c *chatConn) slashExec(ctx context.Context, raw json.RawMessage) (any, fun
 }
 
 type promptParams struct {
-	SessionID string `json:"session_id"`
-	Text      string `json:"text"`
+	SessionID   string   `json:"session_id"`
+	Text        string   `json:"text"`
+	Attachments []string `json:"attachments"` // ids of files uploaded into the session (issue 42)
 }
 
 func (p *promptParams) check() *RPCError {
 	if e := requireSession(p.SessionID); e != nil {
 		return e
+	}
+	for _, id := range p.Attachments {
+		if id == "" {
+			return invalidParams("invalid params: an attachment id is empty")
+		}
 	}
 	return checkPrompt(p.Text)
 }
@@ -447,7 +453,7 @@ func (c *chatConn) promptSubmit(_ context.Context, raw json.RawMessage) (any, fu
 	if err := readParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
-	turnID, start, err := c.h.Registry.Prompt(c, p.SessionID, p.Text)
+	turnID, start, err := c.h.Registry.Prompt(c, p.SessionID, p.Text, p.Attachments...)
 	if err != nil {
 		return nil, nil, err
 	}

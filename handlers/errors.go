@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/dashgate/dashgate/accounts"
+	"github.com/dashgate/dashgate/recordings"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
@@ -44,9 +45,19 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var se *sessions.StoreError
 	var ua *sessions.UnknownAgentError
 	var he *sessions.HeldElsewhereError
+	var al *sessions.AttachLimitError
+	var uf *sessions.UnknownAttachmentError
 	switch {
 	case errors.As(err, &rpc):
 		return rpc
+	case errors.As(err, &al):
+		data := map[string]any{"limit": al.Limit, "max": al.Max}
+		if al.Name != "" {
+			data["name"] = al.Name
+		}
+		return &RPCError{Code: CodeAttachLimit, Message: al.Error(), Data: data}
+	case errors.As(err, &uf):
+		return invalidParams(uf.Error())
 	case errors.As(err, &he):
 		return &RPCError{Code: CodeHeldElsewhere, Message: he.Error(),
 			Data: map[string]any{"node": he.Node, "retry_in_ms": he.RetryIn.Milliseconds()}}
@@ -129,6 +140,8 @@ func httpError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err err
 		http.Error(w, bad.msg, http.StatusBadRequest)
 	case errors.Is(err, sessions.ErrNotFound):
 		http.Error(w, sessions.ErrNotFound.Error(), http.StatusNotFound)
+	case errors.Is(err, recordings.ErrNotFound): // also another user's
+		http.Error(w, recordings.ErrNotFound.Error(), http.StatusNotFound)
 	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, workers.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown),
 		errors.Is(err, sessions.ErrLeaseUnproven):
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

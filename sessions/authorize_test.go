@@ -72,6 +72,8 @@ type authFixture struct {
 	r                *Registry
 	live, closed     string // alice's
 	anon, anonClosed string // the anonymous user's: the admin token's User is "" too
+	// files maps a session id to the id of a file uploaded into it, not sent.
+	files map[string]string
 }
 
 func newAuthFixture(t *testing.T) *authFixture {
@@ -105,7 +107,23 @@ func (f *authFixture) session(t *testing.T, p Principal, title, command string) 
 	if _, err := f.r.Exec(t.Context(), v, in.ID, command); err != nil {
 		t.Fatal(err)
 	}
+	ref, err := f.r.Attach(t.Context(), p, in.ID, NewAttachment{Name: "secret.txt", Size: -1, Body: strings.NewReader(command)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.files == nil {
+		f.files = map[string]string{}
+	}
+	f.files[in.ID] = ref.ID
 	return in.ID
+}
+
+// fileOf is the id of the file uploaded into sid, or one no session has.
+func (f *authFixture) fileOf(sid string) string {
+	if id := f.files[sid]; id != "" {
+		return id
+	}
+	return missingID
 }
 
 // untouched fails unless the live sessions of alice and of the anonymous
@@ -424,6 +442,33 @@ var accounting = map[string]entry{
 		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
 			if tr, _ := got.(Transcript); err != nil || tr.ID != sid || len(tr.Entries) == 0 {
 				t.Fatalf("alice's transcript of %s: %+v, %v", sid, got, err)
+			}
+		},
+	}},
+	"Registry.Attach": {class: classUser, byID: &byID{
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			return f.r.Attach(t.Context(), p, sid, NewAttachment{Name: "x.txt", Size: -1, Body: strings.NewReader("x")})
+		},
+		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
+			if ref, _ := got.(store.AttachmentRef); err != nil || ref.ID == "" || ref.Name != "x.txt" {
+				t.Fatalf("alice attaches a file to %s: %+v, %v", sid, got, err)
+			}
+		},
+	}},
+	"Registry.Unattach": {class: classUser, byID: &byID{
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			return nil, f.r.Unattach(t.Context(), p, sid, f.fileOf(sid))
+		},
+		ok: noErr,
+	}},
+	"Registry.Attachment": {class: classUser, byID: &byID{
+		closed: true,
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			return f.r.Attachment(t.Context(), p, sid, f.fileOf(sid))
+		},
+		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
+			if a, _ := got.(store.Attachment); err != nil || a.ID != f.files[sid] || !strings.HasPrefix(string(a.Data), "/echo") {
+				t.Fatalf("alice's file of %s: %+v, %v", sid, got, err)
 			}
 		},
 	}},

@@ -158,7 +158,7 @@ func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
 		}
 		switch e.Kind {
 		case store.KindPrompt, store.KindReply, KindToolCall, KindToolResult:
-			if !add(e.Kind, e.Role, e.Text) {
+			if !add(e.Kind, e.Role, e.Text+sentEarlier(e.Attachments)) {
 				return reversed(out)
 			}
 		case KindApprovalResolved:

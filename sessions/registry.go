@@ -161,6 +161,8 @@ type Config struct {
 	// AgentContext bounds the text of the conversation sent with a prompt,
 	// bytes (32 KiB); the oldest entries are dropped first.
 	AgentContext int
+	// Attach bounds the files attached to prompts (attachments.go).
+	Attach AttachLimits
 	// DetachTurnGrace lets a streaming turn finish for at most this long
 	// after its session's last viewer left (0: the worker is closed at once,
 	// mid-turn). A turn waiting for an approval gets none.
@@ -252,6 +254,7 @@ func (c *Config) defaults() {
 	if c.AgentContext <= 0 {
 		c.AgentContext = 32 << 10
 	}
+	c.Attach.defaults()
 	if c.PruneInterval <= 0 {
 		c.PruneInterval = time.Hour
 	}

@@ -165,6 +165,7 @@ type Session struct {
 	plan, commands      json.RawMessage
 	turn                *turn
 	turns               int
+	pending             pendingFiles // files uploaded and not sent yet (attachments.go)
 
 	worker      Worker
 	term        *Terminal

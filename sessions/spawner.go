@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ type ProcSpawner struct {
 	// an ACP agent, dashgate's bridge (`dashgate acp -- <agent>`). Such a
 	// worker gets Env only: WorkerEnv is the built-in agent's.
 	Agents map[string][]string
+	// MaxLine is the longest request line a chat worker may be sent
+	// (AttachLimits.MaxLine: a prompt's attached files are in it): every
+	// chat worker gets it as DASHGATE_MAX_LINE (0: not set).
+	MaxLine int
 }
 
 // AgentEOFGrace is how long an ACP agent's bridge has, once its stdin
@@ -51,6 +56,9 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 			return nil, &UnknownAgentError{Name: req.Agent}
 		}
 		env, attrs = p.Env, append(attrs, "agent", req.Agent)
+	}
+	if p.MaxLine > 0 {
+		env = append(env[:len(env):len(env)], workers.EnvMaxLine+"="+strconv.Itoa(p.MaxLine))
 	}
 	spec := workers.Spec{
 		SessionID: req.SessionID, Path: cmd[0], Args: cmd[1:], Env: env,

@@ -20,13 +20,16 @@ import (
 
 // Prompt starts a turn: it records the prompt and returns the turn id and a
 // start function that the caller calls once it has sent its reply, so that
-// the reply precedes the turn's events. Errors: ErrNotFound, ErrBusy,
-// ErrLeaseUnproven (nothing was recorded), and
+// the reply precedes the turn's events. files are the ids of attachments
+// it sends (attachments.go): files of the session waiting to be sent, or
+// sent by an earlier prompt. Errors: ErrNotFound, ErrBusy,
+// ErrLeaseUnproven, *UnknownAttachmentError, *AttachLimitError (nothing
+// was recorded), and
 // an *accounts.RefusedError when the session has no worker and
 // Config.Accounts refuses its owner: then no turn starts, nothing is
 // spawned and the history keeps one notice with the reason (not the
 // prompt).
-func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
+func (r *Registry) Prompt(v Viewer, sid, text string, files ...string) (string, func(), error) {
 	s, err := r.use(v, sid)
 	if err != nil {
 		return "", nil, err
@@ -42,17 +45,22 @@ func (r *Registry) Prompt(v Viewer, sid, text string) (string, func(), error) {
 		r.mu.Unlock()
 		return "", nil, ErrBusy
 	}
+	refs, err := r.promptFilesLocked(s, files)
+	if err != nil {
+		r.mu.Unlock()
+		return "", nil, err
+	}
 	// WorkerTimeout bounds the silence of a turn, not its length: every
 	// event the worker sends restarts it, and it stands still while the turn
 	// waits for a viewer's approval or a tool runs.
 	ctx, cancelCause := context.WithCancelCause(context.Background())
 	cancel := func() { cancelCause(context.Canceled) }
 	now := time.Now()
-	t := &turn{r: r, s: s, id: newID(), at: now, cancel: cancel, finished: make(chan struct{})}
+	t := &turn{r: r, s: s, id: newID(), at: now, cancel: cancel, finished: make(chan struct{}), files: refs}
 	t.idle = time.AfterFunc(r.cfg.WorkerTimeout, func() { cancelCause(context.DeadlineExceeded) })
 	s.turn = t
 	s.turns++
-	r.shareLocked(s, v, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id})
+	r.shareLocked(s, v, Message{Role: store.RoleUser, Kind: store.KindPrompt, Text: text, At: now, TurnID: t.id, Attachments: refs})
 	t.promptSeq = s.entrySeq
 	r.titleFromPromptLocked(s, text, t.promptSeq)
 	r.mu.Unlock()
@@ -105,8 +113,18 @@ func (t *turn) run(ctx context.Context, text string) {
 			r.log.Warn("history load", "sid", s.id, "err", err)
 		}
 	}
+	var files []workerFile
+	if len(t.files) > 0 {
+		if files, err = r.workerFiles(ctx, s, t.files); err != nil {
+			t.finish("", true, err)
+			return
+		}
+	}
 	r.mu.Lock()
 	params := map[string]any{"text": text, "turn_id": t.id, "model": s.model}
+	if len(files) > 0 {
+		params["attachments"] = files
+	}
 	if s.agent == "" {
 		params["history"] = r.modelHistoryLocked(s, t)
 	} else { // an agent of its own keeps its history: the bridge loads it by this id
@@ -489,6 +507,12 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 		r.emitLocked(s, "tool.update", payload)
 	case "thought":
 		r.emitLocked(s, "message.thought", map[string]any{"turn_id": t.id, "text": ev.Text})
+	case "notice":
+		// The worker's word for the chat, kept in the history: a file it
+		// could not take ("this agent cannot read PDFs: a.pdf not sent").
+		if ev.Text != "" {
+			r.noticeLocked(s, ev.Text)
+		}
 	case "plan":
 		var p struct {
 			Entries json.RawMessage `json:"entries"`
@@ -741,15 +765,16 @@ type turn struct {
 	text      strings.Builder // streamed so far: a Builder, so a long reply's deltas cost their own length, not the reply's (String shares its bytes)
 	cancel    func()
 	done      bool
-	paused    bool          // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
-	finished  chan struct{} // closed when done is set
-	ckpt      *time.Timer   // the pending checkpoint of the streamed text, nil when none
-	idle      *time.Timer   // ends the turn after WorkerTimeout of silence (see Prompt)
-	tools     int           // tool runs started and not complete
-	usage     *store.Usage  // reported by the worker with its reply
-	status    string        // the worker's status of its reply ("": derived)
-	failed    bool          // the turn ended with an error
-	refused   bool          // ... the refusal of its owner's account (a notice, not an error entry)
+	paused    bool                  // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
+	finished  chan struct{}         // closed when done is set
+	ckpt      *time.Timer           // the pending checkpoint of the streamed text, nil when none
+	idle      *time.Timer           // ends the turn after WorkerTimeout of silence (see Prompt)
+	tools     int                   // tool runs started and not complete
+	usage     *store.Usage          // reported by the worker with its reply
+	status    string                // the worker's status of its reply ("": derived)
+	files     []store.AttachmentRef // the attachments its prompt sends
+	failed    bool                  // the turn ended with an error
+	refused   bool                  // ... the refusal of its owner's account (a notice, not an error entry)
 }
 
 // acpTool is what an ACP agent's worker adds to tool_start and

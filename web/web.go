@@ -127,6 +127,9 @@ type Handlers struct {
 	Terminal http.Handler
 	Admin    *handlers.Admin
 	Metrics  http.Handler
+	// Attachments serves /sessions/{id}/attachments (issue 42) to the
+	// dashboard's users; nil: no such routes.
+	Attachments *handlers.Attachments
 	// Export serves GET /sessions/{id}/export (handlers.Export) to the
 	// dashboard's users; nil: no such route.
 	Export http.Handler
@@ -250,6 +253,16 @@ func New(cfg Config, h Handlers) (*Server, error) {
 			r.Handle("/metrics", h.Metrics)
 		}
 	})
+
+	if a := h.Attachments; a != nil {
+		app.Group(func(r chi.Router) {
+			r.Use(s.auth(false))
+			// Uploads and removals change state: same-origin only.
+			r.With(s.cop.Handler).Post("/sessions/{id}/attachments", a.Upload)
+			r.With(s.cop.Handler).Delete("/sessions/{id}/attachments/{aid}", a.Remove)
+			r.Get("/sessions/{id}/attachments/{aid}", a.Download)
+		})
+	}
 
 	root := chi.NewRouter()
 	root.Use(s.proxy, middleware.Recoverer, s.headers, s.requestLog)

@@ -73,6 +73,10 @@ const (
 	// EnvWorkerID is the marker inherited by every descendant of a child, so
 	// the tree can be found even after a member left the process group.
 	EnvWorkerID = "DASHGATE_WORKER_ID"
+	// EnvMaxLine is the longest request line dashgate may send a chat
+	// worker, bytes (a prompt carries its attached files): a worker reads
+	// lines at least this long (jsonl does).
+	EnvMaxLine = "DASHGATE_MAX_LINE"
 )
 
 // eofGrace is how long Close waits for a chat worker to exit on stdin EOF

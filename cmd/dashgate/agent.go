@@ -34,6 +34,7 @@ func agentEnv(cfg config, key string) ([]string, error) {
 		"DASHGATE_TOOL_DIR=" + cfg.PTYCwd,
 		"DASHGATE_LLM_CONNECT_TIMEOUT=" + cfg.LLMConnectTimeout.String(),
 		"DASHGATE_LLM_HEADER_TIMEOUT=" + cfg.LLMHeaderTimeout.String(),
+		"DASHGATE_LLM_IMAGE_MODELS=" + cfg.LLMImageModels,
 	}
 	if key != "" {
 		env = append(env, "DASHGATE_LLM_API_KEY="+key)

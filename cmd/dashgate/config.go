@@ -118,6 +118,13 @@ type config struct {
 	// The agent's bounds on the model server (its environment).
 	LLMConnectTimeout time.Duration
 	LLMHeaderTimeout  time.Duration
+
+	// Attached files (issue 42): the flags as given, and parsed.
+	AttachMaxBytes string
+	AttachMaxFiles int
+	AttachMaxTotal string
+	Attach         sessions.AttachLimits
+	LLMImageModels string // glob patterns of the models that take images
 }
 
 func defaultPTYCmd() string {
@@ -183,6 +190,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "an approved tool run longer than this is ended")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 5*time.Minute, "a tool run nobody approved within this is denied")
 	fs.DurationVar(&c.DetachTurnGrace, "detach-turn-grace", 5*time.Minute, "a streaming turn may finish for this long after its session's last viewer left, its reply kept (0: its worker is closed at once, mid-turn)")
+	fs.StringVar(&c.AttachMaxBytes, "attach-max-bytes", "10MiB", "the largest file a message may carry (a chat attachment); beyond it the upload is refused (error 4013)")
+	fs.IntVar(&c.AttachMaxFiles, "attach-max-files", sessions.DefaultAttachMaxFiles, "files one message may carry, and one session may hold uploaded and not yet sent (error 4013 beyond)")
+	fs.StringVar(&c.AttachMaxTotal, "attach-max-total", "20MiB", "bytes of the files one message carries together, and of those one session holds uploaded and not yet sent (error 4013 beyond)")
+	fs.StringVar(&c.LLMImageModels, "llm-image-models", "", "comma-separated patterns (path.Match: gpt-4o*,*vision*; * for all) of the models that take images: the agent sends them attached images; other models get a note instead (empty: the models whose /v1/models entry says they take images)")
 	fs.StringVar(&c.BasePath, "base-path", "/", "URL path prefix of every route")
 	fs.StringVar(&c.PublicURL, "public-url", "", "the dashboard's URL as its users reach it, e.g. https://example.com/dashgate/ behind a proxy (deploy/nginx/dashgate.conf): the login and admin URLs dashgate prints start with it (default: http://<addr><base-path>)")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of the proxies whose X-Forwarded-* headers, and --user-header, are used; unix: whatever comes over the --addr unix: socket")
@@ -248,6 +259,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		c.ArgvSecrets = append(c.ArgvSecrets, "--store")
 	}
 	if err := c.readSecretFiles(); err != nil {
+		return c, err
+	}
+	if err := c.parseAttach(); err != nil {
 		return c, err
 	}
 	// With users on, the per-user caps default to shares of the global

@@ -343,7 +343,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			Manager: mgr, WorkerCmd: workerCmd, PTYCmd: strings.Fields(cfg.PTYCmd), PTYDir: cfg.PTYCwd,
 			Env: sessions.FilterEnv(os.Environ(), splitList(cfg.PassEnv)), WorkerEnv: workerEnv,
 			LoginShell: unixAccounts != nil && !cfg.PTYCmdExplicit,
-			Agents:     agentCommands(self, cfg.Agents),
+			Agents:     agentCommands(self, cfg.Agents), MaxLine: cfg.Attach.MaxLine(cfg.AgentContext),
 		},
 		Agents: cfg.Agents.names(), DefaultAgent: defAgent,
 		Log: log, DetachedTTL: cfg.DetachedTTL, MaxSessions: cfg.MaxSessions, MaxViewed: cfg.MaxPerSocket,
@@ -351,7 +351,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		PTYKeepalive: cfg.PTYKeepalive, PTYBuffer: cfg.PTYBuffer, PTYSpare: cfg.PTYSpare, PTYSpareIdle: cfg.PTYSpareIdle,
 		Store: st, SuspendOnShutdown: st.Durable, HistoryRetention: cfg.HistoryRetention, StoreBacklog: cfg.StoreBacklog,
 		DescribeError:   handlers.DescribeError,
-		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace,
+		ApprovalTimeout: cfg.ApprovalTimeout, AgentContext: cfg.AgentContext, DetachTurnGrace: cfg.DetachTurnGrace, Attach: cfg.Attach,
 		Accounts:           accountsLookup(unixAccounts),
 		MaxSessionsPerUser: cfg.MaxSessionsUser, MaxWorkersPerUser: cfg.MaxWorkersUser, MaxTerminalsPerUser: cfg.MaxTerminalsUser,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
@@ -427,11 +427,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	srv, err := web.New(wcfg, web.Handlers{
 		Chat: &handlers.Chat{Registry: reg, Log: log, Version: version, Socket: sock, OnConn: metrics.Conn("chat"), Models: models,
-			Agents: agentList(defAgent, cfg.Agents), Node: nodeID},
+			Agents: agentList(defAgent, cfg.Agents), Node: nodeID, Attach: cfg.Attach},
 		Terminal:        &handlers.Terminal{Registry: reg, Log: log, Socket: sock, OnConn: metrics.Conn("pty"), OnInput: metrics.PTYInput},
 		Admin:           admin,
 		Metrics:         metrics.Handler(),
 		Export:          &handlers.Export{Registry: reg, Log: log},
+		Attachments:     &handlers.Attachments{Registry: reg, Log: log},
 		TerminalRefusal: &handlers.TerminalRefusal{Registry: reg, Log: log},
 		TerminalFiles:   &handlers.TerminalFiles{Registry: reg, Self: self, MaxUpload: cfg.PTYUploadMax, Log: log},
 	})

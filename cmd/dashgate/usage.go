@@ -41,7 +41,7 @@ var serveFlagGroups = []flagGroup{
 		"llm-url", "llm-model", "llm-api-key-env",
 		"llm-connect-timeout", "llm-header-timeout",
 		"agent-system-prompt", "agent-context", "agent-tools",
-		"tool-timeout", "approval-timeout",
+		"tool-timeout", "approval-timeout", "llm-image-models",
 	}},
 	{"Containment and children's priority (docs/containment.md)", []string{
 		"cgroup", "cgroup-root", "child-memory-max", "child-pids-max",
@@ -50,6 +50,7 @@ var serveFlagGroups = []flagGroup{
 	{"Limits", []string{
 		"max-sessions", "max-workers", "max-sessions-per-socket",
 		"max-conns-per-ip", "max-http-conns", "max-pending-per-peer",
+		"attach-max-bytes", "attach-max-files", "attach-max-total",
 	}},
 	{"Tuning (timeouts, buffers, threads; the defaults suit most)", []string{
 		"detached-ttl", "detach-turn-grace",

@@ -79,10 +79,15 @@ func (s *server) handle(ctx context.Context, req jsonl.Request) {
 		s.Reply(req.ID, map[string]any{"output": out})
 	case "prompt":
 		var p struct {
-			Text   string `json:"text"`
-			TurnID string `json:"turn_id"`
+			Text        string             `json:"text"`
+			TurnID      string             `json:"turn_id"`
+			Attachments []jsonl.Attachment `json:"attachments"`
 		}
 		json.Unmarshal(req.Params, &p)
+		// The echo agent reads no file: each one is said, not dropped.
+		for _, a := range p.Attachments {
+			s.Notice(req.ID, jsonl.NotSent(a))
+		}
 		s.prompt(ctx, req.ID, p.Text)
 	default:
 		s.Fail(req.ID, "unknown method "+strconv.Quote(req.Method))

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,20 @@ import (
 // DefaultMaxLine bounds one request line, bytes, unless Server.MaxLine
 // says otherwise.
 const DefaultMaxLine = 1 << 20
+
+// EnvMaxLine is the variable in which dashgate tells its workers the
+// longest request line it may send them (a prompt carries its attached
+// files, base64: PROTOCOL.md §4); Serve reads lines at least that long.
+const EnvMaxLine = "DASHGATE_MAX_LINE"
+
+// envMaxLine is EnvMaxLine's value, 0 when unset or not a number.
+func envMaxLine() int {
+	n, err := strconv.Atoi(os.Getenv(EnvMaxLine))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
 
 // Request is one request line.
 type Request struct {
@@ -36,8 +51,9 @@ type Request struct {
 // Server serves requests and writes the worker's lines. Its methods are
 // safe for concurrent use.
 type Server struct {
-	// MaxLine bounds one request line, bytes (DefaultMaxLine when 0); set
-	// it before Serve. A longer line ends Serve as if stdin ended.
+	// MaxLine bounds one request line, bytes (DefaultMaxLine when 0; the
+	// larger of it and EnvMaxLine's value); set it before Serve. A longer
+	// line ends Serve as if stdin ended.
 	MaxLine int
 
 	name    string // "dashgate worker": the prefix of its diagnostics
@@ -71,7 +87,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, handle func(ctx contex
 	lines := make(chan []byte)
 	go func() {
 		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), cmp.Or(s.MaxLine, DefaultMaxLine))
+		sc.Buffer(make([]byte, 64<<10), max(cmp.Or(s.MaxLine, DefaultMaxLine), envMaxLine()))
 		for sc.Scan() {
 			select {
 			case lines <- append([]byte(nil), sc.Bytes()...):
