@@ -64,6 +64,9 @@ type Config struct {
 	// request was sent (not the stream after them); 0 means
 	// DefaultHeaderTimeout.
 	HeaderTimeout time.Duration
+	// ImageModels are path.Match patterns of the models that take images
+	// (attach.go); none: the model list says.
+	ImageModels []string
 }
 
 // ConfigFromEnv reads Config from the variables PROTOCOL.md §7 lists.
@@ -74,6 +77,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		APIKey:       getenv(EnvLLMAPIKey),
 		SystemPrompt: getenv(EnvSystemPrompt),
 		ToolDir:      getenv(EnvToolDir),
+		ImageModels:  imagePatterns(getenv(EnvImageModels)),
 	}
 	if cfg.LLMURL == "" {
 		return cfg, fmt.Errorf("%s is not set", EnvLLMURL)
@@ -122,6 +126,7 @@ type server struct {
 	mu        sync.Mutex
 	approvals map[string]chan string // request_id -> the viewer's choice
 	model     string                 // the server's first model, once asked
+	vision    map[string]bool        // model -> takes images, as the model list said (attach.go)
 }
 
 // Run serves requests from in until EOF and returns the exit code. Requests
@@ -202,10 +207,11 @@ func (s *server) failWith(id json.RawMessage, f *Failure) {
 
 // promptParams are a prompt's params (PROTOCOL.md §4 and §7).
 type promptParams struct {
-	Text    string         `json:"text"`
-	TurnID  string         `json:"turn_id"`
-	History []historyEntry `json:"history"`
-	Model   string         `json:"model"`
+	Text        string             `json:"text"`
+	TurnID      string             `json:"turn_id"`
+	History     []historyEntry     `json:"history"`
+	Model       string             `json:"model"`
+	Attachments []jsonl.Attachment `json:"attachments"` // the files it carries (attach.go)
 }
 
 type historyEntry struct {

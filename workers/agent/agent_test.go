@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -980,8 +981,10 @@ func TestConfigFromEnv(t *testing.T) {
 			"DASHGATE_AGENT_SYSTEM_PROMPT": "sys", "DASHGATE_AGENT_TOOLS": "shell",
 			"DASHGATE_TOOL_TIMEOUT": "5s", "DASHGATE_TOOL_DIR": "/tmp",
 			"DASHGATE_LLM_CONNECT_TIMEOUT": "2s", "DASHGATE_LLM_HEADER_TIMEOUT": "3s",
+			"DASHGATE_LLM_IMAGE_MODELS": " gpt-4o* ,, *vision*",
 		}, want: agent.Config{LLMURL: "http://h:8080/v1", Model: "m", APIKey: "k", SystemPrompt: "sys",
-			ShellTool: true, ToolTimeout: 5 * time.Second, ToolDir: "/tmp", ConnectTimeout: 2 * time.Second, HeaderTimeout: 3 * time.Second}},
+			ShellTool: true, ToolTimeout: 5 * time.Second, ToolDir: "/tmp", ConnectTimeout: 2 * time.Second, HeaderTimeout: 3 * time.Second,
+			ImageModels: []string{"gpt-4o*", "*vision*"}}},
 		{name: "url only", env: map[string]string{"DASHGATE_LLM_URL": "https://h/v1"}, want: agent.Config{LLMURL: "https://h/v1"}},
 		{name: "no url", env: map[string]string{}, wantErr: "DASHGATE_LLM_URL is not set"},
 		{name: "bad tools", env: map[string]string{"DASHGATE_LLM_URL": "http://h/v1", "DASHGATE_AGENT_TOOLS": "all"}, wantErr: "want shell or nothing"},
@@ -998,7 +1001,7 @@ func TestConfigFromEnv(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})

@@ -90,6 +90,7 @@ func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams)
 		model = m
 	}
 	msgs := s.messages(p)
+	msgs[len(msgs)-1] = s.userMessage(ctx, id, model, p)
 	for range maxRounds {
 		calls, done, err := s.round(ctx, id, model, msgs, t)
 		if ctx.Err() != nil {
