@@ -4,6 +4,9 @@ package e2e_test
 
 import (
 	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +244,54 @@ func TestTrialAdminPlotLabelsApart(t *testing.T) {
 				t.Errorf("%s: %d label clashes:\n%s", what, len(clashes), strings.Join(clashes, "\n"))
 			}
 			admin.Close()
+		}
+	}
+}
+
+// TestTrialUserCgroupNotMeasured: /admin with Unix accounts in cgroup
+// mode shows a user's cgroup memory and pids as measured where the host's
+// cgroup v2 has their controller, and as "not measured", the reason as
+// the title, where it has not (a hybrid host, whose cgroup v2 offers only
+// hugetlb, showed "0 B" and "0", as if measured).
+func TestTrialUserCgroupNotMeasured(t *testing.T) {
+	requireCgroups(t)
+	alice := makeUnixUser(t, "alice")
+	u := startUnixUsers(t, []string{alice.Name}, nil)
+	_, _, pty := u.terminal(t, alice.Name)
+	pty.out("READY:", "echo READY:$$")
+	offered := strings.Fields(readFile(t, filepath.Join(cgroupMount(), "cgroup.controllers")))
+
+	b := newBrowser(t)
+	admin := b.newTab(t, "admin")
+	admin.Do("open the admin page", chromedp.Navigate(u.LoginURL("/admin")))
+	cell := func(figure string) string {
+		return fmt.Sprintf(`document.querySelector('[data-testid="user-row"][data-user=%s] [data-testid="user-cgroup-%s"]')`, js(alice.Name), figure)
+	}
+	admin.mustWaitJS(15*time.Second, "alice's row with her cgroup's CPU time",
+		fmt.Sprintf(`(c => !!c && c.textContent !== '–')(%s)`, cell("cpu")),
+		`document.querySelector('[data-testid="users-table"]')?.innerText`)
+	type shown struct {
+		Text  string `json:"text"`
+		Title string `json:"title"`
+		State string `json:"state"`
+	}
+	for _, f := range []struct {
+		figure, controller string
+		measured           *regexp.Regexp
+	}{
+		{"memory", "memory", regexp.MustCompile(`^[1-9][0-9.]* [KMG]iB$`)},
+		{"pids", "pids", regexp.MustCompile(`^[1-9][0-9]*$`)},
+	} {
+		got := mustEval[shown](admin, fmt.Sprintf(`(c => ({text: c.textContent, title: c.title, state: c.dataset.state ?? ''}))(%s)`, cell(f.figure)))
+		if slices.Contains(offered, f.controller) {
+			if !f.measured.MatchString(got.Text) || got.State != "" {
+				t.Errorf("with the %s controller, alice's cgroup %s reads %+v, want a measured figure", f.controller, f.figure, got)
+			}
+			continue
+		}
+		t.Logf("cgroup v2 offers %q: no %s controller", offered, f.controller)
+		if got.Text != "not measured" || got.State != "not-measured" || !strings.Contains(got.Title, "no "+f.controller+" controller") {
+			t.Errorf("without the %s controller, alice's cgroup %s reads %+v, want \"not measured\" and why", f.controller, f.figure, got)
 		}
 	}
 }

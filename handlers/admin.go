@@ -394,16 +394,20 @@ func (h *Admin) elsewhere(ctx context.Context, c AdminCluster) ([]sessions.Remot
 // cgroup_cpu_usec (CPU time used in it, µs), cgroup_memory_bytes
 // (memory.current, bytes) and cgroup_pids (pids.current): the sums over
 // every child running as the user's account, descendants included. They
-// are omitted when not known.
+// are omitted when not known; memory and pids are also omitted where the
+// cgroup v2 hierarchy has no such controller, and then
+// cgroup_memory_not_measured / cgroup_pids_not_measured say why.
 type UserJSON struct {
-	User          string  `json:"user"`
-	Sessions      int     `json:"sessions"`
-	Workers       int     `json:"workers"`
-	Terminals     int     `json:"terminals"`
-	RSSBytes      uint64  `json:"rss_bytes"`
-	CgroupCPUUsec *uint64 `json:"cgroup_cpu_usec,omitempty"`
-	CgroupMemory  *int64  `json:"cgroup_memory_bytes,omitempty"`
-	CgroupPids    *int64  `json:"cgroup_pids,omitempty"`
+	User                    string  `json:"user"`
+	Sessions                int     `json:"sessions"`
+	Workers                 int     `json:"workers"`
+	Terminals               int     `json:"terminals"`
+	RSSBytes                uint64  `json:"rss_bytes"`
+	CgroupCPUUsec           *uint64 `json:"cgroup_cpu_usec,omitempty"`
+	CgroupMemory            *int64  `json:"cgroup_memory_bytes,omitempty"`
+	CgroupPids              *int64  `json:"cgroup_pids,omitempty"`
+	CgroupMemoryNotMeasured string  `json:"cgroup_memory_not_measured,omitempty"`
+	CgroupPidsNotMeasured   string  `json:"cgroup_pids_not_measured,omitempty"`
 }
 
 // withCgroups adds each user's cgroup figures from cg (nil: none) to
@@ -418,7 +422,8 @@ func withCgroups(users []UserJSON, cg func(string) (workers.UserCgroupStats, boo
 			continue
 		}
 		u := &users[i]
-		u.CgroupCPUUsec, u.CgroupMemory, u.CgroupPids = &st.CPUUsec, &st.MemoryBytes, &st.Pids
+		u.CgroupCPUUsec, u.CgroupMemory, u.CgroupPids = &st.CPUUsec, known(st.MemoryBytes), known(st.Pids)
+		u.CgroupMemoryNotMeasured, u.CgroupPidsNotMeasured = st.MemoryUnmeasured, st.PidsUnmeasured
 	}
 }
 
@@ -599,6 +604,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		if p := u.CgroupPids; p != nil && *p >= 0 {
 			row.CgroupPids = fmt.Sprint(*p)
 		}
+		row.CgroupMemoryUnmeasured, row.CgroupPidsUnmeasured = u.CgroupMemoryNotMeasured, u.CgroupPidsNotMeasured
 		v.Users = append(v.Users, row)
 	}
 	states := map[string]int{}

@@ -463,8 +463,9 @@ func TestParseCPUMax(t *testing.T) {
 }
 
 // TestUserCgroupStats: UserStats reads the account's cgroup, the sum of
-// its children (CPU time once it used some; memory and pids 0 without
-// their controllers), and says false once the last child closed.
+// its children (CPU time once it used some; memory and pids -1 without
+// their controllers, with the reason, not a 0 that reads as measured),
+// and says false once the last child closed.
 func TestUserCgroupStats(t *testing.T) {
 	t.Parallel()
 	alice := testkit.UnixUser(t, "alice")
@@ -483,11 +484,21 @@ func TestUserCgroupStats(t *testing.T) {
 		s, ok = cg.UserStats(alice.Name)
 		return ok && s.CPUUsec > 0
 	})
-	if slices.Contains(cg.Controllers, "pids") != (s.Pids >= 1) || !slices.Contains(cg.Controllers, "pids") && s.Pids != 0 {
-		t.Errorf("pids %d with controllers %v", s.Pids, cg.Controllers)
-	}
-	if !slices.Contains(cg.Controllers, "memory") && s.MemoryBytes != 0 {
-		t.Errorf("memory %d without the memory controller", s.MemoryBytes)
+	for _, f := range []struct {
+		ctl      string
+		v, least int64
+		why      string
+	}{
+		{"pids", s.Pids, 1, s.PidsUnmeasured},
+		{"memory", s.MemoryBytes, 1, s.MemoryUnmeasured},
+	} {
+		if slices.Contains(cg.Controllers, f.ctl) {
+			if f.v < f.least || f.why != "" {
+				t.Errorf("%s %d (unmeasured: %q) with controllers %v", f.ctl, f.v, f.why, cg.Controllers)
+			}
+		} else if f.v != -1 || !strings.Contains(f.why, "no "+f.ctl+" controller") && !strings.Contains(f.why, "the "+f.ctl+" controller") {
+			t.Errorf("%s %d (unmeasured: %q) without its controller (controllers %v): want -1 and why", f.ctl, f.v, f.why, cg.Controllers)
+		}
 	}
 	p.Close(ReasonSessionClosed)
 	if _, ok := cg.UserStats(alice.Name); ok {

@@ -121,6 +121,7 @@ type Cgroups struct {
 	memoryMax, pidsMax         int64
 	userMemoryMax, userPidsMax int64
 	userCPUMax                 string
+	offered                    []string // Base's cgroup.controllers: what the hierarchy gives dashgate
 
 	userMu sync.Mutex
 	users  map[string]int // Unix name → children in Dir/user-<name>; guarded by userMu
@@ -219,6 +220,9 @@ func (c *Cgroups) enableControllers(o CgroupOptions) {
 	}
 	for i, dir := range []string{c.Base, c.Dir} {
 		avail := strings.Fields(readString(filepath.Join(dir, "cgroup.controllers")))
+		if i == 0 {
+			c.offered = avail
+		}
 		for _, ctl := range want {
 			if slices.Contains(avail, ctl) {
 				writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+ctl)
@@ -459,8 +463,11 @@ func (c *Cgroups) releaseUser(user string) error {
 // Dir/user-<name>: the sum over every child running as the account.
 type UserCgroupStats struct {
 	CPUUsec     uint64 // cpu.stat usage_usec, µs
-	MemoryBytes int64  // memory.current, bytes; 0 without the memory controller
-	Pids        int64  // pids.current; 0 without the pids controller
+	MemoryBytes int64  // memory.current, bytes; -1: not measured
+	Pids        int64  // pids.current; -1: not measured
+	// MemoryUnmeasured and PidsUnmeasured say why MemoryBytes or Pids is
+	// -1 (the hierarchy has no such controller, ...); "" when measured.
+	MemoryUnmeasured, PidsUnmeasured string
 }
 
 // UserStats reads the figures of Unix account name's cgroup; false when
@@ -475,11 +482,41 @@ func (c *Cgroups) UserStats(name string) (UserCgroupStats, bool) {
 	if err != nil {
 		return UserCgroupStats{}, false
 	}
-	var s UserCgroupStats
+	s := UserCgroupStats{MemoryBytes: -1, Pids: -1}
 	s.CPUUsec, _ = strconv.ParseUint(eventValue(string(cpu), "usage_usec"), 10, 64)
-	s.MemoryBytes, _ = strconv.ParseInt(strings.TrimSpace(readString(filepath.Join(dir, "memory.current"))), 10, 64)
-	s.Pids, _ = strconv.ParseInt(strings.TrimSpace(readString(filepath.Join(dir, "pids.current"))), 10, 64)
+	for _, f := range []struct {
+		ctl, file string
+		v         *int64
+		why       *string
+	}{
+		{"memory", "memory.current", &s.MemoryBytes, &s.MemoryUnmeasured},
+		{"pids", "pids.current", &s.Pids, &s.PidsUnmeasured},
+	} {
+		if v, err := strconv.ParseInt(strings.TrimSpace(readString(filepath.Join(dir, f.file))), 10, 64); err == nil {
+			*f.v = v
+		} else {
+			*f.why = c.unmeasured(f.ctl, f.file)
+		}
+	}
 	return s, true
+}
+
+// unmeasured says why a user's cgroup has no figure of controller ctl
+// (read from file): the cgroup v2 hierarchy does not give dashgate that
+// controller (a hybrid host keeps it on cgroup v1), it could not be
+// enabled, or its file could not be read.
+func (c *Cgroups) unmeasured(ctl, file string) string {
+	switch {
+	case slices.Contains(c.Controllers, ctl):
+		return file + " could not be read"
+	case slices.Contains(c.offered, ctl):
+		return fmt.Sprintf("the %s controller could not be enabled for dashgate's cgroups", ctl)
+	}
+	offers := strings.Join(c.offered, " ")
+	if offers == "" {
+		offers = "none"
+	}
+	return fmt.Sprintf("no %s controller in the cgroup v2 hierarchy at %s (it offers: %s; a hybrid host keeps %s on cgroup v1)", ctl, c.Base, offers, ctl)
 }
 
 // cgroup is one cgroup directory; user is the Unix account whose
