@@ -136,6 +136,7 @@ type bridge struct {
 	conn    *acp.ClientSideConnection
 	info    acp.Implementation
 	canLoad bool
+	caps    acp.PromptCapabilities // what its session/prompt takes besides text (attach.go)
 
 	mu        sync.Mutex
 	session   acp.SessionId // "" until session/new or session/load answered
@@ -243,10 +244,11 @@ var interrupted = &failure{kind: "interrupted"}
 // promptParams are a prompt's params (PROTOCOL.md §4, §7) and the ACP
 // additions.
 type promptParams struct {
-	Text           string `json:"text"`
-	TurnID         string `json:"turn_id"`
-	AgentSessionID string `json:"agent_session_id"`
-	Cwd            string `json:"cwd"`
+	Text           string             `json:"text"`
+	TurnID         string             `json:"turn_id"`
+	AgentSessionID string             `json:"agent_session_id"`
+	Cwd            string             `json:"cwd"`
+	Attachments    []jsonl.Attachment `json:"attachments"` // the files it carries (attach.go)
 }
 
 func (b *bridge) handle(ctx context.Context, req jsonl.Request) {
@@ -331,6 +333,10 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 	sid := b.session
 	b.mu.Unlock()
 	conn, a := b.conn, b.agent
+	blocks, notes := promptBlocks(p, b.caps)
+	for _, n := range notes { // before anything of the reply
+		b.out.push(t.id, "notice", noticeOf(n))
+	}
 
 	type answer struct {
 		resp acp.PromptResponse
@@ -343,7 +349,7 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 		// Not ctx: a cancel goes as session/cancel, and the agent answers
 		// the prompt with stopReason cancelled. The call ends at the
 		// latest when the agent's output closes (Run's end stops it).
-		r, err := conn.Prompt(context.Background(), acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(p.Text)}})
+		r, err := conn.Prompt(context.Background(), acp.PromptRequest{SessionId: sid, Prompt: blocks})
 		answers <- answer{r, err}
 	}()
 	var ans answer
@@ -510,6 +516,7 @@ func (b *bridge) startAgent(ctx context.Context, dir string) *failure {
 		b.info = *resp.AgentInfo
 	}
 	b.canLoad = resp.AgentCapabilities.LoadSession
+	b.caps = resp.AgentCapabilities.PromptCapabilities
 	return nil
 }
 

@@ -4,7 +4,9 @@
 // `dashgate acp`. ACPTEST_MODE picks its behaviour: "" (loadSession,
 // protocol version 1), "v2" (answers protocolVersion 2), "noload" (no
 // loadSession), "stubborn" (outlives its stdin's end and ignores
-// SIGTERM). Each prompt's text picks the turn (see Prompt): among them
+// SIGTERM). ACPTEST_CAPS lists the promptCapabilities it advertises
+// ("image", "embedded": embeddedContext; comma-separated; none by
+// default). Each prompt's text picks the turn (see Prompt): among them
 // "fs DIR" writes and reads a file through the client and "terminal" runs
 // a command through it, so a test sees as whom the client did them.
 package main
@@ -89,8 +91,47 @@ func (a *testAgent) Initialize(_ context.Context, _ acp.InitializeRequest) (acp.
 	return acp.InitializeResponse{
 		ProtocolVersion:   v,
 		AgentInfo:         &acp.Implementation{Name: "testagent", Version: "1.2.3"},
-		AgentCapabilities: acp.AgentCapabilities{LoadSession: a.mode != "noload"},
+		AgentCapabilities: acp.AgentCapabilities{LoadSession: a.mode != "noload", PromptCapabilities: promptCaps(os.Getenv("ACPTEST_CAPS"))},
 	}, nil
+}
+
+// promptCaps reads ACPTEST_CAPS.
+func promptCaps(v string) acp.PromptCapabilities {
+	var c acp.PromptCapabilities
+	for _, w := range strings.Split(v, ",") {
+		switch strings.TrimSpace(w) {
+		case "image":
+			c.Image = true
+		case "embedded":
+			c.EmbeddedContext = true
+		}
+	}
+	return c
+}
+
+// describeBlocks says what each block of a prompt held, for the blocks
+// turn: text(TEXT), image(MIME,N bytes of base64), resource(URI,MIME,TEXT),
+// joined by " | ".
+func describeBlocks(blocks []acp.ContentBlock) string {
+	var out []string
+	for _, b := range blocks {
+		switch {
+		case b.Text != nil:
+			out = append(out, "text("+b.Text.Text+")")
+		case b.Image != nil:
+			out = append(out, fmt.Sprintf("image(%s,%d)", b.Image.MimeType, len(b.Image.Data)))
+		case b.Resource != nil && b.Resource.Resource.TextResourceContents != nil:
+			r := b.Resource.Resource.TextResourceContents
+			mime := ""
+			if r.MimeType != nil {
+				mime = *r.MimeType
+			}
+			out = append(out, fmt.Sprintf("resource(%s,%s,%s)", r.Uri, mime, r.Text))
+		default:
+			out = append(out, "other")
+		}
+	}
+	return strings.Join(out, " | ")
 }
 
 func (a *testAgent) NewSession(_ context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
@@ -129,7 +170,7 @@ func (a *testAgent) update(ctx context.Context, sid acp.SessionId, u acp.Session
 	return a.conn().SessionUpdate(ctx, acp.SessionNotification{SessionId: sid, Update: u})
 }
 
-// Prompt runs the turn its text names: "hello", "big <n>", "plan",
+// Prompt runs the turn its text names: "hello", "blocks", "big <n>", "plan",
 // "maxtokens", "perm", "wait", "die", "fs <dir>", "terminal", "sleepterm",
 // "terminals <n>", "id" (a terminal says its uid, gid, cwd and HOME; the
 // agent its own uid), "read <path>", "session" (its ACP session id), "show" (see there), "burst <n> [file]"
@@ -153,6 +194,8 @@ func (a *testAgent) Prompt(_ context.Context, p acp.PromptRequest) (acp.PromptRe
 	case "hello":
 		a.say(ctx, sid, "Hello, ")
 		a.say(ctx, sid, "world")
+	case "blocks": // what the prompt's blocks held (its attached files)
+		a.say(ctx, sid, describeBlocks(p.Prompt))
 	case "big":
 		var n int
 		fmt.Sscan(arg, &n)
