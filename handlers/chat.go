@@ -39,6 +39,8 @@ type ChatRegistry interface {
 	Search(ctx context.Context, p sessions.Principal, query string, limit int) ([]store.Hit, error)
 	RespondApproval(ctx context.Context, v sessions.Viewer, sid, requestID, choice string) (bool, error)
 	Configure(v sessions.Viewer, sid, model string) error
+	Settings(ctx context.Context, p sessions.Principal) (store.Settings, error)
+	PutSettings(ctx context.Context, p sessions.Principal, patch store.SettingsPatch) (store.Settings, error)
 }
 
 // SessionWatcher is what a chat socket needs to hear of every session's

@@ -35,6 +35,8 @@ var chatMethods = map[string]chatMethod{
 	"session.rename":    (*chatConn).sessionRename,
 	"session.resume":    (*chatConn).sessionResume,
 	"session.search":    (*chatConn).sessionSearch,
+	"settings.get":      (*chatConn).settingsGet,
+	"settings.set":      (*chatConn).settingsSet,
 	"slash.exec":        (*chatConn).slashExec,
 }
 
@@ -248,11 +250,7 @@ func (c *chatConn) sessionConfigure(_ context.Context, raw json.RawMessage) (any
 // [{"name","kind","default"}]}, the built-in worker first. It reads no
 // params.
 func (c *chatConn) agentList(context.Context, json.RawMessage) (any, func(), error) {
-	agents := c.h.Agents
-	if len(agents) == 0 {
-		agents = []AgentInfo{{Name: sessions.BuiltinAgent, Kind: "builtin", Default: true}}
-	}
-	return map[string]any{"agents": agents}, nil, nil
+	return map[string]any{"agents": c.h.agents()}, nil, nil
 }
 
 // modelList lists the model server's models (Chat.Models): {"models",

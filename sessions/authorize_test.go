@@ -223,6 +223,35 @@ func (f *authFixture) detachedOf(t *testing.T, p Principal) string {
 	return in.ID
 }
 
+// settingsProof: alice's and the anonymous user's settings are each
+// their own; bob reads none of alice's, and the admin token, which owns
+// nothing, neither reads nor writes any (ErrNotFound), the anonymous
+// user's included.
+func settingsProof(t *testing.T, f *authFixture) {
+	ctx := t.Context()
+	dark, light := "dark", "light"
+	if _, err := f.r.PutSettings(ctx, alice, store.SettingsPatch{Theme: &dark}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.PutSettings(ctx, anon, store.SettingsPatch{Theme: &light}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.PutSettings(ctx, AdminPrincipal, store.SettingsPatch{Theme: &dark}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the admin token writes settings: %v; want ErrNotFound", err)
+	}
+	for _, c := range []struct {
+		p    Principal
+		want string
+	}{{alice, dark}, {anon, light}, {bob, ""}} {
+		if s, err := f.r.Settings(ctx, c.p); err != nil || s.Theme != c.want {
+			t.Fatalf("%s's settings: %+v, %v; want theme %q", actorOf(c.p), s, err, c.want)
+		}
+	}
+	if s, err := f.r.Settings(ctx, AdminPrincipal); !errors.Is(err, ErrNotFound) || s != (store.Settings{}) {
+		t.Fatalf("the admin token's settings: %+v, %v; want none, ErrNotFound", s, err)
+	}
+}
+
 // reapDetachedProof: reap (Registry's or AdminView's) ends only the
 // caller's own detached sessions for a user, every one for an admin.
 func reapDetachedProof(reap func(f *authFixture, by Principal) int) func(t *testing.T, f *authFixture) {
@@ -554,6 +583,9 @@ var accounting = map[string]entry{
 			}
 		}
 	}},
+	// A user's settings are the user's own (issue 42).
+	"Registry.Settings":    {class: classUser, proof: settingsProof},
+	"Registry.PutSettings": {class: classUser, proof: settingsProof},
 	// DetachViewer acts on the sessions its viewer views, and a viewer
 	// views only what the lookup let it.
 	"Registry.DetachViewer": {class: classUser, proof: func(t *testing.T, f *authFixture) {

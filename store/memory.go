@@ -24,6 +24,7 @@ type Memory struct {
 	mu          sync.Mutex
 	sessions    map[string]*memSession
 	attachments map[string]Attachment // by id
+	settings    map[string]Settings   // by owner
 	closed      bool
 }
 
@@ -36,7 +37,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty memory store.
 func NewMemory() *Memory {
-	return &Memory{sessions: map[string]*memSession{}, attachments: map[string]Attachment{}}
+	return &Memory{sessions: map[string]*memSession{}, attachments: map[string]Attachment{}, settings: map[string]Settings{}}
 }
 
 func (m *Memory) check(ctx context.Context) error {
@@ -533,4 +534,26 @@ func (m *Memory) DeleteAttachment(ctx context.Context, owner, sid, id string) (b
 	}
 	delete(m.attachments, id)
 	return true, nil
+}
+
+// Settings implements Store.
+func (m *Memory) Settings(ctx context.Context, owner string) (Settings, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return Settings{}, err
+	}
+	return m.settings[owner], nil
+}
+
+// PutSettings implements Store.
+func (m *Memory) PutSettings(ctx context.Context, owner string, p SettingsPatch) (Settings, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(ctx); err != nil {
+		return Settings{}, err
+	}
+	s := p.Apply(m.settings[owner])
+	m.settings[owner] = s
+	return s, nil
 }

@@ -299,6 +299,15 @@ type Store interface {
 	// reports whether it was there (the page took back a file it had not
 	// sent).
 	DeleteAttachment(ctx context.Context, owner, sid, id string) (bool, error)
+
+	// Settings returns owner's settings (settings.go): the zero Settings
+	// when owner never stored any (no error).
+	Settings(ctx context.Context, owner string) (Settings, error)
+	// PutSettings writes the fields p sets of owner's settings, and only
+	// those, in one statement (the row is made when owner has none; a
+	// PutSettings of other fields at the same time keeps its own), and
+	// returns owner's settings as they are after it.
+	PutSettings(ctx context.Context, owner string, p SettingsPatch) (Settings, error)
 }
 
 // Nodes is what a Store shared by several dashgate nodes also does (the

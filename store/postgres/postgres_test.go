@@ -71,6 +71,7 @@ func TestTwoNodesOneDatabase(t *testing.T) {
 		"lease lapses":                  storetest.TwoNodes,
 		"claims at once":                storetest.ClaimRace,
 		"claims of one session at once": storetest.ClaimSessionRace,
+		"settings written at once":      storetest.SettingsRace,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

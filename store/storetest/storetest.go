@@ -57,6 +57,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"attachments", testAttachments},
 		{"search by attachment name", testAttachmentSearch},
 		{"attachments go with their session", testAttachmentsGoWithSession},
+		{"settings", testSettings},
+		{"settings written at once", func(t *testing.T, st store.Store) { SettingsRace(t, st, st) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -682,6 +684,14 @@ func testClose(t *testing.T, st store.Store) {
 		},
 		"Release": func() error {
 			_, err := st.Release(ctx, "n")
+			return err
+		},
+		"Settings": func() error {
+			_, err := st.Settings(ctx, "")
+			return err
+		},
+		"PutSettings": func() error {
+			_, err := st.PutSettings(ctx, "", store.SettingsPatch{Theme: ptr("dark")})
 			return err
 		},
 	} {
