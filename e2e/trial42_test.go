@@ -295,3 +295,42 @@ func TestTrialUserCgroupNotMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestTrialDraftSurvivesReload: what is typed in the chat input and not
+// sent is there again after a reload (it was lost), per session (another
+// session has its own), until it is sent.
+func TestTrialDraftSurvivesReload(t *testing.T) {
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	one := openDashboard(t, d, tb)
+	const input = `document.querySelector('[data-testid="chat-input"]').value`
+	inputIs := func(what, want string) {
+		t.Helper()
+		tb.mustWaitJS(10*time.Second, what, input+` === `+js(want), dashboardState+` + ' input: ' + `+input)
+	}
+	reload := func() {
+		t.Helper()
+		tb.Do("reload", chromedp.Reload())
+		waitDashboard(t, tb)
+	}
+
+	tb.Do("type a draft", chromedp.SendKeys(chromedp.CSS(byTestID("chat-input")), "half a thought"))
+	reload()
+	inputIs("after a reload the draft is in the input", "half a thought")
+
+	// Another session has its own draft; back in the first, its own.
+	tb.Do("click New session", chromedp.Click(chromedp.CSS(byTestID("new-session"))))
+	tb.mustWaitJS(10*time.Second, "a second session current", fmt.Sprintf(`(s => !!s && s !== %s)(window.dashgate.currentSession())`, js(one)), dashboardState)
+	inputIs("the new session's input is empty", "")
+	tb.Do("type the second draft", chromedp.SendKeys(chromedp.CSS(byTestID("chat-input")), "second draft"))
+	tb.Do("resume the first session", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="session-item"][data-session-id=%s] [data-testid="session-resume"]`, js(one)))))
+	tb.mustWaitJS(10*time.Second, "the first session current", `window.dashgate.currentSession() === `+js(one), dashboardState)
+	inputIs("the first session's draft is back", "half a thought")
+
+	// Sent, it is no draft any more.
+	tb.Do("send the draft", chromedp.SendKeys(chromedp.CSS(byTestID("chat-input")), " done\r"))
+	waitAssistant(t, tb, "(echo agent) half a thought done", 1)
+	reload()
+	inputIs("after sending and a reload the input is empty", "")
+}
