@@ -251,6 +251,11 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 	if now.Draft != draft {
 		t.Errorf("the chat input holds %q after the failover, want the draft %q", now.Draft, draft)
 	}
+	// The cut reply says why, once.
+	const cutNote = "The reply above was cut short: the server writing it stopped. The conversation goes on here."
+	if n := mustEval[int](tb, `[...document.querySelectorAll('[data-testid="chat-message"][data-role="system"]')].filter(e => e.textContent === `+js(cutNote)+`).length`); n != 1 {
+		t.Errorf("the chat says %d times that the reply was cut by the server's stop, want once", n)
+	}
 	if !slices.Equal(now.Live, []string{sid}) {
 		t.Errorf("the page lists the live sessions %v after the failover, want [%s]", now.Live, sid)
 	}

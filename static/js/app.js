@@ -7,7 +7,6 @@
 //   dashgate.pty.<session_id> {"resume_token","offset"} of that session's terminal
 //   dashgate.sent             the last prompts and commands sent (Up/Down in the input)
 //   dashgate.agent            the agent last picked for a new session (agent.list's name)
-//   dashgate.draft.<session_id> what was typed in the input for that session and not sent yet
 //   (layout.js keeps the layout's own keys)
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
@@ -29,12 +28,14 @@ const SEARCH_DELAY_MS = 200;
 const HISTORY_PAGE = 200;
 const SENT_KEY = 'dashgate.sent';
 const AGENT_KEY = 'dashgate.agent';
-const DRAFT_PREFIX = 'dashgate.draft.';
 // Stands for the running turn of a session resumed mid-turn (its id is not known).
 const RESUMED_TURN = '(resumed)';
 // The notice of an administrator's end of the session's terminal (sessions/reasons.go).
 const TERMINAL_REAP_NOTICE = 'terminal ended by an administrator';
 const SENT_MAX = 100;
+// Said after a resume when the reply that was streaming as the socket went
+// is stored cut short (issue 41).
+const CUT_NOTE = 'The reply above was cut short: the server writing it stopped. The conversation goes on here.';
 
 const base = document.body.dataset.basePath || '/';
 const byTestId = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -123,6 +124,7 @@ let oldestSeq = 0; // seq of the oldest history entry shown (0: none)
 let restarting = false; // dashgate said it is restarting (session.closed, suspended)
 const streaming = new Set(); // turn_ids of the current session still streaming
 let resumedNote = null; // the "a reply is still being written" line of a resume, until nothing runs
+let cutWatch = null; // the session whose reply was streaming when the chat socket went (its resume says if it was cut)
 let models = null; // model.list's result ({models, default}), null until known
 let modelsError = ''; // why model.list failed, if it did
 let currentModel = ''; // the current session's model ("" for the default)
@@ -164,11 +166,6 @@ function setCurrent(id, explicit) {
 		currentAgent = '';
 		setPlan(null);
 		setCommands([]);
-		// The input shows this session's draft (a reload finds it too);
-		// what was typed with no session shown stays, as this one's.
-		const saved = localStorage.getItem(DRAFT_PREFIX + id);
-		if (saved !== null || previous) setInput(saved ?? '');
-		else saveDraft();
 	}
 	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
@@ -314,6 +311,14 @@ function show(id, r, explicit) {
 	setCommands(r.commands);
 	oldestSeq = history.length ? Number(history[0].seq) || 0 : 0;
 	els.historyMore.hidden = !(oldestSeq > 1);
+	// The socket went while this reply streamed and no restart was said
+	// (a kill -9, a dead node of a cluster): the reply stored is cut short.
+	// Said here, once, not stored: the history marks it interrupted.
+	const last = history.at(-1);
+	if (cutWatch === id && !r.running && last?.kind === 'reply' && (last.interrupted || last.status === 'interrupted')) {
+		chat.add('system', CUT_NOTE);
+	}
+	cutWatch = null;
 	if (r.running) {
 		// Its turn is not known here: Stop and the pending line show
 		// until the next message.complete.
@@ -344,7 +349,6 @@ async function deleteSession(id) {
 	if (!window.confirm(`Delete "${name}" and its whole conversation? This cannot be undone.`)) return;
 	await rpc.call('session.delete', { session_id: id });
 	localStorage.removeItem(PTY_STORAGE_PREFIX + id);
-	localStorage.removeItem(DRAFT_PREFIX + id);
 	closed = closed.filter((x) => x.session_id !== id);
 	await refresh();
 	if (id === current) await pickAnother(id);
@@ -704,6 +708,7 @@ function onEvent(ev) {
 
 function onStatus(status) {
 	if (restarting && status !== 'connected') return; // keep saying why
+	if (status !== 'connected' && current && busy()) cutWatch = current;
 	els.status.textContent = connectionText(status);
 	els.status.dataset.state = status;
 	// A reply that was streaming is not "writing…" here while the socket
@@ -714,6 +719,7 @@ function onStatus(status) {
 
 function showRestarting() {
 	restarting = true;
+	cutWatch = null; // a stop says itself why the reply ended
 	els.status.textContent = connectionText('restarting');
 	els.status.dataset.state = 'restarting';
 }
@@ -888,14 +894,6 @@ function setInput(text) {
 	els.input.setSelectionRange(text.length, text.length);
 	autosize();
 	updateSlashList();
-	saveDraft();
-}
-
-/** Keeps the input's text as the current session's draft until it is sent (setInput('')). */
-function saveDraft() {
-	if (!current) return;
-	if (els.input.value) localStorage.setItem(DRAFT_PREFIX + current, els.input.value);
-	else localStorage.removeItem(DRAFT_PREFIX + current);
 }
 
 function autosize() {
@@ -922,7 +920,6 @@ els.form.addEventListener('submit', (ev) => {
 });
 
 els.input.addEventListener('input', autosize);
-els.input.addEventListener('input', saveDraft);
 
 // Enter sends, Shift+Enter is a new line; Up on the first line and Down on
 // the last go through the lines sent before; Escape stops what runs.
