@@ -163,6 +163,35 @@ func TestAttachmentsOverHTTP(t *testing.T) {
 		t.Errorf("DELETE of a sent file: %d", del.code)
 	}
 
+	// session.search finds the prompt by a file's name.
+	hits := cc.call("session.search", map[string]any{"query": "photo one"})["hits"].([]any)
+	if !slices.ContainsFunc(hits, func(h any) bool {
+		m := h.(map[string]any)
+		return m["kind"] == "prompt" && m["seq"] == float64(1) && strings.Contains(m["snippet"].(string), "photo one.png")
+	}) {
+		t.Errorf("search by the file's name: %v; want the prompt", hits)
+	}
+
+	// Exported with the conversation: the Markdown lists each file under
+	// its prompt, the JSON's prompt entry names them.
+	exp := exportServer(t, e)
+	_, _, md := exportGet(t, exp.URL+"/sessions/"+sid+"/export", "")
+	for _, want := range []string{
+		"what is in these?\n\nAttached:\n\n",
+		"- photo one.png (image, 208 B): `sessions/" + sid + "/attachments/" + img["id"].(string) + "`\n",
+		"- page.html (text, 25 B): `sessions/" + sid + "/attachments/" + html["id"].(string) + "`\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the Markdown export lacks %q:\n%s", want, md)
+		}
+	}
+	_, _, js := exportGet(t, exp.URL+"/sessions/"+sid+"/export?format=json", "")
+	var tr sessions.Transcript
+	if err := json.Unmarshal([]byte(js), &tr); err != nil || len(tr.Entries) == 0 || len(tr.Entries[0].Attachments) != 2 ||
+		tr.Entries[0].Attachments[0].Name != "photo one.png" || tr.Entries[0].Attachments[1].Kind != "text" {
+		t.Errorf("the JSON export's prompt: %v (%v)", js, err)
+	}
+
 	// Deleted with its session.
 	cc.call("session.delete", map[string]any{"session_id": sid})
 	if got := do(t, "GET", fileURL(img), "", "", nil); got.code != http.StatusNotFound {

@@ -122,9 +122,28 @@ func Markdown(t sessions.Transcript) string {
 			}
 			b.WriteString(strings.TrimRight(e.Text, "\n") + "\n")
 		}
+		b.WriteString(attachmentList(t.ID, e.Attachments))
 		if e.Status == "interrupted" || e.Interrupted {
 			b.WriteString("\n_(interrupted)_\n")
 		}
+	}
+	return b.String()
+}
+
+// attachmentList is the Markdown of an entry's attached files: one line
+// each, its name, kind and size and the path it downloads from (relative
+// to the dashboard: GET sessions/{id}/attachments/{aid}, its owner's);
+// "" for none.
+func attachmentList(sid string, files []store.AttachmentRef) string {
+	if len(files) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nAttached:\n\n")
+	for _, f := range files {
+		fmt.Fprintf(&b, "- %s (%s, %s): `sessions/%s/attachments/%s`\n",
+			strings.NewReplacer("[", "\\[", "]", "\\]", "*", "\\*", "_", "\\_", "`", "\\`").Replace(oneLine(f.Name)),
+			f.Kind, sessions.FormatBytes(f.Size), sid, f.ID)
 	}
 	return b.String()
 }

@@ -11,7 +11,8 @@
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
 
-import { ChatLog, errorSentence, stderrTail } from './chat.js';
+import { ChatLog, errorSentence, setAttachmentHref, stderrTail } from './chat.js';
+import { AttachmentTray, attachmentURL } from './attachments.js';
 import { followLog, initLayout } from './layout.js';
 import { Notifier } from './notify.js';
 import { wsURL } from './net.js';
@@ -78,6 +79,25 @@ const els = {
 const pageId = crypto.randomUUID ? crypto.randomUUID() : String(Math.random()).slice(2) + String(Date.now());
 
 const chat = new ChatLog(els.log, { onRegenerate: regenerate });
+// Files for the next prompt: picked, dropped on the chat or pasted, uploaded
+// into the current session (made first when there is none), shown as chips.
+const tray = new AttachmentTray(
+	base,
+	{
+		chips: byTestId('attach-chips'),
+		error: byTestId('attach-error'),
+		button: byTestId('attach-button'),
+		input: byTestId('attach-input'),
+		drop: document.querySelector('.chat-pane'),
+		paste: els.input,
+	},
+	async () => {
+		await queue;
+		if (current === null || currentGone) await serial(create);
+		return current !== null && !currentGone ? current : null;
+	},
+);
+setAttachmentHref((aid) => (current ? attachmentURL(base, current, aid) : null));
 const terminal = new TerminalPane(els.terminal, base, {
 	page: pageId,
 	status: byTestId('terminal-status'),
@@ -151,6 +171,7 @@ function serial(fn) {
 function setCurrent(id, explicit) {
 	const previous = current;
 	current = id;
+	tray.sessionChanged(id); // files uploaded into another session and not sent go
 	// Stop viewing the session left behind, so its worker is closed now
 	// rather than when the tab goes (session.detach, docs/PROTOCOL.md §7).
 	if (previous && previous !== id && rpc.ready) {
@@ -498,6 +519,7 @@ async function closeSession(id) {
 function onReady(payload) {
 	restarting = false;
 	showNode(payload?.node);
+	tray.setLimits(payload?.attachments);
 	loadModels();
 	agentsLoaded = loadAgents();
 	serial(async () => {
@@ -738,7 +760,9 @@ function storedFailure(err) {
 	return true;
 }
 
-async function submit(line) {
+// files: the prompt's attachments ([{id, name, ...}]; a regenerate's);
+// absent: the tray's.
+async function submit(line, files) {
 	const text = line.trim();
 	if (!text) return;
 	await queue; // a session change in progress decides where the line goes
@@ -748,9 +772,11 @@ async function submit(line) {
 	}
 	const sid = current;
 	const slash = text.startsWith('/');
+	if (!slash && !files) await tray.settled(); // a file still uploading goes with this prompt
+	const refs = slash ? [] : (files ?? tray.files());
 	remember(line);
 	// Shown at once; the server keeps it in the history once it ran.
-	const mine = chat.entry(slash ? { kind: 'slash', text } : { kind: 'prompt', text: line });
+	const mine = chat.entry(slash ? { kind: 'slash', text } : { kind: 'prompt', text: line, attachments: refs });
 	const mark = execSeq;
 	const stopsBefore = stops;
 	execs++; // pending until the reply (a command) or its turn is known (a prompt)
@@ -767,7 +793,10 @@ async function submit(line) {
 			settle();
 			if (sid === current) chat.entry({ kind: 'slash_output', text: r.output ?? '' });
 		} else {
-			const r = await rpc.call('prompt.submit', { session_id: sid, text: line });
+			const params = { session_id: sid, text: line };
+			if (refs.length > 0) params.attachments = refs.map((f) => f.id);
+			const r = await rpc.call('prompt.submit', params);
+			if (!files) tray.sent(); // the prompt's now
 			// The turn runs until its message.complete.
 			if (sid === current && r?.turn_id && mark === execSeq) streaming.add(r.turn_id);
 			settle();
@@ -849,7 +878,7 @@ function updateBusy() {
  * The regenerate button of the last reply: its prompt again, as a new turn
  * (prompt.submit with the same text), as if it were sent from the input.
  */
-function regenerate(prompt) {
+function regenerate(prompt, files) {
 	if (busy() || !prompt.trim()) return;
 	if (!rpc.ready) {
 		remember(prompt);
@@ -858,7 +887,7 @@ function regenerate(prompt) {
 		updateBusy();
 		return;
 	}
-	submit(prompt);
+	submit(prompt, files ?? []);
 }
 
 /** Stops the running turn or command (session.interrupt). */
@@ -906,7 +935,15 @@ els.form.addEventListener('submit', (ev) => {
 	ev.preventDefault();
 	if (busy()) return;
 	const line = els.input.value;
-	if (!line.trim()) return;
+	if (!line.trim()) {
+		if (tray.files().length > 0) tray.error('Type a message to send with the files.');
+		return;
+	}
+	const over = line.trim().startsWith('/') ? '' : tray.check();
+	if (over) {
+		tray.error(over); // said before sending, in the server's words (error 4013)
+		return;
+	}
 	if (!rpc.ready) {
 		// Not sent: kept in the box and in the Up history, sent when Send
 		// is pressed again once connected (never by itself).

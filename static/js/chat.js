@@ -82,10 +82,22 @@
 // buttons) and a regenerate button (data-testid="regenerate"), shown on
 // the last reply of the log only, while nothing runs (setIdle), and only
 // when the prompt it answered is shown: a click calls opts.onRegenerate
-// with that prompt's text. The time's and the buttons' words are drawn by
-// CSS (app.css), so that an entry's textContent stays its text.
+// with that prompt's text (and its files' ids). The time's and the buttons' words are drawn by
+// CSS (app.css), so that an entry's textContent stays its text (a prompt's
+// files, when it has any, add their names and sizes after it: a
+// <div data-testid="attachments"> of links, see attachments.js).
 
 import { copyText, flash, renderMarkdown } from './markdown.js';
+import { renderAttachments } from './attachments.js';
+
+// A prompt's files (entry "attachments", issue 42) render under its text
+// (attachments.js renderAttachments), each linking to attachmentHref(id).
+let attachmentHref = null;
+
+/** Sets how a shown entry's file links: fn(aid) -> its URL (null: names only). */
+export function setAttachmentHref(fn) {
+	attachmentHref = fn;
+}
 
 const RENDER_EVERY_MS = 50;
 
@@ -193,7 +205,7 @@ export class ChatLog {
 
 	/**
 	 * @param {HTMLElement} el the chat-log container
-	 * @param {{onRegenerate?: (prompt: string) => void}} [opts]
+	 * @param {{onRegenerate?: (prompt: string, files?: string[]) => void}} [opts]
 	 */
 	constructor(el, opts = {}) {
 		this.#el = el;
@@ -228,7 +240,7 @@ export class ChatLog {
 		if (!this.#idle || !prompt) return;
 		this.#idle = false; // one click, one turn
 		this.#updateRegenerate();
-		this.#onRegenerate?.(prompt._text);
+		this.#onRegenerate?.(prompt._text, prompt._files);
 	}
 
 	/**
@@ -654,6 +666,10 @@ function renderBody(e) {
 		if (e.status === 'streaming') msg.dataset.streaming = 'true';
 	}
 	wrap.append(msg);
+	if (kind === 'prompt' && Array.isArray(e.attachments) && e.attachments.length > 0) {
+		wrap.append(renderAttachments(e.attachments, attachmentHref));
+		wrap._files = e.attachments; // a regenerate sends them again
+	}
 	if ((kind === 'reply' || kind === 'error') && e.interrupted) markInterrupted(wrap);
 	if (kind === 'reply' && e.status === 'incomplete') markIncomplete(wrap);
 	return wrap;
