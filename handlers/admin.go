@@ -103,6 +103,9 @@ type Admin struct {
 	// token mode, where the admin token is the one (anonymous) user's and
 	// sees every title.
 	Users bool
+	// Recordings, when set (--record-terminals), serves every user's
+	// terminal recordings under /admin/recordings, and the page lists them.
+	Recordings *Recordings
 
 	samples sampleRing // the plots' samples (samples.go), filled by Sample
 }
@@ -120,6 +123,9 @@ func (h *Admin) Routes(r chi.Router) {
 	r.Post("/sessions/{id}/reap", h.reapSession)
 	r.Post("/workers/{pid}/reap", h.reapWorker)
 	r.Post("/users/{user}/reap", h.reapUser)
+	if h.Recordings != nil {
+		r.Route("/recordings", h.Recordings.AdminRoutes)
+	}
 }
 
 // WorkerJSON is a worker in /admin/api/workers.
@@ -713,6 +719,10 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 				Sessions: n.Load.Sessions, Workers: n.Load.Workers,
 			})
 		}
+	}
+	if h.Recordings != nil {
+		v.RecordingsOn = true
+		v.Recordings, v.RecordingsMore, v.RecordingsError = h.Recordings.adminRows(base, now)
 	}
 	v.SessionsByState = countsOf(states)
 	v.WorkersByKind = countsOf(kinds)

@@ -163,6 +163,9 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 	if att.Started {
 		hello["started"] = true
 	}
+	if att.Recorded {
+		hello["recorded"] = true
+	}
 	if err := h.writeJSON(sock, hello); err != nil {
 		sock.abort(err)
 		return

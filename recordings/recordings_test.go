@@ -1,10 +1,8 @@
 package recordings_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -20,82 +18,15 @@ import (
 
 func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
-// cast is a parsed asciicast v2 file.
-type cast struct {
-	Header map[string]any
-	Events []castEvent
-}
-
-type castEvent struct {
-	At   float64
-	Code string
-	Data string
-}
-
-// parseCast parses an asciicast v2 file strictly: a header object with
-// version 2 and a positive width and height, then events of three
-// elements (number, one of o/r/m, string) whose times never decrease.
-func parseCast(t *testing.T, b []byte) cast {
+// parseCast parses b strictly as asciicast v2 (testkit.ParseCast) or
+// fails the test.
+func parseCast(t *testing.T, b []byte) testkit.Cast {
 	t.Helper()
-	var c cast
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<26)
-	if !sc.Scan() {
-		t.Fatalf("no header line in %q", b)
-	}
-	if err := json.Unmarshal(sc.Bytes(), &c.Header); err != nil {
-		t.Fatalf("header %q: %v", sc.Bytes(), err)
-	}
-	if c.Header["version"] != float64(2) || c.Header["width"].(float64) < 1 || c.Header["height"].(float64) < 1 {
-		t.Fatalf("header %v: want version 2, a width and a height", c.Header)
-	}
-	if _, ok := c.Header["timestamp"].(float64); !ok {
-		t.Fatalf("header %v: no timestamp", c.Header)
-	}
-	last := 0.0
-	for sc.Scan() {
-		var raw []json.RawMessage
-		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil || len(raw) != 3 {
-			t.Fatalf("event line %q: not [time, code, data] (%v)", sc.Bytes(), err)
-		}
-		var ev castEvent
-		if json.Unmarshal(raw[0], &ev.At) != nil || json.Unmarshal(raw[1], &ev.Code) != nil || json.Unmarshal(raw[2], &ev.Data) != nil {
-			t.Fatalf("event line %q: wrong types", sc.Bytes())
-		}
-		if ev.Code != "o" && ev.Code != "r" && ev.Code != "m" {
-			t.Fatalf("event line %q: code %q", sc.Bytes(), ev.Code)
-		}
-		if ev.At < last {
-			t.Fatalf("event line %q: time %v before the previous %v", sc.Bytes(), ev.At, last)
-		}
-		last = ev.At
-		c.Events = append(c.Events, ev)
-	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		t.Fatalf("file does not end with a whole line: %q", b[max(0, len(b)-80):])
+	c, err := testkit.ParseCast(b)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
-}
-
-// output is the concatenated data of c's output events.
-func (c cast) output() string {
-	var b strings.Builder
-	for _, ev := range c.Events {
-		if ev.Code == "o" {
-			b.WriteString(ev.Data)
-		}
-	}
-	return b.String()
-}
-
-func (c cast) codes(code string) []castEvent {
-	var out []castEvent
-	for _, ev := range c.Events {
-		if ev.Code == code {
-			out = append(out, ev)
-		}
-	}
-	return out
 }
 
 func open(t *testing.T, mod func(*recordings.Config)) (*recordings.Store, string) {
@@ -127,7 +58,7 @@ func finish(t *testing.T, r *recordings.Recording) recordings.Result {
 	return r.Result()
 }
 
-func readCast(t *testing.T, path string) cast {
+func readCast(t *testing.T, path string) testkit.Cast {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -162,14 +93,14 @@ func TestRecordingFormat(t *testing.T) {
 		t.Fatalf("header %v: want the first size 100x30", c.Header)
 	}
 	want := "$ echo \"hi\"\\\r\n\x1b[1mbold\x1b[0m\t— bad:\uFFFD\x00end"
-	if got := c.output(); got != want {
+	if got := c.Output(); got != want {
 		t.Fatalf("output %q, want %q", got, want)
 	}
-	rs := c.codes("r")
+	rs := c.Of("r")
 	if len(rs) != 1 || rs[0].Data != "120x40" {
 		t.Fatalf("resize events %v", rs)
 	}
-	if ms := c.codes("m"); len(ms) != 0 {
+	if ms := c.Of("m"); len(ms) != 0 {
 		t.Fatalf("markers in a whole recording: %v", ms)
 	}
 	for path, want := range map[string]os.FileMode{r.Path(): 0o600, filepath.Dir(r.Path()): 0o700 | os.ModeDir, dir: 0o700 | os.ModeDir} {
@@ -216,7 +147,7 @@ func TestRecordingSizeLimit(t *testing.T) {
 	if lastEv.Code != "m" || !strings.Contains(lastEv.Data, "size limit") {
 		t.Fatalf("last event %v: want the size-limit marker", lastEv)
 	}
-	if got := len(c.output()); got < limit/2 || !strings.HasPrefix(string(bytes.Repeat(chunk, 64)), c.output()) {
+	if got := len(c.Output()); got < limit/2 || !strings.HasPrefix(string(bytes.Repeat(chunk, 64)), c.Output()) {
 		t.Fatalf("recorded %d bytes of output, want the first ones up to the limit", got)
 	}
 	if filepath.Dir(r.Path()) != filepath.Join(filepath.Dir(filepath.Dir(r.Path())), "_anonymous") {
@@ -282,11 +213,20 @@ func TestRecordingStalledWriterNeverBlocks(t *testing.T) {
 		t.Fatalf("result %+v: want about 64 MiB dropped and the recording truncated", res)
 	}
 	c := parseCast(t, w.bytes())
-	ms := c.codes("m")
-	if len(ms) == 0 || !strings.Contains(ms[0].Data, "not recorded") {
-		t.Fatalf("markers %v: want one saying output was not recorded", ms)
+	// The marker stands where the output is missing: before what came after.
+	var marker, after int = -1, -1
+	for i, ev := range c.Events {
+		if ev.Code == "m" && strings.Contains(ev.Data, "not recorded") && marker < 0 {
+			marker = i
+		}
+		if ev.Code == "o" && strings.Contains(ev.Data, "after the stall") {
+			after = i
+		}
 	}
-	out := c.output()
+	if marker < 0 || after < 0 || marker > after {
+		t.Fatalf("events %v…: want a marker saying output was not recorded (at %d) before the output after the stall (at %d)", c.Of("m"), marker, after)
+	}
+	out := c.Output()
 	if !strings.HasSuffix(out, "after the stall") || len(out) > queue+len("after the stall") {
 		t.Fatalf("recorded %d bytes ending %q: want at most the queue (%d), then what came after", len(out), out[max(0, len(out)-20):], queue)
 	}

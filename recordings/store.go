@@ -135,6 +135,9 @@ func (s *Store) Start(owner, sid string, cols, rows uint16) *Recording {
 	return r
 }
 
+// Dir is the directory the recordings are in (Config.Dir).
+func (s *Store) Dir() string { return s.cfg.Dir }
+
 // finished is the writer's end: the file is no longer active, the result
 // logged, Done closed.
 func (s *Store) finished(r *Recording) {

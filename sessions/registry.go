@@ -206,6 +206,12 @@ type Config struct {
 	// names none gets ("" or BuiltinAgent: the built-in worker).
 	Agents       []string
 	DefaultAgent string
+	// Record, when set (--record-terminals), starts the recording of a
+	// terminal of owner's session sid at cols×rows (recording.go): for a
+	// terminal as it starts, for a spare as a session takes it. It is
+	// called under the terminal's lock and must not block (no I/O).
+	// nil: terminals are not recorded.
+	Record func(owner, sid string, cols, rows uint16) Recording
 }
 
 // DefaultSpareIdle is Config.PTYSpareIdle's default.

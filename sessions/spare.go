@@ -244,6 +244,7 @@ func (r *Registry) attachSpare(ctx context.Context, p Principal, sp *spare, o Te
 		r.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
 		return nil, true, err
 	}
+	t.startRecording(p.User) // from its first output, which its ring holds
 	a, err = r.attachTerminal(ctx, p, in.ID, o)
 	if err != nil {
 		r.Close(p, in.ID, EndCloseOnDisconnect)

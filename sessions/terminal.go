@@ -92,6 +92,7 @@ type Terminal struct {
 	endDone    chan struct{}
 	// OnOutput, when set, counts output bytes (metrics).
 	onOutput func(int)
+	rec      Recording // its recording, or nil (recording.go); guarded by mu
 }
 
 // PID is the program's pid.
@@ -131,6 +132,7 @@ func (t *Terminal) read() {
 		n, err := t.pty.Read(buf)
 		t.mu.Lock()
 		var direct *Attachment
+		rec := t.rec
 		if n > 0 {
 			t.ring.Write(buf[:n])
 			direct = t.directLocked(n)
@@ -146,6 +148,9 @@ func (t *Terminal) read() {
 			// Sent before the next read, so after every byte before it
 			// and before any after it (which take the ring to Next).
 			direct.direct(buf[:n])
+		}
+		if n > 0 && rec != nil {
+			rec.Output(buf[:n]) // copies, never waits for the disk
 		}
 		if n > 0 && t.onOutput != nil {
 			t.onOutput(n)
@@ -217,6 +222,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 			<-t.readerDone
 		}
 		t.pty.Release()
+		t.closeRecording()
 
 		t.mu.Lock()
 		t.exited = natural || res.Reason == workers.ReasonExited
@@ -298,6 +304,7 @@ type Attachment struct {
 	ResumeToken string // set when keepalive was asked for
 	Reset       bool   // the client must clear its screen before the replay
 	Started     bool   // this attach started the terminal's program: none ran for the session
+	Recorded    bool   // the terminal is recorded (Config.Record)
 	detachOnce  sync.Once
 	page        string
 	principal   Principal // who attached: the owner of its session
@@ -461,6 +468,7 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 		a.pos, a.Reset = want, !tokenOK && o.Offset > 0
 	}
 	a.Offset, a.ReplayEnd = a.pos, t.ring.End()
+	a.Recorded = t.recordedLocked()
 	if o.Keepalive {
 		a.ResumeToken = t.token
 	}
@@ -541,6 +549,9 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 	r.mu.Unlock()
 	t.pty = pty
 	close(t.ready)
+	if !isSpare {
+		t.startRecording(s.owner) // a spare's starts when a session takes it (attachSpare)
+	}
 	r.goTracked(t.read)
 	return t, nil
 }
@@ -711,6 +722,9 @@ func (t *Terminal) resizeLocked(a *Attachment) error {
 		return err
 	}
 	t.cols, t.rows = a.cols, a.rows
+	if t.rec != nil {
+		t.rec.Resize(a.cols, a.rows)
+	}
 	return nil
 }
 

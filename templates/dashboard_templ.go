@@ -24,6 +24,9 @@ type DashboardView struct {
 	// Logout: the login is this browser's cookie, which Log out ends (not
 	// a user the proxy names).
 	Logout bool
+	// Recorded: terminals are recorded (--record-terminals); a banner says
+	// so and links the user's recordings.
+	Recorded bool
 }
 
 // Dashboard renders the single-page dashboard: session list, chat pane and
@@ -54,7 +57,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var2 string
 		templ_7745c5c3_Var2, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "js/theme.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 31, Col: 54}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 34, Col: 54}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var2)
 		if templ_7745c5c3_Err != nil {
@@ -67,7 +70,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var3 string
 		templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "css/icon.svg")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 32, Col: 86}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 35, Col: 86}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var3)
 		if templ_7745c5c3_Err != nil {
@@ -80,7 +83,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var4 string
 		templ_7745c5c3_Var4, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/xterm.css")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 33, Col: 81}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 36, Col: 81}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var4)
 		if templ_7745c5c3_Err != nil {
@@ -93,7 +96,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var5 string
 		templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "css/app.css")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 34, Col: 70}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 37, Col: 70}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
 		if templ_7745c5c3_Err != nil {
@@ -106,7 +109,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var6 string
 		templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/xterm.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 35, Col: 64}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 38, Col: 64}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
 		if templ_7745c5c3_Err != nil {
@@ -119,7 +122,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var7 string
 		templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/addon-fit.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 36, Col: 68}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 68}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var7)
 		if templ_7745c5c3_Err != nil {
@@ -132,7 +135,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var8 string
 		templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/addon-web-links.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 37, Col: 74}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 40, Col: 74}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 		if templ_7745c5c3_Err != nil {
@@ -145,7 +148,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var9 string
 		templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "vendor/xterm/addon-search.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 38, Col: 71}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 41, Col: 71}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 		if templ_7745c5c3_Err != nil {
@@ -158,7 +161,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var10 string
 		templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(static.URL(v.BasePath, "js/app.js")).ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 39, Col: 66}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 42, Col: 66}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var10)
 		if templ_7745c5c3_Err != nil {
@@ -171,7 +174,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var11 string
 		templ_7745c5c3_Var11, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 41, Col: 35}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 44, Col: 35}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var11)
 		if templ_7745c5c3_Err != nil {
@@ -184,7 +187,7 @@ func Dashboard(v DashboardView) templ.Component {
 		var templ_7745c5c3_Var12 string
 		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Version).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 41, Col: 62}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 44, Col: 62}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
 		if templ_7745c5c3_Err != nil {
@@ -202,7 +205,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var13 string
 			templ_7745c5c3_Var13, templ_7745c5c3_Err = templ.JoinStringErrs(v.Version)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 46, Col: 51}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 49, Col: 51}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var13))
 			if templ_7745c5c3_Err != nil {
@@ -221,7 +224,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var14 string
 			templ_7745c5c3_Var14, templ_7745c5c3_Err = templ.JoinStringErrs(v.NodeID)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 49, Col: 47}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 52, Col: 47}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var14))
 			if templ_7745c5c3_Err != nil {
@@ -244,7 +247,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var15 string
 			templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(v.User)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 61, Col: 76}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 64, Col: 76}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 			if templ_7745c5c3_Err != nil {
@@ -263,7 +266,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var16 string
 			templ_7745c5c3_Var16, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.BasePath + "admin").ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 64, Col: 79}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 67, Col: 79}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var16)
 			if templ_7745c5c3_Err != nil {
@@ -282,7 +285,7 @@ func Dashboard(v DashboardView) templ.Component {
 			var templ_7745c5c3_Var17 string
 			templ_7745c5c3_Var17, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(v.BasePath + "logout")).ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 67, Col: 85}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 70, Col: 85}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var17)
 			if templ_7745c5c3_Err != nil {
@@ -293,7 +296,30 @@ func Dashboard(v DashboardView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "</header><nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><span class=\"new-session\"><select class=\"agent-picker\" data-testid=\"agent-picker\" aria-label=\"Agent of a new session\" title=\"The agent a new session talks to\" hidden></select> <button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></span></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-agent\" data-testid=\"chat-agent\" title=\"the agent of this session\" hidden></span> <span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-moving\" data-testid=\"session-moving\" role=\"status\" hidden></div><p class=\"chat-start\" data-testid=\"no-session\" hidden>No conversation is open: type a message to start one, or pick one from the list.</p><section class=\"chat-plan\" data-testid=\"plan\" aria-label=\"The agent's plan\" hidden><h3 class=\"chat-plan-title\">Plan</h3><ol class=\"chat-plan-list\" data-testid=\"plan-list\"></ol></section><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><ul class=\"slash-list\" data-testid=\"slash-list\" role=\"listbox\" aria-label=\"The agent's commands\" hidden></ul><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><button type=\"button\" class=\"btn attach-button\" data-testid=\"attach-button\" title=\"Attach files to the next message: text, code, images, PDFs (or drop them on the chat, or paste them)\" aria-label=\"Attach files\">Attach</button> <input type=\"file\" class=\"attach-input\" data-testid=\"attach-input\" multiple hidden> <textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form><p class=\"attach-error\" data-testid=\"attach-error\" role=\"alert\" hidden></p><ul class=\"attach-chips\" data-testid=\"attach-chips\" aria-label=\"Files to send with the next message\" hidden></ul></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal-shared\" data-testid=\"terminal-shared\" role=\"status\" hidden><span data-testid=\"terminal-shared-text\" title=\"Every tab of this session sees the terminal and can type into it; its size follows the tab typed in last\">Shared with 1 other tab</span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-takeover\" title=\"Close the terminal in the other tabs; they can take it back\">Take over</button></div><div class=\"term-keys\" data-testid=\"term-keys\" role=\"toolbar\" aria-label=\"Terminal keys\"><button type=\"button\" class=\"btn\" data-key=\"esc\" data-testid=\"term-key-esc\">Esc</button> <button type=\"button\" class=\"btn\" data-key=\"ctrl\" data-testid=\"term-key-ctrl\" aria-pressed=\"false\" title=\"The next key is sent with Ctrl\">Ctrl</button> <button type=\"button\" class=\"btn\" data-key=\"tab\" data-testid=\"term-key-tab\">Tab</button> <button type=\"button\" class=\"btn\" data-key=\"left\" data-testid=\"term-key-left\" aria-label=\"Left arrow\">←</button> <button type=\"button\" class=\"btn\" data-key=\"up\" data-testid=\"term-key-up\" aria-label=\"Up arrow\">↑</button> <button type=\"button\" class=\"btn\" data-key=\"down\" data-testid=\"term-key-down\" aria-label=\"Down arrow\">↓</button> <button type=\"button\" class=\"btn\" data-key=\"right\" data-testid=\"term-key-right\" aria-label=\"Right arrow\">→</button></div><div class=\"terminal-search\" data-testid=\"terminal-search\" role=\"search\" hidden><input type=\"search\" class=\"terminal-search-input\" data-testid=\"terminal-search-input\" placeholder=\"Search the terminal\" aria-label=\"Search the terminal's scrollback\" title=\"Enter: next match, Shift+Enter: previous, Esc: close\"> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-prev\" aria-label=\"Previous match\" title=\"Previous match (Shift+Enter)\">↑</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-next\" aria-label=\"Next match\" title=\"Next match (Enter)\">↓</button> <span class=\"terminal-search-status\" data-testid=\"terminal-search-status\" role=\"status\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-close\" aria-label=\"Close the search\" title=\"Close (Esc)\">×</button></div><div class=\"terminal-download\" data-testid=\"terminal-download\" hidden><input type=\"text\" class=\"terminal-search-input\" data-testid=\"terminal-download-path\" placeholder=\"File to download\" aria-label=\"The file to download: a path, absolute or from the shell's directory\" spellcheck=\"false\" autocomplete=\"off\"> <button type=\"button\" class=\"btn\" data-testid=\"terminal-download-go\">Download</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-download-close\" aria-label=\"Close\" title=\"Close (Esc)\">×</button></div><div class=\"terminal-transfer\" data-testid=\"terminal-transfer\" role=\"status\" hidden><span data-testid=\"terminal-transfer-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-transfer-close\" aria-label=\"Dismiss\">×</button></div><span class=\"terminal-tools\"><button type=\"button\" class=\"btn\" data-testid=\"terminal-download-open\" title=\"Download a file from the terminal's machine (drop a file on the terminal to upload it into the shell's directory)\">Download</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-open\" aria-label=\"Search the terminal\" title=\"Search the terminal's scrollback (Alt+Shift+F)\">Search</button></span><div class=\"terminal\" data-testid=\"terminal\"></div></section></main><dialog class=\"shortcuts-dialog\" data-testid=\"shortcuts-dialog\" aria-labelledby=\"shortcuts-title\"><h2 id=\"shortcuts-title\">Keyboard shortcuts</h2><dl class=\"shortcuts-list\"><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>N</kbd></dt><dd>New session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>↑</kbd> / <kbd>↓</kbd></dt><dd>Previous / next session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>C</kbd></dt><dd>Focus the chat</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>T</kbd></dt><dd>Focus the terminal</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>F</kbd></dt><dd>Search the terminal's scrollback</dd><dt><kbd>Esc</kbd></dt><dd>In the chat: stop the running reply</dd><dt><kbd>?</kbd></dt><dd>This list (outside the chat box and the terminal)</dd></dl><p class=\"shortcuts-note\">The Alt+Shift keys work everywhere, the terminal too; Esc closes this list.</p><button type=\"button\" class=\"btn\" data-testid=\"shortcuts-close\">Close</button></dialog></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "</header>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		if v.Recorded {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 25, "<p class=\"recording-banner\" data-testid=\"recording-banner\" role=\"note\">Terminals are recorded on this server: what they show and their size, never what is typed unseen. You can replay yours; administrators can replay every one. <a href=\"")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var18 string
+			templ_7745c5c3_Var18, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(v.BasePath + "recordings")).ResolveURL(ctx)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/dashboard.templ`, Line: 78, Col: 55}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var18)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "\" data-testid=\"recordings-link\">Your recordings</a></p>")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 27, "<nav class=\"view-tabs\" data-testid=\"view-tabs\" aria-label=\"View\"><button type=\"button\" class=\"view-tab\" data-testid=\"tab-chat\" data-view=\"chat\" aria-pressed=\"true\">Chat</button> <button type=\"button\" class=\"view-tab\" data-testid=\"tab-terminal\" data-view=\"terminal\" aria-pressed=\"false\">Terminal</button></nav><main class=\"layout\" data-testid=\"layout\"><aside class=\"pane sessions-pane\" id=\"sessions-pane\" data-testid=\"sessions-pane\" aria-label=\"Sessions\"><div class=\"pane-head\"><h2>Sessions</h2><span class=\"new-session\"><select class=\"agent-picker\" data-testid=\"agent-picker\" aria-label=\"Agent of a new session\" title=\"The agent a new session talks to\" hidden></select> <button type=\"button\" class=\"btn\" data-testid=\"new-session\">New</button></span></div><div class=\"search\"><input type=\"search\" class=\"search-input\" data-testid=\"search-input\" placeholder=\"Search conversations\" aria-label=\"Search conversations\"></div><ul class=\"search-results\" data-testid=\"search-results\" aria-label=\"Search results\" hidden></ul><ul class=\"session-list\" data-testid=\"session-list\"></ul><details class=\"closed-sessions\" data-testid=\"closed-sessions\"><summary>Closed <span class=\"closed-count\" data-testid=\"closed-count\"></span></summary><ul class=\"closed-list\" data-testid=\"closed-list\"></ul><button type=\"button\" class=\"btn closed-more\" data-testid=\"closed-more\" hidden>Load more</button></details></aside><section class=\"pane chat-pane\" aria-label=\"Chat\"><div class=\"chat-head\"><h2>Chat</h2><span class=\"chat-agent\" data-testid=\"chat-agent\" title=\"the agent of this session\" hidden></span> <span class=\"chat-model\" data-testid=\"chat-model\" title=\"the model of this session\"></span> <span class=\"spacer\"></span> <span class=\"chat-export\" data-testid=\"chat-export\" hidden>Export <a href=\"#\" data-testid=\"export-markdown\" download title=\"this conversation as a Markdown file\">Markdown</a> <a href=\"#\" data-testid=\"export-json\" download title=\"this conversation as JSON (every entry, as session.history gives them)\">JSON</a></span> <select class=\"model-picker\" data-testid=\"model-picker\" aria-label=\"Model\" disabled></select></div><button type=\"button\" class=\"btn history-more\" data-testid=\"history-more\" hidden>Load earlier messages</button><div class=\"chat-log\" data-testid=\"chat-log\" role=\"log\" aria-live=\"polite\"></div><div class=\"chat-moving\" data-testid=\"session-moving\" role=\"status\" hidden></div><p class=\"chat-start\" data-testid=\"no-session\" hidden>No conversation is open: type a message to start one, or pick one from the list.</p><section class=\"chat-plan\" data-testid=\"plan\" aria-label=\"The agent's plan\" hidden><h3 class=\"chat-plan-title\">Plan</h3><ol class=\"chat-plan-list\" data-testid=\"plan-list\"></ol></section><div class=\"chat-jump\"><button type=\"button\" class=\"btn jump-new\" data-testid=\"jump-new\" hidden>new messages ↓</button></div><div class=\"chat-pending\" data-testid=\"pending\" role=\"status\" hidden><span class=\"spinner\" aria-hidden=\"true\"></span> <span class=\"pending-text\" data-testid=\"pending-text\">working…</span> <span class=\"pending-hint\">Esc or Stop to interrupt</span></div><ul class=\"slash-list\" data-testid=\"slash-list\" role=\"listbox\" aria-label=\"The agent's commands\" hidden></ul><form class=\"chat-form\" data-testid=\"chat-form\" autocomplete=\"off\"><button type=\"button\" class=\"btn attach-button\" data-testid=\"attach-button\" title=\"Attach files to the next message: text, code, images, PDFs (or drop them on the chat, or paste them)\" aria-label=\"Attach files\">Attach</button> <input type=\"file\" class=\"attach-input\" data-testid=\"attach-input\" multiple hidden> <textarea class=\"chat-input\" data-testid=\"chat-input\" name=\"line\" rows=\"1\" placeholder=\"Type /help, or a prompt\" title=\"Enter sends, Shift+Enter starts a new line, Up and Down recall what you sent\" aria-label=\"Message\" autofocus></textarea> <button type=\"button\" class=\"btn btn-danger\" data-testid=\"chat-stop\" hidden>Stop</button> <button type=\"submit\" class=\"btn btn-primary\" data-testid=\"chat-send\">Send</button></form><p class=\"attach-error\" data-testid=\"attach-error\" role=\"alert\" hidden></p><ul class=\"attach-chips\" data-testid=\"attach-chips\" aria-label=\"Files to send with the next message\" hidden></ul></section><div class=\"divider\" data-testid=\"divider\" role=\"separator\" aria-orientation=\"vertical\" aria-label=\"Resize chat and terminal\" tabindex=\"0\"></div><section class=\"pane terminal-pane\" aria-label=\"Terminal\"><div class=\"terminal-status\" data-testid=\"terminal-status\" role=\"status\" hidden><span class=\"terminal-status-text\" data-testid=\"terminal-status-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-restart\" hidden>Start a new terminal</button></div><div class=\"terminal-shared\" data-testid=\"terminal-shared\" role=\"status\" hidden><span data-testid=\"terminal-shared-text\" title=\"Every tab of this session sees the terminal and can type into it; its size follows the tab typed in last\">Shared with 1 other tab</span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-takeover\" title=\"Close the terminal in the other tabs; they can take it back\">Take over</button></div><div class=\"terminal-recorded\" data-testid=\"terminal-recorded\" role=\"status\" title=\"This terminal's output is recorded: you and administrators can replay it\" hidden><span class=\"recorded-dot\" aria-hidden=\"true\"></span>recorded</div><div class=\"term-keys\" data-testid=\"term-keys\" role=\"toolbar\" aria-label=\"Terminal keys\"><button type=\"button\" class=\"btn\" data-key=\"esc\" data-testid=\"term-key-esc\">Esc</button> <button type=\"button\" class=\"btn\" data-key=\"ctrl\" data-testid=\"term-key-ctrl\" aria-pressed=\"false\" title=\"The next key is sent with Ctrl\">Ctrl</button> <button type=\"button\" class=\"btn\" data-key=\"tab\" data-testid=\"term-key-tab\">Tab</button> <button type=\"button\" class=\"btn\" data-key=\"left\" data-testid=\"term-key-left\" aria-label=\"Left arrow\">←</button> <button type=\"button\" class=\"btn\" data-key=\"up\" data-testid=\"term-key-up\" aria-label=\"Up arrow\">↑</button> <button type=\"button\" class=\"btn\" data-key=\"down\" data-testid=\"term-key-down\" aria-label=\"Down arrow\">↓</button> <button type=\"button\" class=\"btn\" data-key=\"right\" data-testid=\"term-key-right\" aria-label=\"Right arrow\">→</button></div><div class=\"terminal-search\" data-testid=\"terminal-search\" role=\"search\" hidden><input type=\"search\" class=\"terminal-search-input\" data-testid=\"terminal-search-input\" placeholder=\"Search the terminal\" aria-label=\"Search the terminal's scrollback\" title=\"Enter: next match, Shift+Enter: previous, Esc: close\"> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-prev\" aria-label=\"Previous match\" title=\"Previous match (Shift+Enter)\">↑</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-next\" aria-label=\"Next match\" title=\"Next match (Enter)\">↓</button> <span class=\"terminal-search-status\" data-testid=\"terminal-search-status\" role=\"status\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-close\" aria-label=\"Close the search\" title=\"Close (Esc)\">×</button></div><div class=\"terminal-download\" data-testid=\"terminal-download\" hidden><input type=\"text\" class=\"terminal-search-input\" data-testid=\"terminal-download-path\" placeholder=\"File to download\" aria-label=\"The file to download: a path, absolute or from the shell's directory\" spellcheck=\"false\" autocomplete=\"off\"> <button type=\"button\" class=\"btn\" data-testid=\"terminal-download-go\">Download</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-download-close\" aria-label=\"Close\" title=\"Close (Esc)\">×</button></div><div class=\"terminal-transfer\" data-testid=\"terminal-transfer\" role=\"status\" hidden><span data-testid=\"terminal-transfer-text\"></span> <button type=\"button\" class=\"btn\" data-testid=\"terminal-transfer-close\" aria-label=\"Dismiss\">×</button></div><span class=\"terminal-tools\"><button type=\"button\" class=\"btn\" data-testid=\"terminal-download-open\" title=\"Download a file from the terminal's machine (drop a file on the terminal to upload it into the shell's directory)\">Download</button> <button type=\"button\" class=\"btn\" data-testid=\"terminal-search-open\" aria-label=\"Search the terminal\" title=\"Search the terminal's scrollback (Alt+Shift+F)\">Search</button></span><div class=\"terminal\" data-testid=\"terminal\"></div></section></main><dialog class=\"shortcuts-dialog\" data-testid=\"shortcuts-dialog\" aria-labelledby=\"shortcuts-title\"><h2 id=\"shortcuts-title\">Keyboard shortcuts</h2><dl class=\"shortcuts-list\"><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>N</kbd></dt><dd>New session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>↑</kbd> / <kbd>↓</kbd></dt><dd>Previous / next session</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>C</kbd></dt><dd>Focus the chat</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>T</kbd></dt><dd>Focus the terminal</dd><dt><kbd>Alt</kbd>+<kbd>Shift</kbd>+<kbd>F</kbd></dt><dd>Search the terminal's scrollback</dd><dt><kbd>Esc</kbd></dt><dd>In the chat: stop the running reply</dd><dt><kbd>?</kbd></dt><dd>This list (outside the chat box and the terminal)</dd></dl><p class=\"shortcuts-note\">The Alt+Shift keys work everywhere, the terminal too; Esc closes this list.</p><button type=\"button\" class=\"btn\" data-testid=\"shortcuts-close\">Close</button></dialog></body></html>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -119,6 +119,9 @@ type Config struct {
 	// that long after its accept, or after the first byte of a keep-alive
 	// connection's next request (0: DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
+	// RecordTerminals: terminals are recorded (--record-terminals); the
+	// dashboard says so.
+	RecordTerminals bool
 }
 
 // Handlers are the endpoints the server routes to.
@@ -140,6 +143,9 @@ type Handlers struct {
 	// downloads out of a session's terminal) to the dashboard's users; nil:
 	// no such routes.
 	TerminalFiles *handlers.TerminalFiles
+	// Recordings serves /recordings (their terminal recordings) to the
+	// dashboard's users, with --record-terminals; nil: no such routes.
+	Recordings *handlers.Recordings
 }
 
 // Server is dashgate's HTTP handler.
@@ -226,6 +232,9 @@ func New(cfg Config, h Handlers) (*Server, error) {
 	app.Group(func(r chi.Router) {
 		r.Use(s.auth(false))
 		r.Get("/", s.dashboard)
+		if h.Recordings != nil {
+			r.Route("/recordings", h.Recordings.Routes)
+		}
 		// The assets under static.URL's versioned prefix, cached for
 		// good; the unversioned ones (links of an older page) as before,
 		// revalidated on each use.
@@ -397,6 +406,7 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	if s.usersOn() {
 		v.User = p.User
 	}
+	v.Recorded = s.cfg.RecordTerminals
 	if !v.AdminLink {
 		ap, ok := s.fromCookies(r, true)
 		v.AdminLink = ok && ap.Admin

@@ -114,6 +114,11 @@ type config struct {
 	ChildCPUWeight   int
 	ChildSched       string
 	PprofAddr        string
+	// Terminal recordings (--record-terminals, docs/recordings.md).
+	RecordTerminals bool
+	RecordMaxBytes  string // as given; RecordMaxBytesN parsed
+	RecordMaxBytesN int64
+	RecordRetention time.Duration
 
 	// The agent's bounds on the model server (its environment).
 	LLMConnectTimeout time.Duration
@@ -226,6 +231,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", defaultGoMaxProcs(), "threads running the gateway's Go code at once (runtime.GOMAXPROCS; its children keep Go's default): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them (default: four times the CPUs Go would use; 0: Go's default)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
+	fs.BoolVar(&c.RecordTerminals, "record-terminals", false, "record every terminal's output and resizes (never its input) as asciicast v2 files in <state-dir>/recordings, which the owner and admins can replay and download; the dashboard tells users (docs/recordings.md)")
+	fs.StringVar(&c.RecordMaxBytes, "record-max-bytes", "64MiB", "with --record-terminals, the largest recording of one terminal; past it the recording stops, saying so")
+	fs.DurationVar(&c.RecordRetention, "record-retention", 30*24*time.Hour, "with --record-terminals, recordings last written longer ago than this are deleted, at start and then periodically (0: kept for good)")
 	fs.IntVar(&c.ChildPidsMax, "child-pids-max", 0, "pids.max of each child's cgroup: processes one worker or terminal may have (0: no limit; needs the pids controller)")
 
 	// The command line first, then the environment for what it left unset:
@@ -304,6 +312,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		}
 		c.UserCPUMaxLine = line
 	}
+	n, err := humanize.ParseBytes(c.RecordMaxBytes)
+	if err != nil || n < 64<<10 || n > 1<<40 {
+		return c, fmt.Errorf("--record-max-bytes %q: want a size from 64KiB to 1TiB, such as 64MiB", c.RecordMaxBytes)
+	}
+	c.RecordMaxBytesN = int64(n)
 	if c.ChildMemoryMax != "" {
 		n, err := humanize.ParseBytes(c.ChildMemoryMax)
 		if err != nil || n == 0 {
@@ -364,6 +377,9 @@ func (c config) validate() error {
 	}
 	if c.HistoryRetention < 0 {
 		errs = append(errs, errors.New("--history-retention must not be negative"))
+	}
+	if c.RecordRetention < 0 {
+		errs = append(errs, errors.New("--record-retention must not be negative"))
 	}
 	if _, err := workers.ParseCgroupMode(c.Cgroup); err != nil {
 		errs = append(errs, err)

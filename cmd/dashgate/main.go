@@ -337,6 +337,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		defer bus.Close()
 		changes = bus
 	}
+	recs, err := openRecordings(cfg, log) // nil without --record-terminals
+	if err != nil {
+		return err
+	}
 	reg := sessions.New(sessions.Config{
 		Changes: changes,
 		Spawner: sessions.ProcSpawner{
@@ -356,6 +360,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		MaxSessionsPerUser: cfg.MaxSessionsUser, MaxWorkersPerUser: cfg.MaxWorkersUser, MaxTerminalsPerUser: cfg.MaxTerminalsUser,
 		OnSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
 		OnPTYOutput:    func(n int) { metrics.PTYOutput(n) },
+		Record:         recordFunc(recs),
 	})
 	metrics = handlers.NewMetrics(reg.Admin().List, mgr.CountByKind)
 	// Every node holds its sessions under leases, a node alone too: one
@@ -388,6 +393,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 			return cg.UserStats(a.Name)
 		}
 	}
+	var recHandler *handlers.Recordings // --record-terminals: /recordings and /admin/recordings
+	if recs != nil {
+		recHandler = &handlers.Recordings{Store: recs, Log: log}
+		admin.Recordings = recHandler
+	}
 	// Listening before the server is built: the login cookie's name comes
 	// from the bound address.
 	ln, err := listen(cfg.Addr, proxyPeer)
@@ -417,6 +427,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		MaxPendingPerPeer: pendingBudget(cfg.MaxPendingPeer),
 		AdminUsers:        splitList(cfg.AdminUsers), CookieKey: signKey, Instance: cookieName,
 	}
+	wcfg.RecordTerminals = recs != nil
 	nodes, clustered := st.Store.(store.Nodes)
 	clustered = clustered && nodeID != ""
 	if clustered {
@@ -435,11 +446,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		Attachments:     &handlers.Attachments{Registry: reg, Log: log},
 		TerminalRefusal: &handlers.TerminalRefusal{Registry: reg, Log: log},
 		TerminalFiles:   &handlers.TerminalFiles{Registry: reg, Self: self, MaxUpload: cfg.PTYUploadMax, Log: log},
+		Recordings:      recHandler,
 	})
 	if err != nil {
 		return err
 	}
 	admin.BasePath = srv.BasePath
+	if recHandler != nil {
+		recHandler.BasePath = srv.BasePath
+	}
 
 	if cfg.AddrFile != "" {
 		if err := os.WriteFile(cfg.AddrFile, []byte(addr+"\n"), 0o600); err != nil {
@@ -459,6 +474,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	g.Go(func() error { reg.Run(gctx); return nil })
 	g.Go(func() error { mgr.RunReaper(gctx, time.Second); return nil })
 	g.Go(func() error { admin.Sample(gctx, handlers.DefaultSampleEvery); return nil })
+	if recs != nil {
+		g.Go(func() error { recs.Run(gctx); return nil }) // the retention sweep
+	}
 	if cfg.PprofAddr != "" {
 		pln, err := net.Listen("tcp", cfg.PprofAddr)
 		if err != nil {
@@ -493,6 +511,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	mgr.CloseAll(workers.ReasonShutdown) // anything a session did not own
 	reg.Wait()
 	mgr.Wait()
+	if recs != nil { // every terminal ended: their recordings are being finished
+		rctx, cancelRec := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		if err := recs.Wait(rctx); err != nil {
+			log.Warn("terminal recordings still being written at exit", "err", err)
+		}
+		cancelRec()
+	}
 	// What left its child's tree and marker and was adopted by dashgate (a
 	// subreaper) goes too: nothing reparented to dashgate outlives it.
 	mgr.ReapAdopted(workers.ReasonShutdown)

@@ -34,6 +34,9 @@ var serveFlagGroups = []flagGroup{
 		"unix-users", "unix-users-map", "allow-root-users",
 		"user-memory-max", "user-pids-max", "user-cpu-max",
 	}},
+	{"Terminal recordings (docs/recordings.md)", []string{
+		"record-terminals", "record-max-bytes", "record-retention",
+	}},
 	{"Cluster (docs/cluster.md)", []string{
 		"node-id", "node-expiry", "node-heartbeat", "store-wait",
 	}},

@@ -20,6 +20,8 @@ type Hello struct {
 	// and live output begins (nil: the hello had none).
 	ReplayEnd   *int64 `json:"replay_end,omitempty"`
 	ResumeToken string `json:"resume_token,omitempty"`
+	// Recorded: the server records the terminal (--record-terminals).
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // PTY is a /ws/pty client (PROTOCOL.md §3). Frames after the hello are

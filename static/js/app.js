@@ -107,6 +107,7 @@ const terminal = new TerminalPane(els.terminal, base, {
 	shared: byTestId('terminal-shared'),
 	sharedText: byTestId('terminal-shared-text'),
 	takeover: byTestId('terminal-takeover'),
+	recorded: byTestId('terminal-recorded'),
 	start: () => serial(create),
 	search: {
 		bar: byTestId('terminal-search'),

@@ -633,6 +633,8 @@ export class TerminalPane {
 				} else {
 					localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
 				}
+				// The server records this terminal (--record-terminals): say so.
+				if (this.#ui.recorded) this.#ui.recorded.hidden = msg.recorded !== true;
 				this.#sendSize();
 				break;
 			}
