@@ -80,10 +80,11 @@ var counts = []struct {
 	{"stall-churn", 20, 5, "sessions a second created, /echo run and closed beside them (stall)"},
 	{"stall-secs", 20, 5, "seconds of each quiet phase, idle and loaded (stall)"},
 	{"stall-load-nice", 0, 0, "nice value of the load process (stall; 0: the tool's)"},
+	{"attach-mib", 10, 10, "MiB of the file attached in the chat (attach)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "acp", "cluster", "stall"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "acp", "cluster", "stall", "attach"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -281,6 +282,7 @@ func (b *bench) groups() []group {
 		b.acp(n["acp-prompts"], n["acp-stream-kib"]),
 		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
 		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"], n["stall-load-nice"]),
+		attach(n["attach-mib"]),
 	}
 	for _, g := range gs {
 		b.figs = append(b.figs, g.figs...)

@@ -18,7 +18,8 @@ import (
 // takes images; anything else, and an image for an agent that takes
 // none, is not sent, and a notice says so in the chat. (A PDF could be
 // an embedded blob resource, but agents that take embeddedContext read
-// its text resources; a blob some of them drop without a word.)
+// its text resources: Claude Code's adapter, claude-agent-acp, drops a
+// blob without a word.)
 
 // promptBlocks is p's prompt as ACP content blocks for an agent with
 // caps; notes are the notices of the files not sent.
