@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +157,61 @@ func TestChatAttachments(t *testing.T) {
 			t.Errorf("%s after session.delete answers %d; want 404", u, got)
 		}
 	}
+}
+
+// TestChatAttachmentsToACPAgent: files picked in the dashboard reach an
+// ACP agent (the test agent behind dashgate's bridge, advertising image
+// and embeddedContext) as an embedded text resource and an image block;
+// a PDF, which it cannot take, is said in the chat before its reply,
+// after a reload too.
+func TestChatAttachmentsToACPAgent(t *testing.T) {
+	agent := buildAgent(t, "github.com/dashgate/dashgate/internal/testkit/acpagent")
+	d := startDashgate(t, "--agent", "caps=env ACPTEST_CAPS=image,embedded "+agent)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+
+	files := t.TempDir()
+	img := image.NewRGBA(image.Rect(0, 0, 2, 2))
+	var pic bytes.Buffer
+	png.Encode(&pic, img)
+	for name, data := range map[string][]byte{
+		"notes.md":   []byte("# Notes\n"),
+		"pixel.png":  pic.Bytes(),
+		"report.pdf": []byte("%PDF-1.7\n%fake\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(files, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.Do("pick three files", chromedp.SetUploadFiles(chromedp.CSS(`[data-testid="attach-input"]`),
+		[]string{filepath.Join(files, "notes.md"), filepath.Join(files, "pixel.png"), filepath.Join(files, "report.pdf")}))
+	tb.mustWaitJS(15*time.Second, "three chips uploaded", readyChips("notes.md", "pixel.png", "report.pdf")+` === 3`, chipsState)
+	sendChat(t, tb, "blocks")
+
+	id := func(kind string) string {
+		return mustEval[string](tb, `document.querySelector('[data-testid="chat-log"] [data-testid="attachment"][data-kind=`+js(kind)+`]')?.dataset.id ?? ''`)
+	}
+	tb.mustWaitJS(15*time.Second, "the prompt's files shown", `document.querySelectorAll('[data-testid="chat-log"] [data-testid="attachment"]').length === 3`, chipsState)
+	want := "text(blocks) | resource(attachment://" + id("text") + "/notes.md,text/markdown,# Notes\n) | image(image/png," +
+		fmt.Sprint(base64.StdEncoding.EncodedLen(pic.Len())) + ")"
+	const notice = "this agent cannot read PDFs: report.pdf not sent"
+	check := func(when string) {
+		t.Helper()
+		tb.mustWaitJS(30*time.Second, when+": the agent's reply", `[...document.querySelectorAll('`+replyEntry+` .msg:not([data-streaming="true"])')].some(m => m.textContent.includes('resource(attachment://'))`, chipsState)
+		got := mustEval[string](tb, `[...document.querySelectorAll('`+replyEntry+` .msg')].map(m => m.textContent).join('\n')`)
+		if strings.TrimSpace(got) != strings.TrimSpace(want) {
+			t.Errorf("%s: the agent says its prompt held\n %q\nwant\n %q", when, got, want)
+		}
+		order := mustEval[[]string](tb, `[...document.querySelectorAll('[data-testid="chat-log"] [data-testid="entry"]')].map(e => e.dataset.kind + (e.dataset.kind === 'notice' ? ':' + e.textContent : ''))`)
+		i := slices.IndexFunc(order, func(s string) bool { return strings.HasPrefix(s, "notice:") && strings.Contains(s, notice) })
+		r := slices.Index(order, "reply")
+		if i < 0 || r < 0 || i > r {
+			t.Errorf("%s: the entries are %q; want the notice %q before the reply", when, order, notice)
+		}
+	}
+	check("live")
+	tb.Do("reload", chromedp.Reload())
+	waitDashboard(t, tb)
+	check("after a reload")
 }
