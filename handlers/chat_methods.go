@@ -71,17 +71,24 @@ type createParams struct {
 func (p *createParams) check() *RPCError { return checkTitle(p.Title) }
 
 // sessionCreate makes a session owned by the socket's principal and
-// attaches it to the socket: {"session_id","created_at"}.
-func (c *chatConn) sessionCreate(_ context.Context, raw json.RawMessage) (any, func(), error) {
+// attaches it to the socket: {"session_id","created_at","model","agent"?}.
+// What it does not name takes the principal's defaults (userDefaults).
+func (c *chatConn) sessionCreate(ctx context.Context, raw json.RawMessage) (any, func(), error) {
 	var p createParams
 	if err := readParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
-	in, err := c.h.Registry.Create(c, sessions.NewSession{Title: p.Title, CloseOnDisconnect: p.CloseOnDisconnect, Agent: p.Agent})
+	o := sessions.NewSession{Title: p.Title, CloseOnDisconnect: p.CloseOnDisconnect, Agent: p.Agent}
+	o.Agent, o.Model = c.userDefaults(ctx, o.Agent) // settings.go
+	in, err := c.h.Registry.Create(c, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	return map[string]any{"session_id": in.ID, "created_at": in.CreatedAt.UTC().Format(time.RFC3339Nano)}, nil, nil
+	out := map[string]any{"session_id": in.ID, "created_at": in.CreatedAt.UTC().Format(time.RFC3339Nano), "model": in.Model}
+	if in.Agent != "" { // an ACP agent's session, as session.resume says it
+		out["agent"] = in.Agent
+	}
+	return out, nil, nil
 }
 
 // sessionResume attaches a live session to the socket and answers its

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/dashgate/dashgate/sessions"
@@ -134,4 +135,51 @@ func (h *Chat) offersModel(ctx context.Context, model string) (bool, error) {
 		return false, err
 	}
 	return slices.Contains(models, model), nil
+}
+
+// defaultsTimeout bounds what session.create spends on a user's
+// defaults: the settings read and the model server's list.
+const defaultsTimeout = 3 * time.Second
+
+// userDefaults is the agent and model a session.create asking for agent
+// gets: agent, or when it is "" the user's default agent while agent.list
+// still offers it; for a session of the built-in worker, the user's
+// default model while model.list still lists it. Anything else (no
+// settings, an agent or model the server dropped since, a store or model
+// server that cannot say) leaves the server's defaults: "" for both.
+func (c *chatConn) userDefaults(ctx context.Context, agent string) (string, string) {
+	ctx, cancel := context.WithTimeout(ctx, defaultsTimeout)
+	defer cancel()
+	st, err := c.h.Registry.Settings(ctx, c.who)
+	if err != nil {
+		if !errors.Is(err, sessions.ErrNotFound) { // the admin token: Create refuses it
+			c.log.Warn("settings read", "err", err)
+		}
+		return agent, ""
+	}
+	if agent == "" && st.DefaultAgent != "" && c.h.offersAgent(st.DefaultAgent) {
+		agent = st.DefaultAgent
+	}
+	if st.DefaultModel == "" || !c.h.builtin(agent) {
+		return agent, ""
+	}
+	ok, err := c.h.offersModel(ctx, st.DefaultModel)
+	if err != nil {
+		c.log.Warn("model list for a default model", "err", err)
+	}
+	if !ok {
+		return agent, ""
+	}
+	return agent, st.DefaultModel
+}
+
+// builtin reports whether a session asking for agent talks to the
+// built-in worker (agent.list's kind builtin; "" the default one).
+func (h *Chat) builtin(agent string) bool {
+	for _, a := range h.agents() {
+		if a.Name == agent || agent == "" && a.Default {
+			return a.Kind == "builtin"
+		}
+	}
+	return false
 }

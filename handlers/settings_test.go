@@ -256,3 +256,75 @@ func TestSettingsSetValidates(t *testing.T) {
 		t.Fatalf("settings.set of the built-in worker without --agent: %v", r)
 	}
 }
+
+// TestSessionCreateTakesUserDefaults: a session.create that names no
+// agent gets the user's default agent, and a session of the built-in
+// worker the user's default model, each while the server still offers
+// it (agent.list, model.list), else the server's default; its answer,
+// session.resume and session.list say which; an agent asked for is
+// taken as asked; another user gets the server's defaults; a model
+// server that cannot list leaves the server's default, and so does a
+// store that cannot read the settings.
+func TestSessionCreateTakesUserDefaults(t *testing.T) {
+	t.Parallel()
+	s := newSettingsEnv(t, envOpts{})
+	alice := s.dial("alice", false)
+	type made struct{ agent, model string }
+	create := func(cc *chatClient, params map[string]any) made {
+		t.Helper()
+		r := cc.call("session.create", params)
+		sid := r["session_id"].(string)
+		got := made{model: r["model"].(string)}
+		if a, ok := r["agent"]; ok {
+			got.agent = a.(string)
+		}
+		res := cc.call("session.resume", map[string]any{"session_id": sid})
+		ra, _ := res["agent"].(string)
+		if res["model"] != got.model || ra != got.agent {
+			t.Fatalf("session.create answered %+v; session.resume says agent %q, model %v", got, ra, res["model"])
+		}
+		return got
+	}
+	if got := create(alice, map[string]any{}); got != (made{}) {
+		t.Fatalf("a session of a user without settings: %+v; want the server's defaults", got)
+	}
+	alice.call("settings.set", map[string]any{"default_model": "a"})
+	if got := create(alice, map[string]any{}); got != (made{model: "a"}) {
+		t.Fatalf("with default_model a: %+v", got)
+	}
+	alice.call("settings.set", map[string]any{"default_agent": "claude"})
+	for _, c := range []struct {
+		name   string
+		params map[string]any
+		want   made
+	}{
+		{"no agent: the user's", map[string]any{}, made{agent: "claude"}},
+		{"the built-in worker asked for: the user's model", map[string]any{"agent": sessions.BuiltinAgent}, made{model: "a"}},
+		{"the agent asked for", map[string]any{"agent": "claude", "title": "x"}, made{agent: "claude"}},
+	} {
+		if got := create(alice, c.params); got != c.want {
+			t.Fatalf("%s: %+v; want %+v", c.name, got, c.want)
+		}
+	}
+	if got := create(s.dial("bob", false), map[string]any{}); got != (made{}) {
+		t.Fatalf("bob's session after alice's settings: %+v; want the server's defaults", got)
+	}
+
+	// The server's flags stay the limits: what it no longer offers is
+	// not taken.
+	alice.call("settings.set", map[string]any{"default_agent": ""})
+	s.setModels([]string{"b"}, false)
+	if got := create(alice, map[string]any{}); got != (made{}) {
+		t.Fatalf("default_model a, which model.list no longer lists: %+v; want the server's default", got)
+	}
+	s.setModels([]string{"a", "b"}, true)
+	if got := create(alice, map[string]any{}); got != (made{}) {
+		t.Fatalf("default_model a with the model server down: %+v; want the server's default", got)
+	}
+	s.setModels([]string{"a", "b"}, false)
+	alice.call("settings.set", map[string]any{"default_agent": "claude"})
+	builtinOnly := s.dialAt(s.serve(func(c *handlers.Chat) { c.Agents = settingsAgents[:1] }), "alice", false)
+	if got := create(builtinOnly, map[string]any{}); got != (made{model: "a"}) {
+		t.Fatalf("default_agent claude on a server that no longer offers it: %+v; want the built-in worker with model a", got)
+	}
+}

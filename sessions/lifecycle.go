@@ -89,13 +89,15 @@ func (r *Registry) Create(v Viewer, o NewSession) (Info, error) {
 
 // NewSession is what Create makes: its title ("" or a default one
 // "session N": the next free number), whether it closes with its last
-// viewer instead of detaching, and the agent it talks to (a name of
+// viewer instead of detaching, the agent it talks to (a name of
 // Config.Agents; "" for Config.DefaultAgent, BuiltinAgent for the
-// built-in worker).
+// built-in worker) and its model ("" for the worker's default; a user's
+// default model, issue 42, as session.configure would set it).
 type NewSession struct {
 	Title             string
 	CloseOnDisconnect bool
 	Agent             string
+	Model             string
 }
 
 // BuiltinAgent names the built-in worker (--worker-cmd, or dashgate's own
@@ -141,7 +143,7 @@ func (r *Registry) create(p Principal, v Viewer, o NewSession, terminalOnly bool
 		title = r.titleFor(owner, title)
 	}
 	s := r.newSession(owner, title, o.CloseOnDisconnect, terminalOnly)
-	s.agent = agent
+	s.agent, s.model = agent, o.Model
 	return r.register(v, s, nil)
 }
 

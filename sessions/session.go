@@ -155,6 +155,7 @@ type Session struct {
 	execStops map[*func()]struct{} // cancels of the running slash commands (Interrupt)
 	exited    *workers.CloseResult // its worker's exit, told once the running commands' results are
 	model     string               // "" for the worker's default
+	system    string               // its owner's system prompt as the last turn read it (settings.go)
 	// agent is the --agent the session talks to ("" for the built-in
 	// worker; it never changes), agentSession that agent's id of the
 	// conversation (session/load's, "" until it gave one), plan and

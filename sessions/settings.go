@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"time"
 
 	"github.com/dashgate/dashgate/store"
 )
@@ -39,4 +40,30 @@ func (r *Registry) PutSettings(ctx context.Context, p Principal, patch store.Set
 		return store.Settings{}, &StoreError{err}
 	}
 	return s, nil
+}
+
+// settingsReadTimeout bounds a turn's read of its owner's settings: a
+// failing store costs a prompt no more than this.
+const settingsReadTimeout = time.Second
+
+// systemPrompt is the system prompt a turn of s sends its worker (the
+// prompt's "system", PROTOCOL.md): its owner's, read from the store
+// each turn, so that a change applies to the next prompt of every
+// session. When the store cannot say, the one the last turn of s read
+// (a WARN): a store outage does not change what the model is told.
+// r.mu must not be held.
+func (r *Registry) systemPrompt(ctx context.Context, s *Session) string {
+	rctx, cancel := context.WithTimeout(ctx, settingsReadTimeout)
+	defer cancel()
+	st, err := r.cfg.Store.Settings(rctx, s.owner)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil { // not the turn's own end (an interrupt)
+			r.log.Warn("settings read", "sid", s.id, "err", err)
+		}
+		return s.system
+	}
+	s.system = st.SystemPrompt
+	return s.system
 }

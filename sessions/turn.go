@@ -120,8 +120,12 @@ func (t *turn) run(ctx context.Context, text string) {
 			return
 		}
 	}
+	system := r.systemPrompt(ctx, s) // its owner's settings, read outside the lock
 	r.mu.Lock()
 	params := map[string]any{"text": text, "turn_id": t.id, "model": s.model}
+	if system != "" {
+		params["system"] = system
+	}
 	if len(files) > 0 {
 		params["attachments"] = files
 	}

@@ -146,6 +146,10 @@ type bridge struct {
 	commands  []map[string]any
 	cmdsDirty bool                   // commands changed since an event carried them
 	perms     map[string]*permission // request_id -> the agent's waiting request
+
+	// fresh: the session was made by session/new and has had no prompt
+	// yet, so the next one carries the user's system prompt (withSystem).
+	fresh bool
 }
 
 // Run serves dashgate's requests from in until EOF or ctx ends, writing
@@ -249,6 +253,11 @@ type promptParams struct {
 	AgentSessionID string             `json:"agent_session_id"`
 	Cwd            string             `json:"cwd"`
 	Attachments    []jsonl.Attachment `json:"attachments"` // the files it carries (attach.go)
+
+	// System is the user's system prompt (issue 42; "" for none). ACP has
+	// no field for one: it goes as the first text block of the first
+	// prompt of a conversation the agent starts afresh (withSystem).
+	System string `json:"system"`
 }
 
 func (b *bridge) handle(ctx context.Context, req jsonl.Request) {
@@ -334,6 +343,7 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 	b.mu.Unlock()
 	conn, a := b.conn, b.agent
 	blocks, notes := promptBlocks(p, b.caps)
+	blocks = b.withSystem(blocks, p.System, slash)
 	for _, n := range notes { // before anything of the reply
 		b.out.push(t.id, "notice", noticeOf(n))
 	}
@@ -393,6 +403,26 @@ func (b *bridge) runTurn(ctx context.Context, id json.RawMessage, p promptParams
 	}
 	b.out.flush() // the reply after the turn's events
 	b.srv.Reply(id, res)
+}
+
+// withSystem is the blocks of a prompt with the user's system prompt
+// system in front, as a text block of its own, when the conversation is
+// one the agent started afresh (session/new) and this is its first
+// prompt; otherwise blocks as they are. A slash command (slash) never
+// carries it, so that the agent reads the command first; the prompt
+// after it does.
+func (b *bridge) withSystem(blocks []acp.ContentBlock, system string, slash bool) []acp.ContentBlock {
+	if slash {
+		return blocks
+	}
+	b.mu.Lock()
+	fresh := b.fresh
+	b.fresh = false
+	b.mu.Unlock()
+	if !fresh || system == "" {
+		return blocks
+	}
+	return append([]acp.ContentBlock{acp.TextBlock(system)}, blocks...)
 }
 
 // replyFailure answers id with f: interrupted is ok with what streamed.
@@ -461,7 +491,7 @@ func (b *bridge) ensureSession(ctx context.Context, t *turn, p promptParams) *fa
 		sid = r.SessionId
 	}
 	b.mu.Lock()
-	b.session, b.cwd = sid, cwd
+	b.session, b.cwd, b.fresh = sid, cwd, !loaded
 	b.mu.Unlock()
 	ev := map[string]any{
 		"agent_session_id": string(sid), "loaded": loaded,

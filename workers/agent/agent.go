@@ -212,6 +212,10 @@ type promptParams struct {
 	History     []historyEntry     `json:"history"`
 	Model       string             `json:"model"`
 	Attachments []jsonl.Attachment `json:"attachments"` // the files it carries (attach.go)
+
+	// System is the user's system prompt (issue 42; "" for none): the
+	// model gets it after --agent-system-prompt's, in one system message.
+	System string `json:"system"`
 }
 
 type historyEntry struct {

@@ -129,8 +129,8 @@ func (s *server) prompt(ctx context.Context, id json.RawMessage, p promptParams)
 // are left out.
 func (s *server) messages(p promptParams) []openai.ChatCompletionMessageParamUnion {
 	var msgs []openai.ChatCompletionMessageParamUnion
-	if s.cfg.SystemPrompt != "" {
-		msgs = append(msgs, openai.SystemMessage(s.cfg.SystemPrompt))
+	if sys := systemMessage(s.cfg.SystemPrompt, p.System); sys != "" {
+		msgs = append(msgs, openai.SystemMessage(sys))
 	}
 	var tool strings.Builder // a folded tool call and its result
 	flush := func() {
@@ -162,6 +162,19 @@ func (s *server) messages(p promptParams) []openai.ChatCompletionMessageParamUni
 	}
 	flush()
 	return append(msgs, openai.UserMessage(p.Text))
+}
+
+// systemMessage is the text of a request's one system message: the
+// operator's prompt (--agent-system-prompt), then the user's (settings),
+// a blank line apart; "" when neither is set.
+func systemMessage(operator, user string) string {
+	switch {
+	case operator == "":
+		return user
+	case user == "":
+		return operator
+	}
+	return operator + "\n\n" + user
 }
 
 type toolCall struct {
