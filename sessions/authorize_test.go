@@ -374,6 +374,23 @@ var accounting = map[string]entry{
 			}
 		},
 	}},
+	"Registry.TerminalRefusal": {class: classUser, byID: &byID{
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			return nil, f.r.TerminalRefusal(p, sid)
+		},
+		ok: noErr,
+	}},
+	"Registry.TerminalDir": {class: classUser, byID: &byID{
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			dir, _, err := f.r.TerminalDir(p, sid)
+			return dir, err
+		},
+		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
+			if dir, _ := got.(string); err != nil || dir == "" {
+				t.Fatalf("alice's terminal directory of %s: %q, %v", sid, got, err)
+			}
+		},
+	}},
 	"Registry.Exec": {class: classUser, byID: &byID{
 		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
 			return f.r.Exec(t.Context(), viewerOf(p), sid, "/echo who was here")
