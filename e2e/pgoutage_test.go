@@ -287,7 +287,10 @@ func TestPostgresOutageRefusesNewWork(t *testing.T) {
 	if !testkit.Until(30*time.Second, func() bool { last = prompt(); return last == nil }) {
 		t.Fatalf("the prompt still fails after PostgreSQL came back: %v\n%s", last, d.logText())
 	}
-	testkit.WaitFor(t, 10*time.Second, "the proven notice", func() bool { return len(noticesOf(chat, sid, "reachable again")) == 1 })
+	// Two notices say the store is back: the lease's ("takes new work
+	// again") and the journal's ("saved: …", issue 41), each once.
+	testkit.WaitFor(t, 10*time.Second, "the proven notice", func() bool { return len(noticesOf(chat, sid, "takes new work again")) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the saved notice", func() bool { return len(noticesOf(chat, sid, "saved: the conversation store is reachable again")) == 1 })
 	// The notices written while PostgreSQL was stopped are stored too.
 	testkit.WaitFor(t, 30*time.Second, "the writes resumed", func() bool { return len(d.Log.Records("store writes resumed")) > 0 })
 	if n := len(noticesOf(chat, sid, "cannot reach the store")); n != 1 {
