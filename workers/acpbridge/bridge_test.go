@@ -710,7 +710,14 @@ func TestHostileAgents(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := startBridge(t, tc.argv, acpbridge.EnvInitTimeout+"=300ms")
+			// 300 ms where the test waits for it to pass; a generous one
+			// where the agent answers (a loaded machine once took longer
+			// than 300 ms to start the test agent).
+			wait := "10s"
+			if tc.failure == "agent_timeout" {
+				wait = "300ms"
+			}
+			b := startBridge(t, tc.argv, acpbridge.EnvInitTimeout+"="+wait)
 			b.send(1, "prompt", map[string]any{"text": tc.text, "turn_id": "t1"})
 			r := b.reply(1, turnWait)
 			if r.ok() || r.str("failure") != tc.failure {
