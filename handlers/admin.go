@@ -434,7 +434,7 @@ func withCgroups(users []UserJSON, cg func(string) (workers.UserCgroupStats, boo
 }
 
 // usersOf sums list per owner, the RSS from procs (matched by the
-// sessions' WorkerPID and PTYPID), sorted by user. It runs on snapshots,
+// sessions' WorkerPID and Terminals), sorted by user. It runs on snapshots,
 // after the registry's lock was released.
 func usersOf(list []sessions.Info, procs []workers.ProcInfo) []UserJSON {
 	rss := make(map[int]uint64, len(procs))
@@ -456,7 +456,11 @@ func usersOf(list []sessions.Info, procs []workers.ProcInfo) []UserJSON {
 			u.Workers++
 			u.RSSBytes += rss[s.WorkerPID]
 		}
-		if s.PTYPID != 0 {
+		for _, t := range s.Terminals { // each of its terminals (issue 42)
+			u.Terminals++
+			u.RSSBytes += rss[t.PID]
+		}
+		if len(s.Terminals) == 0 && s.PTYPID != 0 { // a row that names its first alone
 			u.Terminals++
 			u.RSSBytes += rss[s.PTYPID]
 		}

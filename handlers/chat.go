@@ -41,6 +41,7 @@ type ChatRegistry interface {
 	Configure(v sessions.Viewer, sid, model string) error
 	Settings(ctx context.Context, p sessions.Principal) (store.Settings, error)
 	PutSettings(ctx context.Context, p sessions.Principal, patch store.SettingsPatch) (store.Settings, error)
+	CloseTerminal(p sessions.Principal, sid, terminal string) (bool, error)
 }
 
 // SessionWatcher is what a chat socket needs to hear of every session's

@@ -38,6 +38,7 @@ var chatMethods = map[string]chatMethod{
 	"settings.get":      (*chatConn).settingsGet,
 	"settings.set":      (*chatConn).settingsSet,
 	"slash.exec":        (*chatConn).slashExec,
+	"terminal.close":    (*chatConn).terminalClose,
 }
 
 // methodParams is a method's parameter type: check refuses, in order, what
@@ -306,6 +307,37 @@ func (c *chatConn) sessionSearch(ctx context.Context, raw json.RawMessage) (any,
 	return map[string]any{"hits": hits}, nil, nil
 }
 
+// terminalParams are terminal.close's.
+type terminalParams struct {
+	SessionID string `json:"session_id"`
+	Terminal  string `json:"terminal"` // "" the session's first (sessions.DefaultTerminal)
+}
+
+func (p *terminalParams) check() *RPCError {
+	if e := requireSession(p.SessionID); e != nil {
+		return e
+	}
+	if _, err := sessions.TerminalID(p.Terminal); err != nil {
+		return invalidParams("invalid params: " + err.Error())
+	}
+	return nil
+}
+
+// terminalClose ends one of a session's terminals (issue 42; the session
+// and its other terminals stay), answering once its program is reaped:
+// {"closed"}, false when the session runs no such terminal.
+func (c *chatConn) terminalClose(_ context.Context, raw json.RawMessage) (any, func(), error) {
+	var p terminalParams
+	if err := readParams(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	closed, err := c.h.Registry.CloseTerminal(c.who, p.SessionID, p.Terminal)
+	if err != nil {
+		return nil, nil, err
+	}
+	return map[string]any{"closed": closed}, nil, nil
+}
+
 // sessionClose closes a session for every viewer (end_reason
 // client_close): {"closed"}, false when it had closed already.
 func (c *chatConn) sessionClose(_ context.Context, raw json.RawMessage) (any, func(), error) {
@@ -486,6 +518,12 @@ func resumeResult(res sessions.ResumeResult) map[string]any {
 	if res.Commands != nil {
 		out["commands"] = res.Commands
 	}
+	// Its running terminals (issue 42), so a page rebuilds its tabs.
+	terms := res.Terminals
+	if terms == nil {
+		terms = []sessions.TerminalInfo{}
+	}
+	out["terminals"] = terms
 	return out
 }
 

@@ -97,10 +97,17 @@ func terminalOptions(q url.Values) (sessions.TerminalOptions, error) {
 			return sessions.TerminalOptions{}, errBadRequest{"offset must be a byte count"}
 		}
 	}
+	term, err := sessions.TerminalID(q.Get("terminal"))
+	if err != nil {
+		return sessions.TerminalOptions{}, errBadRequest{"terminal: " + err.Error()}
+	}
+	if term != sessions.DefaultTerminal && q.Get("session_id") == "" {
+		return sessions.TerminalOptions{}, errBadRequest{"terminal needs session_id: a session made by this request has its first terminal alone"}
+	}
 	return sessions.TerminalOptions{
 		Cols: cols, Rows: rows, Keepalive: q.Get("keepalive") == "1",
 		ResumeToken: q.Get("resume_token"), Offset: offset, Page: q.Get("page"),
-		Share: q.Get("share") == "1",
+		Share: q.Get("share") == "1", Terminal: term,
 	}, nil
 }
 
@@ -156,7 +163,7 @@ func (h *Terminal) logger() *slog.Logger {
 // the terminal also gets {"type":"attached","count":N} whenever the number
 // of sockets attached to it changes.
 func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
-	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "offset": att.Offset, "replay_end": att.ReplayEnd}
+	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "terminal": att.Terminal, "offset": att.Offset, "replay_end": att.ReplayEnd}
 	if att.ResumeToken != "" {
 		hello["resume_token"] = att.ResumeToken
 	}

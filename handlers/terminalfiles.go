@@ -22,15 +22,16 @@ import (
 // 42), as the session owner's Unix account (workers/files: the kernel
 // decides what they may touch):
 //
-//   - POST /sessions/{id}/terminal/files?name=NAME: the request body
-//     becomes the new file NAME in the current directory of the
-//     terminal's shell (its home when no terminal runs). 201 with JSON
+//   - POST /sessions/{id}/terminal/files?name=NAME[&terminal=ID]: the
+//     request body becomes the new file NAME in the current directory of
+//     the shell of the session's terminal ID ("" its first; its home when
+//     that terminal does not run). 201 with JSON
 //     {"path", "size"}. 400 for a name that is not one file name, 403 when
 //     the account may not write there (the kernel's sentence), 404 for a
 //     session the caller may not use or a directory that is gone, 409 when
 //     NAME exists (never replaced), 413 beyond MaxUpload bytes (nothing
 //     is left behind).
-//   - GET /sessions/{id}/terminal/files?path=PATH: the regular file PATH
+//   - GET /sessions/{id}/terminal/files?path=PATH[&terminal=ID]: the regular file PATH
 //     (absolute, or relative to that directory) as a download
 //     (Content-Disposition: attachment). 400 without a path or for a
 //     directory, 403 when the account may not read it, 404 when it does
@@ -40,7 +41,7 @@ import (
 // get, path, bytes).
 type TerminalFiles struct {
 	Registry interface {
-		TerminalDir(p sessions.Principal, sid string) (string, *accounts.Account, error)
+		TerminalDir(p sessions.Principal, sid, terminal string) (string, *accounts.Account, error)
 	}
 	Self      string // the dashgate binary, which runs the helper
 	MaxUpload int64  // bytes an upload may hold
@@ -52,6 +53,16 @@ func (h *TerminalFiles) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return h.Log
+}
+
+// terminalDir is the Registry's TerminalDir for the request's ?terminal=
+// (issue 42: "" the session's first; a malformed one is a 400).
+func (h *TerminalFiles) terminalDir(r *http.Request, p sessions.Principal, sid string) (string, *accounts.Account, error) {
+	dir, acct, err := h.Registry.TerminalDir(p, sid, r.URL.Query().Get("terminal"))
+	if errors.Is(err, sessions.ErrTerminalID) {
+		err = errBadRequest{err.Error()}
+	}
+	return dir, acct, err
 }
 
 // Upload serves the POST.
@@ -66,7 +77,7 @@ func (h *TerminalFiles) Upload(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("%s is larger than %d bytes: not uploaded", name, h.MaxUpload), http.StatusRequestEntityTooLarge)
 		return
 	}
-	dir, acct, err := h.Registry.TerminalDir(p, sid)
+	dir, acct, err := h.terminalDir(r, p, sid)
 	if err != nil {
 		httpError(w, r, h.logger(), err)
 		return
@@ -91,7 +102,7 @@ func (h *TerminalFiles) Download(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "name a file: ?path=", http.StatusBadRequest)
 		return
 	}
-	dir, acct, err := h.Registry.TerminalDir(p, sid)
+	dir, acct, err := h.terminalDir(r, p, sid)
 	if err != nil {
 		httpError(w, r, h.logger(), err)
 		return

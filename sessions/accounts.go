@@ -97,19 +97,26 @@ func (r *Registry) TerminalRefusal(p Principal, sid string) error {
 	return nil
 }
 
-// TerminalDir is where a file dropped on session sid's terminal goes, and
-// whom it is written as, for p (who must be able to use sid): the current
-// directory of the terminal's shell when one runs, else the account's home
+// TerminalDir is where a file dropped on terminal tid ("" DefaultTerminal)
+// of session sid goes, and whom it is written as, for p (who must be able
+// to use sid): the current directory of that terminal's shell when it
+// runs, else the account's home
 // (without accounts: a ProcSpawner's PTYDir, else dashgate's own
 // directory); acct is the owner's Unix account, nil without accounts
-// (dashgate's own user). Errors: ErrNotFound (an unknown, ended or
-// another user's session), the owner's account refusal (accounts.ErrRefused).
-func (r *Registry) TerminalDir(p Principal, sid string) (dir string, acct *accounts.Account, err error) {
+// (dashgate's own user). Errors: ErrTerminalID, ErrNotFound (an unknown,
+// ended or another user's session), the owner's account refusal
+// (accounts.ErrRefused).
+func (r *Registry) TerminalDir(p Principal, sid, tid string) (dir string, acct *accounts.Account, err error) {
+	if tid, err = TerminalID(tid); err != nil {
+		return "", nil, err
+	}
 	r.mu.Lock()
 	s := r.findLocked(p, sid, accessUse)
 	pid := 0
-	if s != nil && s.term != nil {
-		pid = s.term.PID()
+	if s != nil {
+		if t := s.terms.get(tid); t != nil {
+			pid = t.PID()
+		}
 	}
 	r.mu.Unlock()
 	if s == nil {

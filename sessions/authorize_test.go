@@ -382,7 +382,7 @@ var accounting = map[string]entry{
 	}},
 	"Registry.TerminalDir": {class: classUser, byID: &byID{
 		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
-			dir, _, err := f.r.TerminalDir(p, sid)
+			dir, _, err := f.r.TerminalDir(p, sid, "")
 			return dir, err
 		},
 		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
@@ -467,6 +467,16 @@ var accounting = map[string]entry{
 		if _, err := f.r.AttachTerminal(t.Context(), AdminPrincipal, "", TerminalOptions{}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("the admin token's own terminal: %v; want %v", err, ErrNotFound)
 		}
+	}},
+	"Registry.CloseTerminal": {class: classUser, byID: &byID{
+		call: func(t *testing.T, f *authFixture, p Principal, sid string) (any, error) {
+			return f.r.CloseTerminal(p, sid, "")
+		},
+		ok: func(t *testing.T, f *authFixture, sid string, got any, err error) {
+			if got != false || err != nil {
+				t.Fatalf("alice closes the terminal her session does not run: %v, %v; want false, nil", got, err)
+			}
+		},
 	}},
 	"Registry.History": {class: classUser, byID: &byID{
 		closed: true,

@@ -189,8 +189,8 @@ func (r *Registry) ReapWorker(p Principal, pid int) error {
 			w, owner = s.worker, s
 			break
 		}
-		if s.term != nil && s.term.PID() == pid {
-			t, owner = s.term, s
+		if t = s.terms.byPID(pid); t != nil {
+			owner = s
 			break
 		}
 	}

@@ -142,6 +142,7 @@ func TestTranslations(t *testing.T) {
 		{"terminal program exited", terminalEndReason(workers.ReasonExited), EndPTYExit},
 		{"terminal socket gone", terminalEndReason(workers.ReasonDetach), EndCloseOnDisconnect},
 		{"parked terminal expired", terminalEndReason(workers.ReasonKeepaliveExpired), EndCloseOnDisconnect},
+		{"terminal closed by its user", terminalEndReason(workers.ReasonTerminalClosed), EndClientClose},
 		{"slow consumer", ViewerEndReason(ErrViewerSlow), workers.ReasonWriteTimeout},
 		{"write timeout", ViewerEndReason(ErrViewerWriteTimeout), workers.ReasonWriteTimeout},
 		{"ping timeout", ViewerEndReason(ErrViewerPingTimeout), workers.ReasonPingTimeout},

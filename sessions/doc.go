@@ -2,7 +2,8 @@
 // session, its viewers, its worker and terminal, and every way it ends.
 //
 // Ownership. The [Registry] owns every [Session]; a session owns at most one
-// chat worker ([Worker]) and one [Terminal] over a [PTY], each started lazily
+// chat worker ([Worker]) and MaxTerminalsPerSession [Terminal]s (each over
+// a [PTY] of its own, by id: terminals.go), each started lazily
 // through a [Spawner] (the children sit behind interfaces, so tests fake
 // them). One mutex, the registry's, guards all session state but a
 // session's event stream (its seq, the fan-out to its viewers, its turn's
@@ -18,7 +19,8 @@
 // config, the constructor, Run, List/Get, the tracker), viewers.go (the
 // viewer index, the cap, the principal and authorize), lifecycle.go (make,
 // attach, detach and grace, TTL and sweep, the end funnel, shutdown),
-// children.go (the chat worker), terminal.go and spare.go (terminals),
+// children.go (the chat worker), terminal.go, terminals.go (a session's
+// several, by id) and spare.go (terminals),
 // turn.go (a prompt's turn and its approvals), commands.go (slash
 // commands), conversation.go (history, entry seqs, the registry's calls
 // on the store), admission.go (the admission type: the session caps for
@@ -92,7 +94,7 @@
 // mid-turn; the session then waits --detached-ttl for a resume, watched by a
 // timer of its own and by a periodic sweep that repairs a lost timer.
 //
-// Blocking. Close, ReapWorker, Shutdown and Exec block (bounded by the
+// Blocking. Close, CloseTerminal, ReapWorker, Shutdown and Exec block (bounded by the
 // grace, the worker timeout or the context); everything else returns at
 // once. Wait joins every goroutine the registry started, Shutdown's
 // teardowns included.

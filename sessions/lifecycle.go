@@ -239,7 +239,9 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 			n.AddCloseAttr("user", s.owner)
 		}
 	}
-	s.term = t
+	if t != nil {
+		s.terms.add(t) // a spare: its id is DefaultTerminal
+	}
 	if s.journal != nil {
 		s.node, s.epoch, s.leaseUntil = r.lease.newRowLocked()
 	}
@@ -398,7 +400,7 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 // detachLocked handles the last viewer leaving s and returns the slow part
 // to run outside the lock. r.mu must be held.
 func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
-	parked := s.term != nil && s.term.parked()
+	parked := s.terms.anyParked()
 	if s.closeOnDisconnect || (s.terminalOnly && !parked) {
 		if !r.claimLocked(s, EndCloseOnDisconnect) {
 			return nil
@@ -549,7 +551,7 @@ func (r *Registry) suspends(s *Session, reason EndReason) bool {
 	return reason == EndShutdown && r.cfg.SuspendOnShutdown && !s.terminalOnly
 }
 
-// finish tears down a claimed session outside the lock, worker and terminal
+// finish tears down a claimed session outside the lock, worker and terminals
 // in parallel, then stores it and logs its one record: "session closed",
 // or "session suspended" for a chat session at shutdown when
 // Config.SuspendOnShutdown is set.
@@ -557,15 +559,15 @@ func (r *Registry) finish(s *Session) {
 	defer close(s.finished)
 	start := time.Now()
 	r.mu.Lock()
-	w, t := s.worker, s.term
-	s.worker, s.term = nil, nil
+	w, terms := s.worker, s.terms.take()
+	s.worker = nil
 	reason, by := s.endReason, s.endBy
 	r.mu.Unlock()
 	if by != "" {
 		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
 			n.AddCloseAttr("by", by)
 		}
-		if t != nil {
+		for _, t := range terms {
 			if n, ok := t.pty.(interface{ AddCloseAttr(string, any) }); ok {
 				n.AddCloseAttr("by", by)
 			}
@@ -580,8 +582,10 @@ func (r *Registry) finish(s *Session) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Close(wreason) }()
 	}
-	if ptyPID = s.endedPTYPID; t != nil {
-		ptyPID = t.PID()
+	if ptyPID = s.endedPTYPID; len(terms) > 0 {
+		ptyPID = terms[0].PID() // the first; each one's "worker closed" record names it
+	}
+	for _, t := range terms {
 		wg.Add(1)
 		go func() { defer wg.Done(); t.end(wreason, false) }()
 	}

@@ -52,12 +52,13 @@ var EndReasons = []EndReason{
 //	startup_sweep     a dead instance's leftover, ended at start
 //	interrupted       it did not stop an interrupted turn within --interrupt-grace; recycled
 //	spare_unused      a terminal started ahead of its session (--pty-spare) was ended unused
+//	terminal_closed   one of a session's terminals, closed by its user (terminal.close); the session stays
 //	reclaimed         an idle chat worker of a user over their fair share, closed at --max-workers so another could start (ReasonReclaimed)
 var WorkerReasons = []workers.Reason{
 	workers.ReasonDetach, workers.ReasonSessionClosed, workers.ReasonAdminReap, workers.ReasonExited,
 	workers.ReasonTimeout, workers.ReasonProtocolError, workers.ReasonShutdown, workers.ReasonKeepaliveExpired,
 	workers.ReasonSuperseded, workers.ReasonWriteTimeout, workers.ReasonPingTimeout, workers.ReasonStartupSweep,
-	workers.ReasonInterrupted, workers.ReasonSpareUnused, ReasonReclaimed,
+	workers.ReasonInterrupted, workers.ReasonSpareUnused, workers.ReasonTerminalClosed, ReasonReclaimed,
 }
 
 // ReasonReclaimed is the worker reason of a chat worker the registry
@@ -88,6 +89,8 @@ func terminalEndReason(r workers.Reason) EndReason {
 		return EndAdminReap
 	case workers.ReasonShutdown:
 		return EndShutdown
+	case workers.ReasonTerminalClosed: // its user closed it (terminal.close)
+		return EndClientClose
 	}
 	return EndCloseOnDisconnect
 }

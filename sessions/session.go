@@ -120,7 +120,7 @@ func viewerGone(v Viewer) bool {
 	}
 }
 
-// Session is one conversation with its worker and terminal. Its fields are
+// Session is one conversation with its worker and terminals. Its fields are
 // guarded by the registry's mutex, but for those of its event stream (see
 // stream).
 type Session struct {
@@ -169,8 +169,8 @@ type Session struct {
 	pending             pendingFiles // files uploaded and not sent yet (attachments.go)
 
 	worker      Worker
-	term        *Terminal
-	endedPTYPID int                 // the pid of its terminal that ended by itself or was reaped
+	terms       terminals           // its running terminals (terminals.go)
+	endedPTYPID int                 // the pid of its last terminal that ended by itself or was reaped
 	spawnMu     *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
@@ -211,10 +211,14 @@ type Info struct {
 	LastActive time.Time `json:"last_active"`
 	Running    bool      `json:"running"`
 	WorkerPID  int       `json:"worker_pid"`
-	PTYPID     int       `json:"pty_pid"`
+	PTYPID     int       `json:"pty_pid"` // its first running terminal's (Terminals[0]); 0 for none
 	Model      string    `json:"model,omitempty"`
 	Agent      string    `json:"agent,omitempty"` // --agent's name; "" the built-in worker
 	Turns      int       `json:"-"`
+
+	// Terminals are its running terminals in the order they started
+	// (issue 42; absent for none).
+	Terminals []TerminalInfo `json:"terminals,omitempty"`
 }
 
 func (s *Session) info() Info {
@@ -226,8 +230,8 @@ func (s *Session) info() Info {
 	if s.worker != nil {
 		in.WorkerPID = s.worker.PID()
 	}
-	if s.term != nil {
-		in.PTYPID = s.term.PID()
+	if in.Terminals = s.terms.info(); len(in.Terminals) > 0 {
+		in.PTYPID = in.Terminals[0].PID
 	}
 	return in
 }

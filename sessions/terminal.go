@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,15 +56,20 @@ type TerminalOptions struct {
 	// taking it over: every one sees the output and may type; the size
 	// follows the one typed into last.
 	Share bool
+	// Terminal is which of the session's terminals ("" DefaultTerminal;
+	// else 1 to 16 of a-z and 0-9, see TerminalID): one not running is
+	// started, up to MaxTerminalsPerSession (terminals.go).
+	Terminal string
 }
 
-// Terminal is a session's pty program, its output ring buffer and its
-// attachments: one that took it over, or several that share it. It
-// outlives sockets: a parked terminal (no attachment) waits for a
-// reattach. Lock order: the registry's mutex, then t.mu.
+// Terminal is one of a session's pty programs (terminals.go), its output
+// ring buffer and its attachments: one that took it over, or several that
+// share it. It outlives sockets: a parked terminal (no attachment) waits
+// for a reattach. Lock order: the registry's mutex, then t.mu.
 type Terminal struct {
 	r   *Registry
 	s   *Session
+	id  string // its id in its session (TerminalID); never changes
 	pty PTY
 	// child is its place in its owner's count (usage.go); by is the admin
 	// whose reap ended it (endBy). Both are guarded by r.mu.
@@ -203,7 +209,8 @@ func (t *Terminal) unsentLocked() int64 {
 // end closes the terminal once: its program's whole tree with escalation,
 // the reader, the pty. natural means the program exited by itself. It then
 // unhooks the terminal from its session, which ends a terminal-only session
-// (end reason per terminalEndReason). Later calls wait for the first.
+// left without one (end reason per terminalEndReason). Later calls wait
+// for the first.
 func (t *Terminal) end(reason workers.Reason, natural bool) {
 	t.endOnce.Do(func() {
 		t.mu.Lock()
@@ -241,10 +248,9 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 		r, s := t.r, t.s
 		r.mu.Lock()
 		var after func()
-		if s.term == t {
-			s.term = nil
+		if s.terms.remove(t) {
 			s.endedPTYPID = t.PID() // its session's close record names it
-			if s.terminalOnly && s.live() {
+			if s.terminalOnly && s.live() && len(s.terms.list) == 0 {
 				if r.claimLocked(s, endReason) {
 					s.endBy = t.by
 					after = func() { r.finish(s) }
@@ -299,6 +305,7 @@ type Attachment struct {
 
 	// Hello fields (PROTOCOL.md §3).
 	SessionID   string
+	Terminal    string // the terminal's id in its session (TerminalID)
 	Offset      int64  // offset of the first byte Next hands out
 	ReplayEnd   int64  // output offset at the attach: bytes before it are a replay
 	ResumeToken string // set when keepalive was asked for
@@ -329,12 +336,13 @@ func (a *Attachment) Attached() int {
 	return len(a.t.atts)
 }
 
-// AttachTerminal attaches a socket to the terminal of sid, starting the
-// program when the session has none. sid "" makes a terminal-only session
+// AttachTerminal attaches a socket to terminal o.Terminal of sid, starting
+// its program when the session runs no terminal of that id (up to
+// MaxTerminalsPerSession: then ErrTerminalsFull). sid "" makes a terminal-only session
 // of p's that closes with its terminal. A terminal already attached
 // elsewhere is taken over (the other attachment's Kicked closes). The
 // returned attachment, a Viewer carrying p, must be Detached when the
-// socket ends. With o.Share it joins the other attachments instead. Errors: ErrNotFound (also for another user's session),
+// socket ends. With o.Share it joins the other attachments instead. Errors: ErrTerminalID, ErrNotFound (also for another user's session),
 // ErrCapacity (a *UserCapacityError when a new terminal-only session or a
 // new program would pass the owner's MaxSessionsPerUser or
 // MaxTerminalsPerUser), workers.ErrCapacity, an *accounts.RefusedError
@@ -342,14 +350,21 @@ func (a *Attachment) Attached() int {
 // terminal-only session was closed again) and spawn errors.
 func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	defer trace.StartRegion(ctx, "attach terminal").End() // go test -trace: BenchmarkTerminalConnect
+	var err error
+	if o.Terminal, err = TerminalID(o.Terminal); err != nil {
+		return nil, err
+	}
 	terminalOnly := sid == ""
+	if terminalOnly && o.Terminal != DefaultTerminal {
+		return nil, ErrTerminalID // a session made here has its first terminal alone
+	}
 	if terminalOnly {
 		// Refused before a spare is taken or a session made for it.
 		if _, ok := p.owner(); !ok { // the admin token's principal owns nothing
 			return nil, ErrNotFound
 		}
 		r.mu.Lock()
-		err := r.usage.room(p.User, kindTerminal)
+		err = r.usage.room(p.User, kindTerminal)
 		r.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -396,6 +411,8 @@ func (r *Registry) attachTerminalOnly(ctx context.Context, p Principal, o Termin
 	return a, err
 }
 
+// attachTerminal is AttachTerminal on a session, o.Terminal canonical
+// (TerminalID).
 func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, o TerminalOptions) (*Attachment, error) {
 	r.mu.Lock()
 	s := r.findEndingLocked(p, sid, accessUse) // live or not, told below under spawnMu
@@ -413,7 +430,11 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 		r.mu.Unlock()
 		return nil, ErrNotFound
 	}
-	t := s.term
+	t := s.terms.get(o.Terminal)
+	if t == nil && s.terms.full() {
+		r.mu.Unlock()
+		return nil, ErrTerminalsFull
+	}
 	r.mu.Unlock()
 	fresh := false
 	if t == nil {
@@ -429,15 +450,17 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !s.live() || (s.term != t && !fresh) {
+	if !s.live() || (s.terms.get(o.Terminal) != t && !fresh) {
 		if fresh {
 			r.goTracked(func() { t.end(workers.ReasonSessionClosed, false) })
 		}
 		return nil, ErrNotFound
 	}
-	s.term = t
+	if fresh {
+		s.terms.add(t) // spawns of s are serialised (spawnMu): none added one of this id meanwhile
+	}
 	cols, rows := o.size()
-	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, page: o.Page, principal: p,
+	a := &Attachment{t: t, kicked: make(chan struct{}), gone: make(chan struct{}), SessionID: s.id, Terminal: t.id, page: o.Page, principal: p,
 		cols: cols, rows: rows, keepalive: o.Keepalive, toldPeers: -1, Started: fresh}
 	if o.Share {
 		a.toldPeers = 0 // told at its first Next
@@ -445,6 +468,11 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()
+		// Its program ended before it was in the set (an exit at once):
+		// its end found nothing to unhook there, so this does.
+		if s.terms.remove(t) {
+			s.endedPTYPID = t.PID()
+		}
 		return nil, ErrNotFound
 	}
 	if !o.Share {
@@ -482,7 +510,8 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	return a, nil
 }
 
-// startTerminal starts s's terminal program; isSpare says it is the spare
+// startTerminal starts s's terminal o.Terminal ("" DefaultTerminal: a
+// spare's); isSpare says it is the spare
 // (which never ends itself to make room, and counts for no user until
 // register gives it to a session). Any other takes a slot of the owner's
 // MaxTerminalsPerUser first (a *UserCapacityError when there is none),
@@ -511,7 +540,7 @@ func (r *Registry) startTerminal(s *Session, o TerminalOptions, isSpare bool) (*
 	}
 	t := &Terminal{
 		child: c,
-		r:     r, s: s,
+		r:     r, s: s, id: cmp.Or(o.Terminal, DefaultTerminal),
 		ring:       NewRing(r.cfg.PTYBuffer),
 		first:      true,
 		notify:     make(chan struct{}),

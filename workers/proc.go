@@ -54,6 +54,10 @@ const (
 	// spare, sessions.Config.PTYSpare) was ended unused. An addition to
 	// PROTOCOL.md §6.
 	ReasonSpareUnused Reason = "spare_unused"
+	// ReasonTerminalClosed: one of a session's terminals was closed by
+	// its user (terminal.close, a tab's ×); the session and its other
+	// terminals stay. An addition to PROTOCOL.md §6.
+	ReasonTerminalClosed Reason = "terminal_closed"
 )
 
 // Escalation says how far a close had to go.

@@ -15,7 +15,8 @@ import (
 type Hello struct {
 	Type      string `json:"type"` // "hello"
 	SessionID string `json:"session_id"`
-	Offset    int64  `json:"offset"` // output bytes produced before the first binary frame that follows
+	Terminal  string `json:"terminal"` // its id in the session (issue 42)
+	Offset    int64  `json:"offset"`   // output bytes produced before the first binary frame that follows
 	// ReplayEnd is the output offset where the replay of the buffer ends
 	// and live output begins (nil: the hello had none).
 	ReplayEnd   *int64 `json:"replay_end,omitempty"`
