@@ -20,6 +20,7 @@ import { connectionText, endNotice, NOT_SENT, workerNotice } from './notices.js'
 import { renderCommands, renderPlan, slashMatches } from './agents.js';
 import { ChatClient, RpcError } from './rpc.js';
 import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
+import { Settings } from './settings.js';
 import { initShortcuts } from './shortcuts.js';
 import { PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
 
@@ -134,6 +135,27 @@ const notifier = new Notifier(byTestId('notify-toggle'));
 // The log follows new entries while the reader is at its end (layout.js).
 const follow = followLog(els.log, els.jumpNew);
 const rpc = new ChatClient(wsURL(base, 'ws/chat?page=' + encodeURIComponent(pageId)), { onReady, onEvent, onStatus });
+// The user's settings (settings.js, issue 42): the Settings dialog, the
+// theme and the terminal font; the default agent is where the picker starts.
+const settings = new Settings(
+	rpc,
+	terminal,
+	{
+		dialog: byTestId('settings-dialog'),
+		open: byTestId('settings-open'),
+		form: byTestId('settings-form'),
+		agent: byTestId('settings-agent'),
+		model: byTestId('settings-model'),
+		systemPrompt: byTestId('settings-system-prompt'),
+		theme: byTestId('settings-theme'),
+		fontSize: byTestId('settings-font-size'),
+		fontFamily: byTestId('settings-font-family'),
+		error: byTestId('settings-error'),
+		cancel: byTestId('settings-cancel'),
+		save: byTestId('settings-save'),
+	},
+	{ defaultAgent: preferAgent },
+);
 
 let current = null; // id of the current session
 let currentGone = false; // the current session was closed under us
@@ -456,8 +478,9 @@ async function create() {
 	oldestSeq = 0;
 	els.historyMore.hidden = true;
 	setCurrent(r.session_id, true);
-	setModel('');
-	setAgent(agents?.find((a) => a.name === agent)?.kind === 'acp' ? agent : '');
+	// The server says what the session got (the user's default model, issue 42).
+	setModel(typeof r.model === 'string' ? r.model : '');
+	setAgent(typeof r.agent === 'string' ? r.agent : agents?.find((a) => a.name === agent)?.kind === 'acp' ? agent : '');
 	await refresh();
 }
 
@@ -523,6 +546,7 @@ function onReady(payload) {
 	tray.setLimits(payload?.attachments);
 	loadModels();
 	agentsLoaded = loadAgents();
+	settings.load();
 	serial(async () => {
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
@@ -1131,9 +1155,17 @@ function renderAgents() {
 			return o;
 		}),
 	);
-	const stored = localStorage.getItem(AGENT_KEY);
+	const stored = list.some((a) => a.name === preferredAgent) ? preferredAgent : localStorage.getItem(AGENT_KEY);
 	const def = list.find((a) => a.default) ?? list[0];
 	sel.value = list.some((a) => a.name === stored) ? stored : def.name;
+}
+
+let preferredAgent = ''; // the user's default agent (settings), where the picker starts
+
+/** Starts the agent picker at the user's default agent (settings.js; "" none). */
+function preferAgent(name) {
+	preferredAgent = name;
+	if (name && !els.agentPicker.hidden && agents?.some((a) => a.name === name)) els.agentPicker.value = name;
 }
 
 /** The agent a new session gets: the picker's, or "" (the server's default) when there is none to pick. */
@@ -1380,6 +1412,7 @@ window.dashgate = {
 	chatSocketState: () => rpc.state(),
 	currentModel: () => currentModel,
 	currentAgent: () => currentAgent,
+	settings: () => settings.current(),
 	ptySocketState: () => terminal.state(),
 	notifications: () => notifier.shown(),
 };

@@ -59,6 +59,10 @@ const TOKEN_MAX_FAILURES = 8;
 // that is not there yet).
 const EARLY_MAX = 4096;
 
+// The terminal's font unless the user's settings name one (setFont).
+const FONT_FAMILY = 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace';
+const FONT_SIZE = 13;
+
 // The key row's keys: their bytes, or for an arrow its final letter.
 const ROW_KEYS = { esc: '\x1b', tab: '\t' };
 const ARROWS = { up: 'A', down: 'B', right: 'C', left: 'D' };
@@ -109,8 +113,8 @@ export class TerminalPane {
 			cursorBlink: true,
 			convertEol: false,
 			scrollback: 5000,
-			fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace',
-			fontSize: 13,
+			fontFamily: FONT_FAMILY,
+			fontSize: FONT_SIZE,
 			// The page's theme (static/js/theme.js), dark without it.
 			theme: window.dashgateTheme?.xterm() ?? { background: '#0f1115', foreground: '#d7dae0', cursor: '#5aa9ff', selectionBackground: '#2d5a8a' },
 		});
@@ -351,6 +355,21 @@ export class TerminalPane {
 				closeRow();
 			}
 		});
+	}
+
+	/**
+	 * Sets the terminal's font (the user's settings, issue 42): size in CSS
+	 * pixels, 8 to 32 (anything else: the default, 13), family a CSS
+	 * font-family list ("": the default list). The terminal is fitted to
+	 * its new cells, and the program in it told its new size.
+	 */
+	setFont(size, family) {
+		const fontSize = Number.isInteger(size) && size >= 8 && size <= 32 ? size : FONT_SIZE;
+		const fontFamily = family || FONT_FAMILY;
+		if (this.term.options.fontSize === fontSize && this.term.options.fontFamily === fontFamily) return;
+		this.term.options.fontSize = fontSize;
+		this.term.options.fontFamily = fontFamily;
+		this.refit();
 	}
 
 	/** Fits the terminal to its element (after a layout change). */

@@ -11,7 +11,11 @@
 //
 // Every <select data-testid="theme-select"> of the page (options system,
 // light, dark) shows and sets the choice; another tab's choice applies here
-// too (the storage event).
+// too (the storage event). A choice made there is also the user's setting
+// (issue 42): it is marked unsaved ("dashgate.theme.unsaved") and told to
+// the dashboard's settings.js (a "dashgate:theme-chosen" event, detail
+// {choice}), which stores it on the server; the stored setting, read by
+// the dashboard, sets the choice here in every browser (.set).
 //
 // window.dashgateTheme is the theme for scripts:
 //   .choice          'system' | 'light' | 'dark'
@@ -22,6 +26,7 @@
 // whenever .theme or .choice changes.
 (() => {
 	const KEY = 'dashgate.theme';
+	const UNSAVED_KEY = 'dashgate.theme.unsaved'; // a choice the server has not stored yet (settings.js)
 	const CHOICES = ['system', 'light', 'dark'];
 	const root = document.documentElement;
 	const prefersLight = window.matchMedia('(prefers-color-scheme: light)');
@@ -116,7 +121,16 @@
 		apply();
 	});
 	document.addEventListener('change', (ev) => {
-		if (ev.target instanceof HTMLSelectElement && ev.target.dataset.testid === 'theme-select') set(ev.target.value);
+		if (!(ev.target instanceof HTMLSelectElement) || ev.target.dataset.testid !== 'theme-select') return;
+		set(ev.target.value);
+		// The user's choice is kept for them on the server too (the
+		// dashboard's settings.js stores it): unsaved until it is.
+		try {
+			window.localStorage.setItem(UNSAVED_KEY, choice);
+		} catch {
+			// storage disabled: the dashboard stores it now or not at all
+		}
+		document.dispatchEvent(new CustomEvent('dashgate:theme-chosen', { detail: { choice } }));
 	});
 	if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', syncSelects, { once: true });
 	else syncSelects();
