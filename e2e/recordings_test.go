@@ -114,6 +114,22 @@ func TestRecordingsPlayback(t *testing.T) {
 	}
 	dash.Do("play it", chromedp.Click(chromedp.CSS(recordingRow(file)+` [data-testid="recording-play"]`)))
 	dash.mustWaitJS(15*time.Second, "the player draws the command's output", playerShows(`rec-42`), recordingsState)
+
+	// README's screenshot of a playback (DASHGATE_SCREENSHOTS=1, as
+	// TestScreenshots): the page as a window shows it.
+	if os.Getenv("DASHGATE_SCREENSHOTS") == "1" {
+		shot, err := chromedp.Run(dash.ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot of the playback: %v", err)
+		}
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, screenshotDir, "recording.png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestRecordingsOffByDefault: without --record-terminals nothing is

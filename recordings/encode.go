@@ -1,6 +1,7 @@
 package recordings
 
 import (
+	"encoding/binary"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -20,14 +21,40 @@ func appendEvent(out []byte, at time.Duration, kind byte, data []byte) []byte {
 	return append(out, "]\n"...)
 }
 
+// Eight bytes at a time (SWAR): ones is 0x01 in every byte, highs 0x80.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plain8 reports whether the 8 bytes of w are all printable ASCII other
+// than '"' and '\\': none at or above 0x80, none below 0x20 (the
+// classic "has less than" test, valid once the high bits are clear),
+// none equal to either (the "has zero byte" test on w XOR the byte).
+func plain8(w uint64) bool {
+	if w&highs != 0 || (w-ones*0x20)&^w&highs != 0 {
+		return false
+	}
+	q := w ^ (ones * '"')
+	b := w ^ (ones * '\\')
+	return (q-ones)&^q&highs == 0 && (b-ones)&^b&highs == 0
+}
+
 // appendString appends s as a JSON string: quotes, backslashes and control
 // characters escaped, UTF-8 kept, every byte that is not part of valid
 // UTF-8 replaced by U+FFFD (as encoding/json does; a JSON text is UTF-8).
-// Runs of plain ASCII are copied at once.
+// Runs of plain ASCII are found eight bytes at a time and copied at once:
+// this is most of a recording's CPU (BenchmarkRecording64MiB).
 func appendString(out, s []byte) []byte {
 	out = append(out, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		for i+8 <= len(s) && plain8(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' {
 			i++

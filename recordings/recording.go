@@ -23,17 +23,27 @@ const markerReserve = 256
 // flushAt is how much encoded text the writer gathers before a write.
 const flushAt = 64 << 10
 
-// keepCap is the largest queue buffer the writer keeps for reuse between
-// batches; a larger one (a burst) goes to the garbage collector, so that an
-// idle terminal does not hold a burst's memory.
-const keepCap = 256 << 10
+// keepEvents is the largest event slice the writer keeps for reuse
+// between batches; a larger one (a burst of echoes) goes to the garbage
+// collector, so that an idle terminal does not hold a burst's memory.
+const keepEvents = 4096
 
-// event is one queued event: output (buf[off:off+n]), a resize, or a
+// blockSize is the size of the blocks queued output is copied into: a
+// pty read (at most 32 KiB) fits one. Blocks come from, and go back to, a
+// pool every recording shares, so a busy terminal's queue allocates
+// nothing in the steady state (one growing buffer per batch, copied as it
+// grew, was most of a recording's CPU: BenchmarkRecording64MiB) and an
+// idle one holds none.
+const blockSize = 64 << 10
+
+var blocks = sync.Pool{New: func() any { b := make([]byte, 0, blockSize); return &b }}
+
+// event is one queued event: output (data, in a block), a resize, or a
 // marker of dropped output.
 type event struct {
 	at         time.Duration // since the recording began
 	kind       byte          // 'o', 'r' or 'm'
-	off, n     int           // 'o': its bytes in the queue's buffer
+	data       []byte        // 'o': its bytes, in one of the queue's blocks
 	cols, rows uint16        // 'r'
 	dropped    int64         // 'm': output bytes left out before it
 }
@@ -58,12 +68,12 @@ type Recording struct {
 	head  header
 
 	mu      sync.Mutex
-	buf     []byte  // queued output
-	evs     []event // queued events, in order
-	queued  int     // bytes counted against QueueBytes
-	dropped int64   // output bytes dropped since the last queued event
-	stopped bool    // the writer takes nothing more (limit, error): calls return at once
-	closed  bool    // Close was called
+	blocks  []*[]byte // the blocks queued output is in, the last one being filled
+	evs     []event   // queued events, in order
+	queued  int       // bytes counted against QueueBytes
+	dropped int64     // output bytes dropped since the last queued event
+	stopped bool      // the writer takes nothing more (limit, error): calls return at once
+	closed  bool      // Close was called
 	wake    chan struct{}
 	done    chan struct{}
 	result  Result // set by the writer before done closes
@@ -108,12 +118,32 @@ func (r *Recording) Output(p []byte) {
 		r.mu.Unlock()
 		return
 	}
+	wake := len(r.evs) == 0 || r.queued < r.s.highWater() && r.queued+len(p)+eventCost >= r.s.highWater()
 	at := r.markLocked()
-	r.evs = append(r.evs, event{at: at, kind: 'o', off: len(r.buf), n: len(p)})
-	r.buf = append(r.buf, p...)
+	r.evs = append(r.evs, event{at: at, kind: 'o', data: r.copyLocked(p)})
 	r.queued += len(p) + eventCost
 	r.mu.Unlock()
-	r.signal()
+	if wake {
+		r.signal()
+	}
+}
+
+// copyLocked copies p into the queue's last block, or a new one when it
+// does not fit, and returns the copy.
+func (r *Recording) copyLocked(p []byte) []byte {
+	var b *[]byte
+	if n := len(r.blocks); n > 0 && cap(*r.blocks[n-1])-len(*r.blocks[n-1]) >= len(p) {
+		b = r.blocks[n-1]
+	} else {
+		b = blocks.Get().(*[]byte)
+		if cap(*b) < len(p) { // larger than a pty read: a block of its own
+			*b = make([]byte, 0, len(p))
+		}
+		r.blocks = append(r.blocks, b)
+	}
+	start := len(*b)
+	*b = append(*b, p...)
+	return (*b)[start:len(*b):len(*b)]
 }
 
 // Resize records that the terminal is now cols×rows cells.
@@ -123,11 +153,14 @@ func (r *Recording) Resize(cols, rows uint16) {
 		r.mu.Unlock()
 		return
 	}
+	wake := len(r.evs) == 0
 	at := r.markLocked()
 	r.evs = append(r.evs, event{at: at, kind: 'r', cols: cols, rows: rows})
 	r.queued += eventCost
 	r.mu.Unlock()
-	r.signal()
+	if wake {
+		r.signal()
+	}
 }
 
 // roomLocked reports whether cost more bytes fit in the queue. A marker of
@@ -183,7 +216,7 @@ func (r *Recording) run() {
 	var (
 		carry      []byte // an output's unfinished UTF-8 sequence, continued by the next
 		last       time.Duration
-		spareBuf   []byte
+		spareBlks  []*[]byte
 		spareEvs   []event
 		limit      bool
 		dropped    int64
@@ -201,6 +234,9 @@ func (r *Recording) run() {
 		}
 		out = out[:0]
 	}
+	batch := time.NewTimer(time.Hour)
+	batch.Stop()
+	defer batch.Stop()
 	for !sawClosing && writeErr == nil && !limit {
 		r.mu.Lock()
 		for len(r.evs) == 0 && !r.closed {
@@ -208,8 +244,24 @@ func (r *Recording) run() {
 			<-r.wake
 			r.mu.Lock()
 		}
-		evs, buf := r.evs, r.buf
-		r.evs, r.buf, r.queued = spareEvs[:0], spareBuf[:0], 0
+		// The first event of a batch woke the writer: it gathers what
+		// comes within FlushEvery (a keystroke's echo and the next ones,
+		// a stream's reads) and writes them at once, unless the queue
+		// reaches its high-water mark (the hot path wakes it again) or
+		// the recording closes: one wake-up and one write a batch
+		// instead of one per read.
+		if !r.closed && r.queued < r.s.highWater() {
+			r.mu.Unlock()
+			batch.Reset(r.s.cfg.FlushEvery)
+			select {
+			case <-batch.C:
+			case <-r.wake:
+				batch.Stop()
+			}
+			r.mu.Lock()
+		}
+		evs, blks := r.evs, r.blocks
+		r.evs, r.blocks, r.queued = spareEvs[:0], spareBlks[:0], 0
 		sawClosing = r.closed
 		if sawClosing {
 			dropped, r.dropped = r.dropped, 0 // dropped after the last event
@@ -222,7 +274,7 @@ func (r *Recording) run() {
 			n := len(out)
 			switch ev.kind {
 			case 'o':
-				data := buf[ev.off : ev.off+ev.n]
+				data := ev.data
 				if len(carry) > 0 {
 					scratch = append(append(scratch[:0], carry...), data...)
 					data = scratch
@@ -262,12 +314,16 @@ func (r *Recording) run() {
 			}
 		}
 		flush()
-		if cap(buf) <= keepCap {
-			spareBuf = buf
-		} else {
-			spareBuf = nil
+		for i, b := range blks {
+			if cap(*b) == blockSize {
+				*b = (*b)[:0]
+				blocks.Put(b)
+			}
+			blks[i] = nil
 		}
-		if cap(evs) <= keepCap/eventCost {
+		spareBlks = blks
+		clear(evs) // no event keeps a block given back
+		if cap(evs) <= keepEvents {
 			spareEvs = evs
 		} else {
 			spareEvs = nil
@@ -289,7 +345,7 @@ func (r *Recording) run() {
 func (r *Recording) stop(err error) {
 	r.mu.Lock()
 	r.stopped = true
-	r.evs, r.buf, r.queued = nil, nil, 0
+	r.evs, r.blocks, r.queued = nil, nil, 0
 	r.result.Dropped += r.dropped
 	r.dropped = 0
 	r.mu.Unlock()

@@ -375,3 +375,24 @@ func TestDirOf(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordingWrittenAsItGoes: output reaches the file while the
+// terminal runs, not only at its close, and the file is valid asciicast at
+// each point (a recording in progress can be downloaded and played).
+func TestRecordingWrittenAsItGoes(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, nil)
+	r := s.Start("alice", "abc", 80, 24)
+	for _, out := range []string{"first\r\n", "second\r\n"} {
+		r.Output([]byte(out))
+		testkit.WaitFor(t, 10*time.Second, "the file holds "+out, func() bool {
+			b, err := os.ReadFile(r.Path())
+			if err != nil {
+				return false
+			}
+			c, err := testkit.ParseCast(b)
+			return err == nil && strings.HasSuffix(c.Output(), out)
+		})
+	}
+	finish(t, r)
+}

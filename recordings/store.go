@@ -21,6 +21,7 @@ const (
 	DefaultMaxBytes   = 64 << 20
 	DefaultQueueBytes = 4 << 20
 	DefaultRetention  = 30 * 24 * time.Hour
+	DefaultFlushEvery = 50 * time.Millisecond
 )
 
 // ErrNotFound: no such recording of that owner (also for a name that
@@ -37,6 +38,11 @@ type Config struct {
 	// QueueBytes bounds what one recording holds for its writer, bytes of
 	// output plus 64 per event (DefaultQueueBytes): past it Output drops.
 	QueueBytes int
+	// FlushEvery is how long the writer gathers output after the first
+	// of a batch before it writes (DefaultFlushEvery), unless a quarter
+	// of QueueBytes is waiting: a recording in progress is at most this
+	// far behind its terminal.
+	FlushEvery time.Duration
 	// Retention: Run deletes recordings last written longer ago than this
 	// (0: kept for good).
 	Retention time.Duration
@@ -81,6 +87,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = DefaultFlushEvery
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = min(max(cfg.Retention/10, time.Minute), time.Hour)
@@ -134,6 +143,10 @@ func (s *Store) Start(owner, sid string, cols, rows uint16) *Recording {
 	go r.run()
 	return r
 }
+
+// highWater is the queued bytes at which the writer writes without
+// waiting for the rest of its batch: a quarter of Config.QueueBytes.
+func (s *Store) highWater() int { return s.cfg.QueueBytes / 4 }
 
 // Dir is the directory the recordings are in (Config.Dir).
 func (s *Store) Dir() string { return s.cfg.Dir }
