@@ -99,14 +99,20 @@ func TestKeyboardShortcuts(t *testing.T) {
 		fmt.Sprintf(`window.dashgate.currentSession() !== %s && document.querySelectorAll('[data-testid="session-item"]').length === 2`, js(first)), dashboardState)
 	waitDashboard(t, tb)
 	second := currentSession(t, tb)
-	if v := mustEval[string](tb, `document.querySelector('[data-testid="chat-input"]').value`); v != "?" {
-		t.Errorf("the chat input holds %q after Alt+Shift+N, want it unchanged (\"?\")", v)
+	// The "?" typed into the chat box stays the first session's draft
+	// (issue 42): the new session's box is empty, the first's holds it.
+	input := `document.querySelector('[data-testid="chat-input"]').value`
+	if v := mustEval[string](tb, input); v != "" {
+		t.Errorf("the chat input holds %q in the new session, want it empty (the \"?\" is the first session's draft)", v)
 	}
 
 	// Alt+Shift+↓ and ↑ go through the list (two sessions: each goes to the other).
 	tb.Do("Alt+Shift+Down", chord("ArrowDown", "ArrowDown", 40))
 	tb.mustWaitJS(10*time.Second, "Alt+Shift+↓ goes to the other session", fmt.Sprintf(`window.dashgate.currentSession() === %s`, js(first)), dashboardState)
 	waitDashboard(t, tb)
+	if v := mustEval[string](tb, input); v != "?" {
+		t.Errorf("the chat input holds %q back in the first session, want its draft \"?\"", v)
+	}
 	tb.Do("Alt+Shift+Up", chord("ArrowUp", "ArrowUp", 38))
 	tb.mustWaitJS(10*time.Second, "Alt+Shift+↑ goes back", fmt.Sprintf(`window.dashgate.currentSession() === %s`, js(second)), dashboardState)
 	waitDashboard(t, tb)

@@ -7,6 +7,7 @@
 //   dashgate.pty.<session_id> {"resume_token","offset"} of that session's terminal
 //   dashgate.sent             the last prompts and commands sent (Up/Down in the input)
 //   dashgate.agent            the agent last picked for a new session (agent.list's name)
+//   dashgate.draft.<session_id> what was typed in the input for that session and not sent yet
 //   (layout.js keeps the layout's own keys)
 //
 // window.dashgate exposes hooks for browser tests, see the end of this file.
@@ -30,6 +31,7 @@ const SEARCH_DELAY_MS = 200;
 const HISTORY_PAGE = 200;
 const SENT_KEY = 'dashgate.sent';
 const AGENT_KEY = 'dashgate.agent';
+const DRAFT_PREFIX = 'dashgate.draft.';
 // Stands for the running turn of a session resumed mid-turn (its id is not known).
 const RESUMED_TURN = '(resumed)';
 // The notice of an administrator's end of the session's terminal (sessions/reasons.go).
@@ -210,6 +212,11 @@ function setCurrent(id, explicit) {
 		currentAgent = '';
 		setPlan(null);
 		setCommands([]);
+		// The input shows this session's draft (a reload finds it too);
+		// what was typed with no session shown stays, as this one's.
+		const saved = localStorage.getItem(DRAFT_PREFIX + id);
+		if (saved !== null || previous) setInput(saved ?? '');
+		else saveDraft();
 	}
 	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
@@ -393,6 +400,7 @@ async function deleteSession(id) {
 	if (!window.confirm(`Delete "${name}" and its whole conversation? This cannot be undone.`)) return;
 	await rpc.call('session.delete', { session_id: id });
 	localStorage.removeItem(PTY_STORAGE_PREFIX + id);
+	localStorage.removeItem(DRAFT_PREFIX + id);
 	closed = closed.filter((x) => x.session_id !== id);
 	await refresh();
 	if (id === current) await pickAnother(id);
@@ -948,6 +956,14 @@ function setInput(text) {
 	els.input.setSelectionRange(text.length, text.length);
 	autosize();
 	updateSlashList();
+	saveDraft();
+}
+
+/** Keeps the input's text as the current session's draft until it is sent (setInput('')). */
+function saveDraft() {
+	if (!current) return;
+	if (els.input.value) localStorage.setItem(DRAFT_PREFIX + current, els.input.value);
+	else localStorage.removeItem(DRAFT_PREFIX + current);
 }
 
 function autosize() {
@@ -982,6 +998,7 @@ els.form.addEventListener('submit', (ev) => {
 });
 
 els.input.addEventListener('input', autosize);
+els.input.addEventListener('input', saveDraft);
 
 // Enter sends, Shift+Enter is a new line; Up on the first line and Down on
 // the last go through the lines sent before; Escape stops what runs.
