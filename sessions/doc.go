@@ -31,7 +31,9 @@
 // journal.go (the write-behind queue), reasons.go (the table), usage.go
 // (what each user has live: the per-user caps, the fair shares of the
 // global ones and AdminView.UsersSummary),
-// accounts.go (the Unix account a session's children run as).
+// accounts.go (the Unix account a session's children run as), recording.go
+// (a terminal's recording, Config.Record: started with its program or when
+// a session takes a spare, fed by its reader, closed after it).
 //
 // Spares. With Config.PTYSpare the registry also owns up to two terminals
 // started ahead of the sessions they will serve (spare.go): not in the
