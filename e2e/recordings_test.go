@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/dashgate/dashgate/internal/testkit"
@@ -218,4 +219,45 @@ func TestRecordingsRetention(t *testing.T) {
 	if len(list.Recordings) != 1 || list.Recordings[0].File != filepath.Base(recent) || list.Recordings[0].User != "alice" {
 		t.Fatalf("/admin/recordings/ = %+v, want alice's recent one", list)
 	}
+}
+
+// TestRecordingsAccessibility: with --record-terminals the dashboard (its
+// banner and the terminal's line), the owner's list, the player page and
+// the admin page's list have no serious or critical accessibility
+// violations (axe-core, as TestAccessibility).
+func TestRecordingsAccessibility(t *testing.T) {
+	axe := axeSource(t)
+	d := startDashgate(t, "--record-terminals")
+	b := newBrowser(t)
+	tb := b.newTab(t, "pages")
+	if _, err := chromedp.Call(tb.ctx, page.SetBypassCSP, page.SetBypassCSPParams{Enabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string) {
+		t.Helper()
+		if v := seriousViolations(t, tb, axe); len(v) > 0 {
+			t.Errorf("%s: %d serious or critical accessibility violations: %+v", name, len(v), v)
+		}
+	}
+	sid := openDashboard(t, d, tb)
+	tb.mustWaitJS(15*time.Second, "the terminal says it is recorded",
+		`document.querySelector('[data-testid="terminal-recorded"]')?.checkVisibility() === true`, dashboardState)
+	check("dashboard, recorded")
+	typeInTerminal(t, tb, "exit")
+	closed, ok := d.waitLog(15*time.Second, func(r logRecord) bool {
+		return r.Msg() == "worker closed" && r.Str("kind") == "pty" && r.Str("sid") == sid
+	})
+	if !ok {
+		t.Fatalf("no worker closed record of the terminal:\n%s", d.logText())
+	}
+	file := filepath.Base(closed.Str("recording"))
+	tb.Do("open your recordings", chromedp.Click(chromedp.CSS(`[data-testid="recordings-link"]`)))
+	tb.mustWaitJS(15*time.Second, "the owner's list", exists(recordingRow(file)), recordingsState)
+	check("your recordings")
+	tb.Do("play it", chromedp.Click(chromedp.CSS(recordingRow(file)+` [data-testid="recording-play"]`)))
+	tb.mustWaitJS(15*time.Second, "the player draws", playerShows(`exit`), recordingsState)
+	check("player")
+	tb.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
+	tb.mustWaitJS(15*time.Second, "the admin page lists it", exists(recordingRow(file)), recordingsState)
+	check("admin, recordings")
 }
