@@ -4,7 +4,8 @@
 //
 // localStorage keys:
 //   dashgate.session          id of the current session
-//   dashgate.pty.<session_id> {"resume_token","offset"} of that session's terminal
+//   dashgate.pty.<session_id> {"resume_token","offset"} of that session's (first) terminal
+//   dashgate.pty.<session_id>.<terminal>, dashgate.termtabs.<session_id>: its other terminals' (terminal_tabs.js)
 //   dashgate.sent             the last prompts and commands sent (Up/Down in the input)
 //   dashgate.agent            the agent last picked for a new session (agent.list's name)
 //   dashgate.draft.<session_id> what was typed in the input for that session and not sent yet
@@ -23,7 +24,7 @@ import { ChatClient, RpcError } from './rpc.js';
 import { isGone, renderClosed, renderHits, renderSessions } from './sessions.js';
 import { Settings } from './settings.js';
 import { initShortcuts } from './shortcuts.js';
-import { PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
+import { TerminalTabs } from './terminal_tabs.js';
 
 const SESSION_KEY = 'dashgate.session';
 const LIST_REFRESH_DELAY_MS = 150;
@@ -101,7 +102,8 @@ const tray = new AttachmentTray(
 	},
 );
 setAttachmentHref((aid) => (current ? attachmentURL(base, current, aid) : null));
-const terminal = new TerminalPane(els.terminal, base, {
+// The terminal pane: a tab per terminal of the session (terminal_tabs.js).
+const terminal = new TerminalTabs(els.terminal, base, {
 	page: pageId,
 	status: byTestId('terminal-status'),
 	text: byTestId('terminal-status-text'),
@@ -131,6 +133,9 @@ const terminal = new TerminalPane(els.terminal, base, {
 		close: byTestId('terminal-download-close'),
 		open: byTestId('terminal-download-open'),
 	},
+	tabs: byTestId('terminal-tabs'),
+	newTab: byTestId('terminal-tab-new'),
+	close: (sid, tid) => rpc.call('terminal.close', { session_id: sid, terminal: tid }).catch((err) => console.warn('dashgate: terminal.close', err)),
 });
 const layout = initLayout(() => terminal.refit());
 const notifier = new Notifier(byTestId('notify-toggle'));
@@ -193,7 +198,8 @@ function serial(fn) {
 
 // explicit: the user asked for this session (a click), so a terminal that
 // was taken over by another tab is taken back; a reconnect never does that.
-function setCurrent(id, explicit) {
+// terminals: session.resume's, the terminals it runs (a tab each).
+function setCurrent(id, explicit, terminals = null) {
 	const previous = current;
 	current = id;
 	tray.sessionChanged(id); // files uploaded into another session and not sent go
@@ -222,7 +228,7 @@ function setCurrent(id, explicit) {
 	localStorage.setItem(SESSION_KEY, id);
 	els.noSession.hidden = true;
 	renderLists();
-	terminal.attach(id, explicit);
+	terminal.attach(id, explicit, terminals);
 	setExport(id);
 }
 
@@ -350,7 +356,7 @@ function repin() {
 function show(id, r, explicit) {
 	repin();
 	chat.clear();
-	setCurrent(id, explicit);
+	setCurrent(id, explicit, r.terminals);
 	const history = Array.isArray(r.history) ? r.history : [];
 	for (const e of history) chat.entry(e);
 	follow.reset();
@@ -399,7 +405,7 @@ async function deleteSession(id) {
 	const name = s?.title || id;
 	if (!window.confirm(`Delete "${name}" and its whole conversation? This cannot be undone.`)) return;
 	await rpc.call('session.delete', { session_id: id });
-	localStorage.removeItem(PTY_STORAGE_PREFIX + id);
+	terminal.forget(id);
 	localStorage.removeItem(DRAFT_PREFIX + id);
 	closed = closed.filter((x) => x.session_id !== id);
 	await refresh();
@@ -541,7 +547,7 @@ function showNoSession() {
 
 async function closeSession(id) {
 	await rpc.call('session.close', { session_id: id });
-	localStorage.removeItem(PTY_STORAGE_PREFIX + id);
+	terminal.forget(id);
 	await refresh();
 	if (id === current) await pickAnother(id);
 }
@@ -1420,7 +1426,11 @@ function moveSession(step) {
 }
 
 window.dashgate = {
-	term: terminal.term,
+	// The terminal shown (its tab's), as are terminalText and ptySocketState.
+	get term() {
+		return terminal.term;
+	},
+	terminalTabs: () => terminal.tabs(),
 	currentSession: () => current,
 	settled: () => reordering === 0,
 	call: (method, params) => rpc.call(method, params),

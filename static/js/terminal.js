@@ -1,11 +1,15 @@
 // The terminal pane: xterm.js bound to GET /ws/pty (PROTOCOL.md §3).
 //
-// One TerminalPane shows one session's terminal at a time. attach(id) closes
-// the previous socket (code 1000), clears the screen and connects to the new
-// session with keepalive=1. The server's hello carries a resume_token that is
-// kept in localStorage under "dashgate.pty.<session_id>" as
-// {resume_token, offset}; the next connection for that session sends it back
-// so the server reattaches the parked program instead of starting a new one.
+// One TerminalPane shows one terminal of a session at a time: the session's
+// first (id "1"), or another of its terminals (issue 42: /ws/pty?terminal=ID;
+// terminal_tabs.js keeps a pane per tab). attach(id) closes the previous
+// socket (code 1000), clears the screen and connects to that terminal of
+// the new session with keepalive=1. The server's hello carries a
+// resume_token that is kept in localStorage under
+// "dashgate.pty.<session_id>" (the first terminal's) or
+// "dashgate.pty.<session_id>.<terminal id>" as {resume_token, offset}; the
+// next connection for that terminal sends it back so the server reattaches
+// the parked program instead of starting a new one.
 //
 // The offset sent with the token is the number of bytes of that session's
 // output this page's xterm actually holds (PROTOCOL.md: "the number of output
@@ -24,6 +28,9 @@
 // ("terminal ended by an administrator", its exit code) with a "Start a new
 // terminal" button (data-testid="terminal-restart"). A new terminal
 // started after one ended keeps the old one's scrollback above a separator.
+// That line, the line saying the terminal is shared and the one saying it
+// is recorded are the page's, one each: a pane writes them while it is the
+// one shown (setActive), and keeps what they would say otherwise.
 //
 // A replay only redraws. The output the server had before this socket
 // attached (hello's replay_end) holds the queries the programs of the time
@@ -34,10 +41,11 @@
 // types meanwhile, and the answers to live output, are sent.
 //
 // On a phone (or any touch screen) a row of keys above the terminal
-// (data-testid="term-keys", app.css) gives what its keyboard lacks: Esc,
-// Tab, the arrows and a sticky Ctrl (aria-pressed) that makes the next key,
-// from the row or the keyboard, its control character (c: \x03). Arrows
-// send what xterm.js sends for them: \x1b[A.. or, in application cursor
+// (data-testid="term-keys", app.css, wired by terminal_tabs.js) gives what
+// its keyboard lacks: Esc, Tab, the arrows and a sticky Ctrl that makes
+// the next key, from the row or the keyboard, its control character (c:
+// \x03; ui.takeCtrl says whether it is pressed). typeKey sends what
+// xterm.js sends for a key: an arrow \x1b[A.. or, in application cursor
 // mode (DECCKM, set by full-screen programs), \x1bOA..; with Ctrl,
 // \x1b[1;5A... The bytes go through term.input, the path of a typed key.
 
@@ -45,6 +53,9 @@ import { Backoff, socketState, wsURL } from './net.js';
 import { DISCONNECTED } from './notices.js';
 
 export const PTY_STORAGE_PREFIX = 'dashgate.pty.';
+// The id of a session's first terminal: the one /ws/pty attaches without
+// ?terminal= (sessions.DefaultTerminal).
+export const FIRST_TERMINAL = '1';
 const CLOSE_NORMAL = 1000;
 const CLOSE_TAKEN_OVER = 4409;
 const SAVE_EVERY_MS = 1000;
@@ -89,25 +100,29 @@ export class TerminalPane {
 	#tokenFailures = 0;
 	#sentSize = { cols: 0, rows: 0 };
 	#encoder = new TextEncoder();
-	#ui; // {status, text, restart} elements of the status line
+	#ui; // the page's lines (status, shared, recorded) and hooks, see the constructor
+	#el; // the element xterm.js opened into
+	#terminalId; // which of the session's terminals (FIRST_TERMINAL: /ws/pty without ?terminal=)
+	#active = true; // this pane is the one shown: it writes the page's lines
+	#view = { status: null, shared: 0, recorded: false }; // what the page's lines say of this terminal
+	#off = []; // removes the listeners it added to the window and the document (dispose)
 	#endNote = ''; // why the terminal ended, when the chat said (an admin's reap)
 	#keep = false; // the next program starts below the old scrollback
 	#keepOnReset = false; // this socket's hello started a new program below the old output: its reset clears nothing
 	#early = []; // keys typed while the socket connects (or that take the terminal back): sent after its hello
 	#earlyBytes = 0;
-	#ctrl = null; // the key row's Ctrl button while it is pressed (the next key is a control character)
 	#exclusive = false; // the next socket takes the terminal over instead of sharing it (share=1)
 
 	/**
 	 * @param {HTMLElement} el the element xterm.js opens into
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {{page: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, keys?: HTMLElement, shared?: HTMLElement, sharedText?: HTMLElement, takeover?: HTMLButtonElement, start?: () => void, search?: {bar: HTMLElement, input: HTMLInputElement, prev: HTMLButtonElement, next: HTMLButtonElement, status: HTMLElement, close: HTMLButtonElement, open: HTMLButtonElement}, files?: {line: HTMLElement, text: HTMLElement, dismiss: HTMLButtonElement, row: HTMLElement, path: HTMLInputElement, go: HTMLButtonElement, close: HTMLButtonElement, open: HTMLButtonElement}}} ui the page's id (?page=), the status line, the key row, the line that says the terminal is shared, what starts a session when none is open (the status line's button then), the search row, and the file transfer's line and download row
+	 * @param {{page: string, terminal?: string, status: HTMLElement, text: HTMLElement, restart: HTMLButtonElement, shared?: HTMLElement, sharedText?: HTMLElement, recorded?: HTMLElement, start?: () => void, takeCtrl?: () => boolean}} ui the page's id (?page=), which terminal of the session (FIRST_TERMINAL when absent), the status line (its button's clicks are the page's: restart), the line that says the terminal is shared, the one that says it is recorded, what starts a session when none is open (the status line's button then), and whether the key row's Ctrl is pressed (taking it)
 	 */
 	constructor(el, base, ui) {
 		this.#base = base;
 		this.#ui = ui;
-		ui.restart.addEventListener('click', () => this.restart());
-		ui.takeover?.addEventListener('click', () => this.takeOver());
+		this.#el = el;
+		this.#terminalId = ui.terminal || FIRST_TERMINAL;
 		installCspShims();
 		this.term = new Terminal({
 			cursorBlink: true,
@@ -125,20 +140,17 @@ export class TerminalPane {
 		this.term.loadAddon(new WebLinksAddon.WebLinksAddon((_ev, uri) => openLink(uri)));
 		this.#search = new SearchAddon.SearchAddon();
 		this.term.loadAddon(this.#search);
-		if (ui.search) this.#searchBar(ui.search);
-		if (ui.files) this.#fileTransfer(el, ui.files);
 		this.term.open(el);
-		document.addEventListener('dashgate:theme', () => {
+		this.#listen(document, 'dashgate:theme', () => {
 			if (window.dashgateTheme) this.term.options.theme = window.dashgateTheme.xterm();
 		});
 		this.#fitNow();
 
 		this.term.onData((s) => {
 			if (this.#answeringReplay()) return;
-			if (this.#ctrl) s = this.#control1(s);
+			if (ui.takeCtrl?.()) s = control1(s);
 			this.#input(this.#encoder.encode(s));
 		});
-		if (ui.keys) this.#keyRow(ui.keys);
 		this.term.onBinary((s) => {
 			if (!this.#answeringReplay()) this.#input(Uint8Array.from(s, (c) => c.charCodeAt(0) & 0xff));
 		});
@@ -152,209 +164,88 @@ export class TerminalPane {
 				this.#fitNow();
 			});
 		};
-		window.addEventListener('resize', refit);
-		new ResizeObserver(refit).observe(el);
+		this.#listen(window, 'resize', refit);
+		const observer = new ResizeObserver(refit);
+		observer.observe(el);
+		this.#off.push(() => observer.disconnect());
 		// pagehide fires on reload, close and navigation (unlike beforeunload it
 		// does not keep the page out of the back/forward cache); a hidden tab
 		// may be discarded without either, so save then too.
-		window.addEventListener('pagehide', () => this.#save());
-		document.addEventListener('visibilitychange', () => {
+		this.#listen(window, 'pagehide', () => this.#save());
+		this.#listen(document, 'visibilitychange', () => {
 			if (document.visibilityState === 'hidden') this.#save();
 		});
 	}
 
+	/** Adds a listener that dispose removes. */
+	#listen(target, type, fn) {
+		target.addEventListener(type, fn);
+		this.#off.push(() => target.removeEventListener(type, fn));
+	}
+
 	/**
-	 * Wires the key row: each button (data-key) is a key typed into the
-	 * terminal. A press does not take the focus from the terminal (a
-	 * phone's keyboard stays up).
+	 * Types a key of the key row (data-key: esc, tab, up, down, left,
+	 * right), with Ctrl when ctrl: its bytes go through term.input, as a
+	 * typed key's.
 	 */
-	#keyRow(row) {
-		row.addEventListener('pointerdown', (ev) => {
-			if (ev.target instanceof Element && ev.target.closest('button')) ev.preventDefault();
-		});
-		row.addEventListener('click', (ev) => {
-			const b = ev.target instanceof Element ? ev.target.closest('button[data-key]') : null;
-			if (!b) return;
-			const key = b.dataset.key;
-			if (key === 'ctrl') {
-				this.#setCtrl(this.#ctrl ? null : b);
-			} else {
-				const ctrl = Boolean(this.#ctrl);
-				this.#setCtrl(null);
-				const arrow = ARROWS[key];
-				let bytes = ROW_KEYS[key];
-				if (arrow) bytes = ctrl ? `\x1b[1;5${arrow}` : (this.term.modes.applicationCursorKeysMode ? '\x1bO' : '\x1b[') + arrow;
-				if (bytes) this.term.input(bytes, true);
-			}
-			this.term.focus();
-		});
-	}
-
-	#setCtrl(button) {
-		if (this.#ctrl) this.#ctrl.setAttribute('aria-pressed', 'false');
-		this.#ctrl = button;
-		if (button) button.setAttribute('aria-pressed', 'true');
-	}
-
-	/** The key typed after the row's Ctrl: a letter (and @[\\]^_ ? space) as its control character. */
-	#control1(s) {
-		this.#setCtrl(null);
-		if (s.length !== 1) return s;
-		if (s === ' ' || s === '@') return '\x00';
-		if (s === '?') return '\x7f';
-		const c = s.toUpperCase().charCodeAt(0);
-		return c >= 0x40 && c <= 0x5f ? String.fromCharCode(c & 0x1f) : s;
+	typeKey(key, ctrl) {
+		const arrow = ARROWS[key];
+		let bytes = ROW_KEYS[key];
+		if (arrow) bytes = ctrl ? `\x1b[1;5${arrow}` : (this.term.modes.applicationCursorKeysMode ? '\x1bO' : '\x1b[') + arrow;
+		if (bytes) this.term.input(bytes, true);
 	}
 
 	get sessionId() {
 		return this.#sessionId;
 	}
 
-	/** Opens the search row (Alt+Shift+F, its Search button) with its text selected. */
-	openSearch() {
-		const ui = this.#ui.search;
-		if (!ui) return;
-		if (ui.bar.hidden) {
-			ui.bar.hidden = false;
-			this.refit();
-		}
-		ui.input.focus();
-		ui.input.select();
-	}
-
-	/** Closes the search row and gives the keyboard back to the terminal. */
-	closeSearch() {
-		const ui = this.#ui.search;
-		if (!ui || ui.bar.hidden) return;
-		ui.bar.hidden = true;
-		ui.status.textContent = '';
-		this.term.clearSelection();
-		this.refit();
-		this.term.focus();
-	}
-
-	#searchBar(ui) {
-		const find = (back, incremental = false) => {
-			const q = ui.input.value;
-			if (!q) {
-				ui.status.textContent = '';
-				this.term.clearSelection();
-				return;
-			}
-			const found = back ? this.#search.findPrevious(q) : this.#search.findNext(q, { incremental });
-			ui.status.textContent = found ? '' : 'no match';
-		};
-		ui.open.addEventListener('click', () => this.openSearch());
-		ui.close.addEventListener('click', () => this.closeSearch());
-		ui.next.addEventListener('click', () => find(false));
-		ui.prev.addEventListener('click', () => find(true));
-		ui.input.addEventListener('input', () => find(false, true));
-		ui.input.addEventListener('keydown', (ev) => {
-			if (ev.key === 'Enter') {
-				ev.preventDefault();
-				find(ev.shiftKey);
-			} else if (ev.key === 'Escape') {
-				ev.preventDefault();
-				this.closeSearch();
-			}
-		});
+	/** Which of its session's terminals this pane shows (FIRST_TERMINAL: the first). */
+	get terminalId() {
+		return this.#terminalId;
 	}
 
 	/**
-	 * Wires file transfer (issue 42): a file dropped on the terminal is
-	 * uploaded into its shell's current directory (POST
-	 * sessions/{id}/terminal/files?name=), written as the session's owner;
-	 * Download asks for a path and downloads it (GET …?path=). The transfer
-	 * line says how an upload went, or why a download is refused.
+	 * Finds query in the scrollback (xterm's search addon): the next match,
+	 * the previous with back, from the current one when incremental (as
+	 * one types). It reports whether there is one; "" clears the selection.
 	 */
-	#fileTransfer(el, ui) {
-		const pane = el.closest('.terminal-pane') ?? el;
-		const say = (text, state = '') => {
-			ui.text.textContent = text;
-			if (state) ui.line.dataset.state = state;
-			else delete ui.line.dataset.state;
-			ui.line.hidden = !text;
-			this.refit();
-		};
-		ui.dismiss.addEventListener('click', () => say(''));
-		const url = (q) => `${this.#base}sessions/${encodeURIComponent(this.#sessionId)}/terminal/files?${new URLSearchParams(q)}`;
-		pane.addEventListener('dragover', (ev) => {
-			if (!this.#sessionId || !ev.dataTransfer?.types.includes('Files')) return;
-			ev.preventDefault();
-			ev.dataTransfer.dropEffect = 'copy';
-			pane.classList.add('drop-target');
-		});
-		pane.addEventListener('dragleave', (ev) => {
-			if (!pane.contains(ev.relatedTarget)) pane.classList.remove('drop-target');
-		});
-		pane.addEventListener('drop', async (ev) => {
-			pane.classList.remove('drop-target');
-			const list = [...(ev.dataTransfer?.files ?? [])];
-			if (!this.#sessionId || list.length === 0) return;
-			ev.preventDefault();
-			for (const f of list) {
-				say(`Uploading ${f.name}…`);
-				try {
-					const r = await fetch(url({ name: f.name }), { method: 'POST', body: f, headers: { 'Content-Type': 'application/octet-stream' } });
-					if (!r.ok) {
-						say(`${f.name} was not uploaded: ${(await r.text()).trim() || r.statusText}`, 'error');
-						return;
-					}
-					const done = await r.json();
-					say(`Uploaded ${done.path} (${sizeText(done.size)}).`, 'done');
-				} catch (err) {
-					say(`${f.name} was not uploaded: ${err.message}`, 'error');
-					return;
-				}
-			}
-		});
-		const closeRow = () => {
-			if (ui.row.hidden) return;
-			ui.row.hidden = true;
-			this.refit();
-			this.term.focus();
-		};
-		ui.open.addEventListener('click', () => {
-			if (!this.#sessionId) return;
-			ui.row.hidden = false;
-			this.refit();
-			ui.path.focus();
-			ui.path.select();
-		});
-		ui.close.addEventListener('click', closeRow);
-		const download = async () => {
-			const path = ui.path.value.trim();
-			if (!path || !this.#sessionId) return;
-			// Fetched, not navigated to: a refusal is said here, not as an
-			// error page or a saved error text. The file passes through
-			// memory, as a blob.
-			const href = url({ path });
-			const r = await fetch(href, { method: 'GET' }).catch((err) => ({ ok: false, statusText: err.message, text: async () => '' }));
-			if (!r.ok) {
-				say(`Not downloaded: ${(await r.text()).trim() || r.statusText}`, 'error');
-				return;
-			}
-			const blob = await r.blob();
-			const a = document.createElement('a');
-			a.href = URL.createObjectURL(blob);
-			a.download = path.split('/').pop() || 'download';
-			document.body.append(a);
-			a.click();
-			a.remove();
-			setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
-			say(`Downloaded ${a.download} (${sizeText(blob.size)}).`, 'done');
-			closeRow();
-		};
-		ui.go.addEventListener('click', download);
-		ui.path.addEventListener('keydown', (ev) => {
-			if (ev.key === 'Enter') {
-				ev.preventDefault();
-				download();
-			} else if (ev.key === 'Escape') {
-				ev.preventDefault();
-				closeRow();
-			}
-		});
+	find(query, back = false, incremental = false) {
+		if (!query) {
+			this.term.clearSelection();
+			return false;
+		}
+		return back ? this.#search.findPrevious(query) : this.#search.findNext(query, { incremental });
+	}
+
+	/**
+	 * Makes this pane the one shown (on) or a hidden one (off): the shown
+	 * one writes the page's status, shared and recorded lines and is
+	 * fitted; a hidden one keeps its socket and its output.
+	 */
+	setActive(on) {
+		this.#active = on;
+		this.#el.dataset.active = on ? 'true' : 'false';
+		if (!on) return;
+		this.#render();
+		this.refit();
+	}
+
+	/**
+	 * Ends the pane: its socket closes (the terminal parks, or ends when it
+	 * was not kept alive), nothing reconnects, its listeners go and its
+	 * element is removed. forget drops its stored resume token (the
+	 * terminal is being closed), else it is saved for a later page.
+	 */
+	dispose(forget = false) {
+		if (forget) this.#forget();
+		else this.#save();
+		this.#disconnect();
+		this.#halted = 'stopped';
+		clearTimeout(this.#saveTimer);
+		for (const off of this.#off) off();
+		this.#off = [];
+		this.term.dispose();
+		this.#el.remove();
 	}
 
 	/**
@@ -401,17 +292,30 @@ export class TerminalPane {
 	}
 
 	#status(state, text, button) {
-		const { status, text: t, restart } = this.#ui;
-		if (!state) {
-			status.hidden = true;
+		this.#view.status = state ? { state, text, button } : null;
+		this.#render();
+	}
+
+	/** Writes the page's lines from this pane's view, when it is the one shown. */
+	#render() {
+		if (!this.#active) return;
+		const { status, text: t, restart, shared, sharedText, recorded } = this.#ui;
+		const st = this.#view.status;
+		status.hidden = !st;
+		if (st) {
+			status.dataset.state = st.state;
+			t.textContent = st.text;
+			restart.hidden = !st.button;
+			if (st.button) restart.textContent = st.button;
+		} else {
 			delete status.dataset.state;
-			return;
 		}
-		status.hidden = false;
-		status.dataset.state = state;
-		t.textContent = text;
-		restart.hidden = !button;
-		if (button) restart.textContent = button;
+		const others = this.#view.shared - 1;
+		if (shared) shared.hidden = others < 1;
+		if (sharedText && others >= 1) {
+			sharedText.textContent = others === 1 ? 'Shared with 1 other tab' : `Shared with ${others} other tabs`;
+		}
+		if (recorded) recorded.hidden = !this.#view.recorded;
 	}
 
 	/**
@@ -429,13 +333,8 @@ export class TerminalPane {
 
 	/** Says how many sockets share the terminal (1: this one alone; 0: none open). */
 	#shared(count) {
-		const { shared, sharedText } = this.#ui;
-		if (!shared) return;
-		const others = count - 1;
-		shared.hidden = others < 1;
-		if (sharedText && others >= 1) {
-			sharedText.textContent = others === 1 ? 'Shared with 1 other tab' : `Shared with ${others} other tabs`;
-		}
+		this.#view.shared = count;
+		this.#render();
 	}
 
 	/** State of the terminal socket: "connecting" | "open" | "closing" | "closed". */
@@ -507,12 +406,13 @@ export class TerminalPane {
 		const { cols, rows } = this.term;
 		const q = new URLSearchParams({ session_id: sid, cols: String(cols), rows: String(rows), keepalive: '1' });
 		if (this.#ui.page) q.set('page', this.#ui.page);
+		if (this.#terminalId !== FIRST_TERMINAL) q.set('terminal', this.#terminalId);
 		// Every tab of the session shares its terminal unless it asked to
 		// take it over (docs/PROTOCOL.md: share=1).
 		if (!this.#exclusive) q.set('share', '1');
 		this.#exclusive = false;
 		this.#shared(0);
-		const stored = loadStored(sid);
+		const stored = loadStored(this.#key(sid));
 		const resuming = Boolean(stored?.resume_token);
 		if (resuming) {
 			q.set('resume_token', stored.resume_token);
@@ -571,7 +471,7 @@ export class TerminalPane {
 				// administrator's reap, or its session closing, which
 				// stop() then says). Not restarted behind the user's back.
 				this.#halted = 'exit';
-				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
+				localStorage.removeItem(this.#key(sid));
 				this.term.write(`\r\n${DIM}[terminal ended]${PLAIN}\r\n`);
 				this.#status('ended', this.#endNote || 'The terminal was ended.', 'Start a new terminal');
 				return;
@@ -584,7 +484,7 @@ export class TerminalPane {
 				this.#status('starting', 'reconnecting to the terminal…');
 			}
 			if (!hello && resuming && ++this.#tokenFailures >= TOKEN_MAX_FAILURES) {
-				localStorage.removeItem(PTY_STORAGE_PREFIX + sid);
+				localStorage.removeItem(this.#key(sid));
 				this.#tokenFailures = 0;
 			}
 			this.#retryTimer = setTimeout(() => this.#connect(), this.#backoff.next());
@@ -648,12 +548,13 @@ export class TerminalPane {
 				// Without replay_end (an older server) nothing counts as replayed.
 				this.#replayEnd = Number.isSafeInteger(msg.replay_end) ? msg.replay_end : 0;
 				if (msg.resume_token) {
-					storeToken(this.#sessionId, msg.resume_token, this.#pos);
+					storeToken(this.#key(this.#sessionId), msg.resume_token, this.#pos);
 				} else {
-					localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
+					localStorage.removeItem(this.#key(this.#sessionId));
 				}
 				// The server records this terminal (--record-terminals): say so.
-				if (this.#ui.recorded) this.#ui.recorded.hidden = msg.recorded !== true;
+				this.#view.recorded = msg.recorded === true;
+				this.#render();
 				this.#sendSize();
 				break;
 			}
@@ -664,7 +565,7 @@ export class TerminalPane {
 				break;
 			case 'exit': {
 				this.#halted = 'exit';
-				localStorage.removeItem(PTY_STORAGE_PREFIX + this.#sessionId);
+				localStorage.removeItem(this.#key(this.#sessionId));
 				const code = msg.exit_code ?? '?';
 				this.term.write(`\r\n${DIM}[process exited with code ${code}]${PLAIN}\r\n`);
 				this.#status('ended', this.#endNote || `The terminal ended (exit code ${code}).`, 'Start a new terminal');
@@ -780,12 +681,23 @@ export class TerminalPane {
 		ws.send(JSON.stringify({ type: 'resize', cols, rows }));
 	}
 
-	/** Persists {resume_token, offset} of the current session, if it has a token. */
+	/** Persists {resume_token, offset} of the current session's terminal, if it has a token. */
 	#save() {
 		const sid = this.#sessionId;
 		if (!sid) return;
-		const stored = loadStored(sid);
-		if (stored?.resume_token && stored.offset !== this.#pos) storeToken(sid, stored.resume_token, this.#pos);
+		const key = this.#key(sid);
+		const stored = loadStored(key);
+		if (stored?.resume_token && stored.offset !== this.#pos) storeToken(key, stored.resume_token, this.#pos);
+	}
+
+	/** Drops the stored resume token of the current session's terminal. */
+	#forget() {
+		if (this.#sessionId) localStorage.removeItem(this.#key(this.#sessionId));
+	}
+
+	/** The localStorage key of this pane's terminal of session sid (ptyKey). */
+	#key(sid) {
+		return ptyKey(sid, this.#terminalId);
 	}
 
 	#disconnect() {
@@ -796,13 +708,6 @@ export class TerminalPane {
 		if (ws && ws.readyState <= WebSocket.OPEN) ws.close(CLOSE_NORMAL);
 		this.#shared(0);
 	}
-}
-
-/** n bytes in words: "812 B", "12.5 KiB", "3.0 MiB". */
-function sizeText(n) {
-	if (!(n >= 1024)) return `${n} B`;
-	if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
-	return `${(n / (1 << 20)).toFixed(1)} MiB`;
 }
 
 /** Opens a link of the terminal's output in a new tab, http and https only, without this page as its opener. */
@@ -827,17 +732,35 @@ function parseControl(text) {
 	}
 }
 
-function loadStored(sid) {
+/**
+ * The localStorage key of terminal tid of session sid: the first's is
+ * dashgate.pty.<sid>, as before a session had several; another's
+ * dashgate.pty.<sid>.<tid>.
+ */
+export function ptyKey(sid, tid = FIRST_TERMINAL) {
+	return PTY_STORAGE_PREFIX + sid + (tid === FIRST_TERMINAL ? '' : '.' + tid);
+}
+
+/** The key row's Ctrl then s: a letter (and @[\\]^_ ? space) as its control character. */
+function control1(s) {
+	if (s.length !== 1) return s;
+	if (s === ' ' || s === '@') return '\x00';
+	if (s === '?') return '\x7f';
+	const c = s.toUpperCase().charCodeAt(0);
+	return c >= 0x40 && c <= 0x5f ? String.fromCharCode(c & 0x1f) : s;
+}
+
+function loadStored(key) {
 	try {
-		const v = JSON.parse(localStorage.getItem(PTY_STORAGE_PREFIX + sid) ?? 'null');
+		const v = JSON.parse(localStorage.getItem(key) ?? 'null');
 		return v && typeof v.resume_token === 'string' ? v : null;
 	} catch {
 		return null;
 	}
 }
 
-function storeToken(sid, token, offset) {
-	localStorage.setItem(PTY_STORAGE_PREFIX + sid, JSON.stringify({ resume_token: token, offset }));
+function storeToken(key, token, offset) {
+	localStorage.setItem(key, JSON.stringify({ resume_token: token, offset }));
 }
 
 // CSP shims. The page's CSP is default-src 'self' (no 'unsafe-inline'), and
