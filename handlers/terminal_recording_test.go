@@ -96,6 +96,9 @@ func TestTerminalRecording(t *testing.T) {
 			if p.texts[0]["recorded"] != true {
 				t.Fatalf("hello %v: want recorded true", p.texts[0])
 			}
+			// Typed after the prompt: typed before it, the tty echoes the
+			// line ahead of the prompt and readline draws it again after.
+			p.expect(`[$#] `, 10*time.Second)
 			p.send("echo rec-$((6*7))\n")
 			p.expect(`rec-42\r\n`, 10*time.Second)
 			p.control(`{"type":"resize","cols":100,"rows":30}`)
