@@ -42,10 +42,21 @@ func TestWhoAmIAndLogout(t *testing.T) {
 	if names := loginCookies(alice, d.URL("/")); len(names) != 1 {
 		t.Fatalf("alice's login cookies before Log out: %v, want one", names)
 	}
+	// A second tab of her browser, on the dashboard too.
+	other := b.newTab(t, "alice-other")
+	other.Do("open the dashboard in another tab", chromedp.Navigate(d.URL("/")))
+	waitDashboard(t, other)
+
 	alice.Do("log out", chromedp.Click(chromedp.CSS(byTestID("logout"))))
 	alice.mustWaitJS(15*time.Second, "the login page after Log out", exists(byTestID("login-token")), dashboardState)
+	// The other tab's sockets are closed with the login; it shows the
+	// login page rather than a shell that still answers.
+	other.mustWaitJS(20*time.Second, "the other tab on the login page", exists(byTestID("login-token"))+` && !window.dashgate`, dashboardState)
 	if names := loginCookies(alice, d.URL("/")); len(names) != 0 {
 		t.Errorf("alice's login cookies after Log out: %v, want none", names)
+	}
+	if got := mustEval[string](alice, `document.querySelector('[data-testid="login"]').textContent`); !strings.Contains(got, "dashgate user add") || strings.Contains(got, "--token") {
+		t.Errorf("the login page with users reads %q, want it to ask for the user's own token, not --token", got)
 	}
 	alice.Do("reload", chromedp.Reload())
 	alice.mustWaitJS(15*time.Second, "still the login page after a reload", exists(byTestID("login-token"))+` && !window.dashgate`, dashboardState)

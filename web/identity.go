@@ -297,7 +297,7 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 					// A person in a browser: a form that sends ?token= (no script).
 					w.Header().Set("Content-Type", "text/html; charset=utf-8")
 					w.WriteHeader(http.StatusUnauthorized)
-					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token")}).Render(r.Context(), w)
+					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token"), Users: s.cfg.Users != nil}).Render(r.Context(), w)
 					return
 				}
 				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
@@ -343,8 +343,10 @@ func (s *Server) setLogin(w http.ResponseWriter, r *http.Request, g grant) {
 
 // logout ends this browser's login cookies (POST {base}logout): the
 // dashboard's and the admin's, each expired on the path it was set for,
-// and the raw-token cookies of before users; then it sends the browser to
-// the dashboard, which asks for a token. The cookies are signed, not
+// and the raw-token cookies of before users; closes the WebSockets that
+// came with that login (the browser's other tabs: they find themselves
+// logged out and show the login page); then it sends the browser to the
+// dashboard, which asks for a token. The cookies are signed, not
 // stored: a copy taken elsewhere before stays valid until it expires or
 // its user's token is rotated (docs/users.md).
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
@@ -358,8 +360,32 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p, _ := s.fromCookies(r, false)
-	s.log.Info("logout", "user", auditUser(p), "remote", r.RemoteAddr)
+	closed := 0
+	if c, err := r.Cookie(s.loginCookie); err == nil && c.Value != "" {
+		closed = s.revokeLogin(c.Value)
+	}
+	s.log.Info("logout", "user", auditUser(p), "remote", r.RemoteAddr, "sockets", closed)
 	http.Redirect(w, r, base, http.StatusSeeOther)
+}
+
+// revokeLogin closes the open WebSockets that came with the login cookie
+// value (this browser's other tabs, after its Log out) as Revoke does
+// (close code 4403), and returns how many.
+func (s *Server) revokeLogin(value string) int {
+	var cancels []context.CancelCauseFunc
+	s.smu.Lock()
+	for _, m := range s.socks {
+		for ls := range m {
+			if ls.login == value {
+				cancels = append(cancels, ls.cancel)
+			}
+		}
+	}
+	s.smu.Unlock()
+	for _, c := range cancels {
+		c(sessions.ErrViewerRevoked)
+	}
+	return len(cancels)
 }
 
 // forbidden answers 403 to an authenticated non-admin on an admin route:
@@ -416,7 +442,12 @@ func (s *seenUsers) forget(u string) {
 }
 
 // liveSocket is one /ws/* request being served: Revoke cancels it.
-type liveSocket struct{ cancel context.CancelCauseFunc }
+// liveSocket is one open WebSocket: how to close it, and the login cookie
+// it came with ("" for another kind of identity), which Log out closes.
+type liveSocket struct {
+	cancel context.CancelCauseFunc
+	login  string
+}
 
 // track serves a /ws/* request under a context Revoke can cancel, indexed
 // by its principal's user while the handler runs.
@@ -425,6 +456,11 @@ func (s *Server) track(next http.Handler) http.Handler {
 		user := handlers.PrincipalFrom(r.Context()).User
 		ctx, cancel := context.WithCancelCause(r.Context())
 		ls := &liveSocket{cancel: cancel}
+		if src, _ := r.Context().Value(authKey{}).(tokenSource); src == tokenCookie {
+			if c, err := r.Cookie(s.loginCookie); err == nil {
+				ls.login = c.Value
+			}
+		}
 		s.smu.Lock()
 		if s.socks[user] == nil {
 			s.socks[user] = map[*liveSocket]struct{}{}
