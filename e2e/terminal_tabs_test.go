@@ -124,6 +124,19 @@ func TestTerminalTabs(t *testing.T) {
 	tb.Do("name it build", chromedp.SendKeys(chromedp.CSS(byTestID("terminal-tab-rename")), "build\r"))
 	tb.mustWaitJS(10*time.Second, "the tab is called build", fmt.Sprintf(`window.dashgate.terminalTabs()[1].name === 'build' && document.querySelector('[data-terminal-id=%q] .terminal-tab-name').textContent === 'build'`, second), tabsState)
 
+	// A name cleared gives the tab back its own number, not the next free
+	// one (a new-user trial's "Terminal 1" became "Terminal 2").
+	firstName := termTabs(tb)[0].Name
+	tb.Do("double-click the first tab",
+		chromedp.DoubleClick(chromedp.CSS(fmt.Sprintf(`[data-testid="terminal-tab"][data-terminal-id=%q] [data-testid="terminal-tab-select"]`, first))))
+	tb.mustWaitJS(10*time.Second, "the rename field", visible(byTestID("terminal-tab-rename")), tabsState)
+	tb.Do("clear its name", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="terminal-tab-rename"]').value = ''`),
+		chromedp.SendKeys(chromedp.CSS(byTestID("terminal-tab-rename")), "\r"))
+	tb.mustWaitJS(10*time.Second, "the first tab keeps its own name", fmt.Sprintf(`!document.querySelector('[data-testid="terminal-tab-rename"]') && window.dashgate.terminalTabs()[0].name === %s`, js(firstName)), tabsState)
+	tb.Do("show the second tab again",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="terminal-tab"][data-terminal-id=%q] [data-testid="terminal-tab-select"]`, second))))
+	tb.mustWaitJS(10*time.Second, "the second tab shown", `window.dashgate.terminalTabs()[1].active`, tabsState)
+
 	// Reload: both tabs come back, each with its own output, over the same
 	// two programs (resumed, not started again).
 	tb.Do("reload", chromedp.Reload())

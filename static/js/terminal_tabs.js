@@ -311,7 +311,7 @@ export class TerminalTabs {
 			const name = input.value.trim().slice(0, NAME_MAX);
 			input.remove();
 			label.hidden = false;
-			if (keep && this.#panes.has(id)) this.#name(id, name || this.#freeName());
+			if (keep && this.#panes.has(id)) this.#name(id, name || this.#freeName(id));
 			this.#render();
 		};
 		input.addEventListener('keydown', (ev) => {
@@ -329,8 +329,9 @@ export class TerminalTabs {
 	}
 
 	/** The smallest "Terminal N" no tab of the session is called. */
-	#freeName() {
-		const taken = new Set(Object.values(this.#names()));
+	/** The first "Terminal N" no tab but except (a tab being renamed) is named. */
+	#freeName(except = null) {
+		const taken = new Set(Object.entries(this.#names()).filter(([id]) => id !== except).map(([, name]) => name));
 		let n = 1;
 		while (taken.has(`Terminal ${n}`)) n++;
 		return `Terminal ${n}`;
