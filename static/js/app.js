@@ -776,7 +776,7 @@ function onStatus(status) {
 	// is down (dashgate may have died with it): the resume after the
 	// reconnect says what runs.
 	if (status !== 'connected' && busy()) setPending(connectionText(status) + '…');
-	if (status !== 'connected') checkLoggedIn();
+	if (status === 'reconnecting') checkLoggedIn();
 }
 
 let loginCheck = null;
@@ -784,13 +784,13 @@ let loginCheck = null;
 /**
  * Once per lost connection: when dashgate answers that this browser is no
  * longer logged in (Log out in another tab, the login expired), the page
- * reloads to its login page instead of reconnecting for ever. Asked of an
- * authenticated route that starts nothing (terminal/refusal: 401 logged
- * out, 404 for no session); a dashgate that is away answers nothing.
+ * reloads to its login page instead of reconnecting for ever. Asked of the
+ * dashboard's own URL (200 logged in, 401 not); a dashgate that is away
+ * answers nothing, and the reconnect goes on.
  */
 function checkLoggedIn() {
 	if (loginCheck) return;
-	loginCheck = fetch(base + 'terminal/refusal?session_id=', { cache: 'no-store' })
+	loginCheck = fetch(base, { cache: 'no-store' })
 		.then((r) => {
 			if (r.status === 401) location.reload();
 		})
