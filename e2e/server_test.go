@@ -265,6 +265,7 @@ func (d *dashgate) stopAndCheck() {
 		if t.Failed() {
 			if b, err := os.ReadFile(d.Log.Path); err == nil {
 				writeArtifact(t, "dashgate.log", b)
+				logRaces(t, "dashgate.log", b)
 				logTail(t, "dashgate.log", b, 15)
 			}
 		}
@@ -446,6 +447,31 @@ func writeArtifact(t *testing.T, name string, b []byte) {
 		return
 	}
 	t.Logf("artifact: %s", p)
+}
+
+// logRaces puts every race detector report in a log (from its "WARNING:
+// DATA RACE" to the line of "=" that ends it, 200 lines in all at most) into
+// the test's output: the tail of logTail holds only a report's last
+// lines, and CI keeps the output, not the artifacts.
+func logRaces(t *testing.T, name string, b []byte) {
+	var report []string
+	in := false
+	for l := range strings.Lines(string(b)) {
+		l = strings.TrimSuffix(l, "\n")
+		switch {
+		case strings.Contains(l, "WARNING: DATA RACE"):
+			in = true
+			report = append(report, "==================", l)
+		case in && strings.HasPrefix(l, "=================="):
+			in = false
+			report = append(report, l)
+		case in && len(report) < 200:
+			report = append(report, l)
+		}
+	}
+	if len(report) > 0 {
+		t.Logf("%s holds a race detector report:\n%s", name, strings.Join(report, "\n"))
+	}
 }
 
 // logTail puts the last n records of a JSON log above DEBUG into the

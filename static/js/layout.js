@@ -131,6 +131,10 @@ export function initLayout(onView) {
 // How near the end of the chat log (in pixels) still counts as at the end.
 const END_SLACK = 40;
 
+// How long after the reader's last wheel, touch or key a scroll is still
+// theirs (ms): a smooth scroll runs on after its input.
+const READER_SCROLL_MS = 1000;
+
 /**
  * Keeps the chat log at its end while the reader is there, whatever
  * changes its size (the divider, the pending line, the window, a rewrap)
@@ -138,10 +142,12 @@ const END_SLACK = 40;
  * "new messages" button (jump) shows once something new arrives at the
  * end, and takes them there.
  *
- * "At the end" is what the reader did last: a scroll that ends near the
- * end follows, one up from there stops following. A size change does not
- * decide it (a narrower log holds taller content: the end moved, the
- * reader did not).
+ * "At the end" is what the reader did last: a scroll of theirs (wheel,
+ * touch, keys, the scrollbar) that ends near the end follows, one that
+ * ends up from there stops following. Nothing else decides it: a size
+ * change (a narrower log holds taller content: the end moved, the reader
+ * did not), a clamp, or a scroll event dispatched a frame after the
+ * layout that caused it has changed again.
  *
  * Returns {reveal(el), reset()}: reveal scrolls an element into view and
  * stops following (until the reader is back at the end); reset follows
@@ -150,28 +156,57 @@ const END_SLACK = 40;
 export function followLog(log, jump) {
 	let follow = true;
 	let pinned = 0; // scrollTop when the log was last known to be at its end
+	let pinnedSize = ''; // its scrollHeight and clientHeight then
+	const size = () => `${log.scrollHeight}x${log.clientHeight}`;
+	const pin = () => {
+		pinned = log.scrollTop;
+		pinnedSize = size();
+	};
 	const atEnd = () => log.scrollHeight - log.scrollTop - log.clientHeight < END_SLACK;
 	const setUnseen = (on) => {
 		jump.hidden = !on;
 	};
 	const toEnd = () => {
 		log.scrollTop = log.scrollHeight;
-		pinned = log.scrollTop;
+		pin();
 	};
+	// The reader's own scrolling: a pointer held on the log (its
+	// scrollbar) or an input that scrolls, up to READER_SCROLL_MS ago
+	// (a wheel's smooth scroll goes on after its event); or, for a
+	// browser that tells no input (a scrollbar drag in Firefox, find in
+	// page), a scroll while the log's sizes are those it was pinned at:
+	// the layout moved nothing, so the reader did.
+	let held = false;
+	let inputAt = -Infinity;
+	const touched = () => {
+		inputAt = performance.now();
+	};
+	const byReader = () => held || performance.now() - inputAt < READER_SCROLL_MS;
+	for (const type of ['wheel', 'touchmove', 'keydown']) log.addEventListener(type, touched, { passive: true });
+	log.addEventListener('pointerdown', () => {
+		held = true;
+		touched();
+	});
+	for (const type of ['pointerup', 'pointercancel']) {
+		window.addEventListener(type, () => {
+			if (held) touched();
+			held = false;
+		});
+	}
 	// Following, but the reader moved up since (a scroll whose event has
 	// not been dispatched yet): they left the end.
-	const left = () => log.scrollTop < pinned - 1 && !atEnd();
-	// A scroll to the end follows; one up from the end stops following.
-	// Anything else is the layout's doing, not the reader's: a follower
-	// is kept at the end.
+	const left = () => byReader() && log.scrollTop < pinned - 1 && !atEnd();
+	// A scroll to the end follows; the reader's scroll up from the end
+	// stops following. Anything else is the layout's doing: a follower is
+	// kept at the end.
 	log.addEventListener(
 		'scroll',
 		() => {
 			if (atEnd()) {
 				follow = true;
-				pinned = log.scrollTop;
+				pin();
 				setUnseen(false);
-			} else if (log.scrollTop < pinned - 1) {
+			} else if (left() || (log.scrollTop < pinned - 1 && size() === pinnedSize)) {
 				follow = false;
 			} else if (follow) {
 				toEnd();
@@ -206,7 +241,7 @@ export function followLog(log, jump) {
 		reveal(el) {
 			el.scrollIntoView({ block: 'center' });
 			follow = atEnd();
-			if (follow) pinned = log.scrollTop;
+			if (follow) pin();
 		},
 		reset() {
 			follow = true;
