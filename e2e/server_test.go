@@ -171,13 +171,14 @@ func socketClient(t *testing.T, path string) *http.Client {
 }
 
 // Workers lists dashgate's workers and remembers every pid it names, for
-// the leak check at the end.
+// the leak check at the end. Their figures and children are read now
+// (?fresh=1), not taken from the admin page's last snapshot.
 func (d *dashgate) Workers() []apiWorker {
 	d.t.Helper()
 	var r struct {
 		Workers []apiWorker `json:"workers"`
 	}
-	if err := d.getJSON("admin/api/workers", &r); err != nil {
+	if err := d.getJSON("admin/api/workers?fresh=1", &r); err != nil {
 		d.t.Fatalf("list workers: %v", err)
 	}
 	for _, w := range r.Workers {
@@ -287,7 +288,7 @@ func (d *dashgate) stopAndCheck() {
 	var api struct {
 		Workers []apiWorker `json:"workers"`
 	}
-	if err := d.getJSON("admin/api/workers", &api); err == nil {
+	if err := d.getJSON("admin/api/workers?fresh=1", &api); err == nil {
 		for _, w := range api.Workers {
 			d.remember(w.PID)
 			for _, c := range w.Children {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,9 +56,13 @@ type AdminCluster interface {
 // AdminProcs is what the admin page needs of the worker manager: snapshots,
 // and reaping a process that no session owns.
 type AdminProcs interface {
+	// Table reads the process table now, every figure from /proc and the
+	// cgroups (GET /admin/api/workers?fresh=1 only: on a loaded machine a
+	// read of 300 children takes seconds).
 	Table(ctx context.Context) []workers.ProcInfo
-	// Snapshot is Table and Unowned for the page, answered from the last
-	// read while reading is slow (workers.Manager.Snapshot).
+	// Snapshot is the process table and Unowned, answered from the last
+	// read while reading is slow (workers.Manager.Snapshot): the page, its
+	// API and the plots' sampler never read /proc on their own path.
 	Snapshot(ctx context.Context) (table []workers.ProcInfo, unowned []workers.Unowned, stale bool)
 	Unowned() []workers.Unowned
 	ReapUnowned(pid int) error
@@ -146,6 +151,11 @@ type WorkerJSON struct {
 	CgroupCPUUs  *int64 `json:"cgroup_cpu_usec,omitempty"`
 	CgroupMemory *int64 `json:"cgroup_memory_bytes,omitempty"`
 	CgroupPids   *int64 `json:"cgroup_pids,omitempty"`
+	// FiguresAt is when rss_bytes through cgroup_pids (and children) were
+	// read: on a loaded machine up to workers.DefaultSnapshotMaxAge ago
+	// and more; omitted for a worker started since, whose figures are
+	// zero until the next read.
+	FiguresAt *time.Time `json:"figures_at,omitempty"`
 	// Node, on a node of a cluster only, is the node running it; another
 	// node's worker (from its last heartbeat) has pid, kind, session_id,
 	// started_at and user only (state "", the figures zero).
@@ -155,14 +165,16 @@ type WorkerJSON struct {
 
 // workersJSON is this node's workers, by pid, then (on a node of a
 // cluster) the other live nodes' from their heartbeats, by node and pid.
-func (h *Admin) workersJSON(ctx context.Context) ([]WorkerJSON, error) {
+// fresh reads this node's figures now (AdminProcs.Table) instead of taking
+// them from the last snapshot.
+func (h *Admin) workersJSON(ctx context.Context, fresh bool) ([]WorkerJSON, error) {
 	c := h.cluster()
 	var nodes []store.Node
 	var err error
 	if c != nil {
 		nodes, err = h.nodes(ctx)
 	}
-	out := h.localWorkersJSON(ctx)
+	out := h.localWorkersJSON(ctx, fresh)
 	if c == nil {
 		return out, nil
 	}
@@ -181,8 +193,16 @@ func (h *Admin) workersJSON(ctx context.Context) ([]WorkerJSON, error) {
 	return out, err
 }
 
-func (h *Admin) localWorkersJSON(ctx context.Context) []WorkerJSON {
-	table := h.Procs.Table(ctx)
+func (h *Admin) localWorkersJSON(ctx context.Context, fresh bool) []WorkerJSON {
+	var table []workers.ProcInfo
+	if fresh {
+		table = h.Procs.Table(ctx)
+		for i := range table {
+			table[i].ReadAt = time.Now()
+		}
+	} else {
+		table, _, _ = h.Procs.Snapshot(ctx)
+	}
 	out := make([]WorkerJSON, 0, len(table))
 	for _, p := range table {
 		children := p.Descendants
@@ -194,6 +214,10 @@ func (h *Admin) localWorkersJSON(ctx context.Context) []WorkerJSON {
 		if p.Cgroup != "" {
 			row.Cgroup = p.Cgroup
 			row.CgroupCPUUs, row.CgroupMemory, row.CgroupPids = known(p.CgroupStats.CPUUsec), known(p.CgroupStats.MemoryBytes), known(p.CgroupStats.Pids)
+		}
+		if !p.ReadAt.IsZero() {
+			at := p.ReadAt.UTC()
+			row.FiguresAt = &at
 		}
 		out = append(out, row)
 	}
@@ -471,16 +495,19 @@ func usersOf(list []sessions.Info, procs []workers.ProcInfo) []UserJSON {
 
 func (h *Admin) apiUsers(w http.ResponseWriter, r *http.Request) {
 	list := h.Sessions.List()
-	users := usersOf(list, h.Procs.Table(r.Context()))
+	procs, _, _ := h.Procs.Snapshot(r.Context())
+	users := usersOf(list, procs)
 	withCgroups(users, h.UserCgroups)
 	writeJSON(w, http.StatusOK, map[string]any{"users": users})
 }
 
 // apiWorkers answers GET /admin/api/workers: {"workers":[...]} (see
 // WorkerJSON); on a node of a cluster whose nodes could not be read, this
-// node's alone and "elsewhere_error".
+// node's alone and "elsewhere_error". The figures come from the last
+// snapshot (each worker's figures_at says when they were read), unless
+// ?fresh=1 asks for a read now.
 func (h *Admin) apiWorkers(w http.ResponseWriter, r *http.Request) {
-	list, err := h.workersJSON(r.Context())
+	list, err := h.workersJSON(r.Context(), r.URL.Query().Get("fresh") == "1")
 	body := map[string]any{"workers": list}
 	if err != nil {
 		h.logger().Warn("admin workers of the other nodes", "err", err)
@@ -706,6 +733,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		})
 	}
 	v.Workers = append(v.Workers, remoteWorkers...)
+	v.FiguresAge = figuresAge(now, procs)
 	for _, u := range unowned {
 		v.Unowned = append(v.Unowned, templates.UnownedRow{PID: u.PID, PPID: u.PPID, State: u.State, Marker: u.Marker})
 	}
@@ -742,6 +770,27 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 	return v
 }
 
+// figuresAge says how old the workers table's figures are: "read 3s ago"
+// from the oldest read among procs (workers.ProcInfo.ReadAt; those of a
+// loaded machine come from a read in the background, up to
+// workers.DefaultSnapshotMaxAge old and more), "read just now" under a
+// second, "" when none has figures.
+func figuresAge(now time.Time, procs []workers.ProcInfo) string {
+	var oldest time.Time
+	for _, p := range procs {
+		if !p.ReadAt.IsZero() && (oldest.IsZero() || p.ReadAt.Before(oldest)) {
+			oldest = p.ReadAt
+		}
+	}
+	if oldest.IsZero() {
+		return ""
+	}
+	if d := now.Sub(oldest); d >= time.Second {
+		return "figures read " + d.Round(time.Second).String() + " ago"
+	}
+	return "figures read just now"
+}
+
 func countsOf(m map[string]int) []templates.Count {
 	out := make([]templates.Count, 0, len(m))
 	for k, n := range m {
@@ -755,11 +804,17 @@ func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
 	v := h.View(r.Context(), PrincipalFrom(r.Context()), h.BasePath(r), UserFilterOf(r))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	// Rendered whole, then written at once: written as rendered, a page of
+	// 300 sessions was a hundred 4 KiB writes, each a wait for a CPU on a
+	// loaded machine.
+	var page bytes.Buffer
 	if r.URL.Query().Get("fragment") == "1" {
-		templates.AdminBody(v).Render(r.Context(), w)
-		return
+		templates.AdminBody(v).Render(r.Context(), &page)
+	} else {
+		templates.Admin(v).Render(r.Context(), &page)
 	}
-	templates.Admin(v).Render(r.Context(), w)
+	w.Header().Set("Content-Length", strconv.Itoa(page.Len()))
+	w.Write(page.Bytes())
 }
 
 // done answers an action: 303 to /admin for a form, JSON when asked for.

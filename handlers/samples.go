@@ -80,7 +80,8 @@ func (h *Admin) Sample(ctx context.Context, every time.Duration) {
 	prev := map[string]int{}
 	take := func() {
 		s := Sample{At: time.Now().UTC(), Sessions: len(h.Sessions.List()), Closes: map[string]int{}}
-		for _, p := range h.Procs.Table(ctx) {
+		procs, _, _ := h.Procs.Snapshot(ctx) // the page's read: one for both
+		for _, p := range procs {
 			s.Workers++
 			s.RSSBytes += p.RSSBytes
 		}

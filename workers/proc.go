@@ -110,6 +110,9 @@ type Config struct {
 	// answers with the figures of the previous one, the read going on in
 	// the background (snapshot.go); 0: DefaultSlowSnapshot.
 	SlowSnapshot time.Duration
+	// SnapshotMaxAge is how old a slow read's figures get before a call
+	// of Snapshot starts the next read; 0: DefaultSnapshotMaxAge.
+	SnapshotMaxAge time.Duration
 	// Priority is the CPU priority of every child (--child-nice,
 	// --child-sched; priority.go); the zero value: dashgate's own.
 	Priority Priority

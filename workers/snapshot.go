@@ -11,6 +11,22 @@ import (
 // budget under load (issue 28: served in 200 ms).
 const DefaultSlowSnapshot = 50 * time.Millisecond
 
+// DefaultSnapshotMaxAge is Config.SnapshotMaxAge when zero: how old the
+// figures of a slow read may get before a call of Snapshot starts the
+// next one. On a saturated machine a read of
+// 300 children takes seconds and its CPU is taken from the load (13 % of
+// the gateway's in the stall benchmark when every call started one):
+// reads then come at most this often, whoever asks (the admin page, its
+// API, the plots' sampler every DefaultSampleEvery).
+const DefaultSnapshotMaxAge = 5 * time.Second
+
+// snapshotDuty bounds the share of time slow reads take: after a slow
+// read of d, the next starts d×snapshotDuty after it began at the
+// earliest (a tenth of the time), and SnapshotMaxAge at the latest. A read
+// that was slow by a hair (a test's three children on a busy machine)
+// holds the next back by a fraction of a second, not by SnapshotMaxAge.
+const snapshotDuty = 10
+
 // snapshots keeps the last Snapshot read (Table and Unowned) for the
 // calls that come while the machine is saturated.
 type snapshots struct {
@@ -18,7 +34,9 @@ type snapshots struct {
 	rows    map[int]ProcInfo // by pid; nil before the first read ended
 	unowned []Unowned
 	took    time.Duration // how long the last read ended took
+	began   time.Time     // when the last read that ended began
 	reading chan struct{} // non-nil while a read runs; closed when it ends
+	reads   int           // reads started (tests)
 }
 
 // Snapshot returns Table and Unowned for the admin page. It reads them
@@ -33,22 +51,30 @@ type snapshots struct {
 // current ones. Before any read has ended, it waits for one. When the last
 // read took longer than SlowSnapshot, it does not wait at all: on a
 // saturated machine the next one will be as slow, and the wait was half of
-// a loaded page's time (BENCHMARKS.md, issue 28).
+// a loaded page's time (BENCHMARKS.md, issue 28); nor does it start a
+// read before that one is Config.SnapshotMaxAge old, or ten times as old
+// as it took, whichever comes first (snapshotDuty). Each row's ReadAt says when
+// its figures were read (zero for none yet).
 func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Unowned, stale bool) {
 	slow := m.cfg.SlowSnapshot
 	if slow <= 0 {
 		slow = DefaultSlowSnapshot
 	}
+	maxAge := m.cfg.SnapshotMaxAge
+	if maxAge <= 0 {
+		maxAge = DefaultSnapshotMaxAge
+	}
 	s := &m.snap
 	s.mu.Lock()
-	done := s.reading
-	if done == nil {
-		done = make(chan struct{})
-		s.reading = done
-		go m.readSnapshot(done)
-	}
 	first := s.rows == nil
 	wasSlow := s.took > slow
+	done := s.reading
+	if done == nil && (first || !wasSlow || time.Since(s.began) >= min(maxAge, snapshotDuty*s.took)) {
+		done = make(chan struct{})
+		s.reading = done
+		s.reads++
+		go m.readSnapshot(done)
+	}
 	s.mu.Unlock()
 
 	switch {
@@ -59,7 +85,7 @@ func (m *Manager) Snapshot(ctx context.Context) (table []ProcInfo, unowned []Uno
 		}
 	case wasSlow:
 		select {
-		case <-done:
+		case <-done: // nil (no read started): not ready
 		default:
 			stale = true
 		}
@@ -101,11 +127,12 @@ func (m *Manager) readSnapshot(done chan struct{}) {
 	unowned := m.Unowned()
 	rows := make(map[int]ProcInfo, len(table))
 	for _, r := range table {
+		r.ReadAt = start
 		rows[r.PID] = r
 	}
 	s := &m.snap
 	s.mu.Lock()
-	s.rows, s.unowned, s.reading, s.took = rows, unowned, nil, time.Since(start)
+	s.rows, s.unowned, s.reading, s.took, s.began = rows, unowned, nil, time.Since(start), start
 	s.mu.Unlock()
 	close(done)
 }

@@ -34,7 +34,7 @@ func TestSnapshotWhenSlow(t *testing.T) {
 		}
 	}
 
-	m, _ := newTestManager(t, Config{SlowSnapshot: time.Nanosecond}) // every read is slow
+	m, _ := newTestManager(t, Config{SlowSnapshot: time.Nanosecond, SnapshotMaxAge: time.Nanosecond}) // every read is slow, and old at once
 	a := startSleeper(t, m)
 	if rows, _, stale := m.Snapshot(t.Context()); stale || len(rows) != 1 || rows[0].PID != a.PID() || rows[0].RSSBytes == 0 {
 		t.Fatalf("the first snapshot: stale %v, rows %+v; want one fresh row for %d", stale, rows, a.PID())
@@ -61,7 +61,7 @@ func TestSnapshotWhenSlow(t *testing.T) {
 // SlowSnapshot for a read that will be as slow; the read goes on.
 func TestSnapshotAfterSlowRead(t *testing.T) {
 	t.Parallel()
-	m, _ := newTestManager(t, Config{SlowSnapshot: time.Hour})
+	m, _ := newTestManager(t, Config{SlowSnapshot: time.Hour, SnapshotMaxAge: time.Nanosecond})
 	a := startSleeper(t, m)
 	if _, _, stale := m.Snapshot(t.Context()); stale {
 		t.Fatal("the first snapshot is stale")
@@ -76,5 +76,43 @@ func TestSnapshotAfterSlowRead(t *testing.T) {
 	m.waitSnapshot()
 	if rows, _, stale := m.Snapshot(t.Context()); stale || len(rows) != 1 {
 		t.Fatalf("after a quick read again: stale %v, rows %+v; want a fresh read", stale, rows)
+	}
+}
+
+// TestSnapshotReadsBoundedWhenSlow: after a slow read, calls answer from
+// it without starting another until it is SnapshotMaxAge old, or ten
+// times as old as it took (on a saturated machine each read of the
+// process table costs the load CPU); then one call starts the next.
+func TestSnapshotReadsBoundedWhenSlow(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestManager(t, Config{SlowSnapshot: time.Nanosecond, SnapshotMaxAge: time.Hour})
+	a := startSleeper(t, m)
+	rows, _, _ := m.Snapshot(t.Context())
+	if len(rows) != 1 || rows[0].ReadAt.IsZero() {
+		t.Fatalf("the first snapshot: %+v; want %d with the time of its read", rows, a.PID())
+	}
+	m.waitSnapshot()
+	m.snap.mu.Lock()
+	m.snap.took = time.Hour // slow enough that SnapshotMaxAge is the bound
+	m.snap.mu.Unlock()
+	for range 10 {
+		if rows, _, stale := m.Snapshot(t.Context()); !stale || len(rows) != 1 || rows[0].RSSBytes == 0 {
+			t.Fatalf("after a slow read: stale %v, rows %+v; want its figures, stale", stale, rows)
+		}
+	}
+	m.snap.mu.Lock()
+	reads := m.snap.reads
+	m.snap.began = m.snap.began.Add(-2 * time.Hour) // as if the read were that old
+	m.snap.mu.Unlock()
+	if reads != 1 {
+		t.Fatalf("11 calls within SnapshotMaxAge of a slow read started %d reads, want 1", reads)
+	}
+	m.Snapshot(t.Context())
+	m.waitSnapshot()
+	m.snap.mu.Lock()
+	reads = m.snap.reads
+	m.snap.mu.Unlock()
+	if reads != 2 {
+		t.Fatalf("a call once the read was SnapshotMaxAge old started %d reads in all, want 2", reads)
 	}
 }

@@ -56,6 +56,10 @@ type ProcInfo struct {
 	// UnixUser is the Unix account the child runs as (Spec.Account's
 	// Name); "" when it runs as dashgate.
 	UnixUser string
+	// ReadAt is when Stats, Descendants and CgroupStats were read: by
+	// Snapshot, the start of the read they come from (zero for a child
+	// started since, which has none); zero from Table, read just now.
+	ReadAt time.Time
 }
 
 // Table lists every live child with its stats and descendants. The stats

@@ -7,8 +7,9 @@ package main
 //     stall-quiet`, a process of its own) times, for stallSecs, every
 //     10 ms: session.history of one entry of a session of its own (the
 //     gateway alone: no worker on the path), /echo in another session
-//     (slash.exec, a worker round trip), and every 250 ms GET /admin on a
-//     keep-alive connection;
+//     (slash.exec, a worker round trip), and every 250 ms GET /admin and
+//     GET /admin/api/workers, each on a
+//     keep-alive connection of its own;
 //  2. the load (`dashgate-bench stall-load`, one process) opens streams
 //     sockets, a session each (close_on_disconnect), and streams 200-word
 //     prompts back to back from the echo agent (its own pace, one delta a
@@ -70,6 +71,11 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 		fig("stall: GET /admin, loaded max", "ms", "<= 200"),
 		fig("  GET /admin, loaded p50", "ms", ""),
 		fig("  GET /admin, idle max", "ms", ""),
+		fig("  GET /admin, loaded p99", "ms", "<= 200"),
+		fig("stall: GET /admin/api/workers, loaded p99", "ms", "<= 200"),
+		fig("  GET /admin/api/workers, loaded p50", "ms", ""),
+		fig("  GET /admin/api/workers, loaded max", "ms", ""),
+		fig("  GET /admin/api/workers, idle max", "ms", ""),
 		fig("stall: /echo (worker round trip), loaded p99", "ms", ""),
 		fig("  /echo, loaded p50", "ms", ""),
 		fig("  /echo, loaded max", "ms", ""),
@@ -117,7 +123,8 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 			p := func(xs []float64, q float64) float64 { return percentile(xs, q) }
 			return []float64{
 				p(loaded.History, 99), p(loaded.History, 50), p(loaded.History, 100), p(idle.History, 50), p(idle.History, 99),
-				p(loaded.Admin, 100), p(loaded.Admin, 50), p(idle.Admin, 100),
+				p(loaded.Admin, 100), p(loaded.Admin, 50), p(idle.Admin, 100), p(loaded.Admin, 99),
+				p(loaded.Workers, 99), p(loaded.Workers, 50), p(loaded.Workers, 100), p(idle.Workers, 100),
 				p(loaded.Echo, 99), p(loaded.Echo, 50), p(loaded.Echo, 100), p(idle.Echo, 50), p(idle.Echo, 99),
 				float64(d1-d0) / el.Seconds(), float64(c1-c0) / el.Seconds(),
 				100 * (cpu1 - cpu0).Seconds() / el.Seconds(), 100 * idle1.share(idle0), lavg,
@@ -204,6 +211,7 @@ func (c cpuTimes) share(c0 cpuTimes) float64 {
 // quietResult is what the quiet client measured, in ms.
 type quietResult struct {
 	History, Echo, Admin []float64
+	Workers              []float64 // GET /admin/api/workers
 }
 
 // runQuiet runs `dashgate-bench stall-quiet` for d against t and returns
@@ -277,26 +285,33 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	var wg sync.WaitGroup
 	var adminErr error
 	until := time.Now().Add(d)
-	wg.Go(func() {
-		c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
-		defer c.CloseIdleConnections()
-		adminErr = every(ctx, 250*time.Millisecond, d+time.Minute, func() (bool, error) {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"admin", nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			t0 := time.Now()
-			resp, err := c.Do(req)
-			if err != nil {
-				return false, err
-			}
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("GET /admin: %s", resp.Status)
-			}
-			res.Admin = append(res.Admin, ms1(time.Since(t0)))
-			return !time.Now().Before(until), err
-		})
-	})
+	// GET /admin and GET /admin/api/workers, each every 250 ms on a
+	// keep-alive connection of its own.
+	get := func(path string, into *[]float64, errp *error) func() {
+		return func() {
+			c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
+			defer c.CloseIdleConnections()
+			*errp = every(ctx, 250*time.Millisecond, d+time.Minute, func() (bool, error) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				t0 := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					return false, err
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("GET /%s: %s", path, resp.Status)
+				}
+				*into = append(*into, ms1(time.Since(t0)))
+				return !time.Now().Before(until), err
+			})
+		}
+	}
+	var workersErr error
+	wg.Go(get("admin", &res.Admin, &adminErr))
+	wg.Go(get("admin/api/workers", &res.Workers, &workersErr))
 	err = every(ctx, 10*time.Millisecond, d+time.Minute, func() (bool, error) {
 		var page struct {
 			Entries []json.RawMessage `json:"entries"`
@@ -318,7 +333,7 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	for _, sid := range []string{hist, ech} {
 		ch.Call(ctx, "session.close", map[string]string{"session_id": sid}, nil)
 	}
-	if err = errors.Join(err, adminErr); err != nil {
+	if err = errors.Join(err, adminErr, workersErr); err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(res)
