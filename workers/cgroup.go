@@ -24,8 +24,8 @@ import (
 // its tree ever runs outside it, whatever it does with sessions, process
 // groups, parents or its environment. Closing signals the members listed in
 // cgroup.procs, ends with cgroup.kill, and takes "populated 0" in
-// cgroup.events, waited for with inotify, as the proof that the tree is
-// gone.
+// cgroup.events, waited for on the members' pidfds, as the proof that the
+// tree is gone.
 
 // CgroupMode is the --cgroup flag.
 type CgroupMode string
@@ -556,55 +556,47 @@ func (g *cgroup) kill() error {
 }
 
 // awaitEmpty waits until cgroup.events says populated 0 or d passed, and
-// reports whether it is empty. It sleeps in poll(2) on an inotify watch of
-// cgroup.events (the kernel signals each change of that file as a
-// modification) and on a pidfd of every member (readable once it exited),
-// never on a timer: the kernel holds back a cgroup file's notifications
-// for up to 10 ms after the previous one (CGROUP_FILE_NOTIFY_MIN_INTV), and
-// the members' pidfds say at once that the last one is gone. Members that
-// fork meanwhile are found on the next round.
+// reports whether it is empty. It sleeps in poll(2) on a pidfd of every
+// member (readable once it exited) and looks again when one fires: a
+// member that forked after the list was read keeps its parent listed
+// until the next round, or, its parent gone, is in the next list. A round
+// with no member to wait for (the list raced with the last exit) looks
+// again after awaitEmptyRecheck.
+//
+// It takes no inotify watch of cgroup.events: the kernel holds back a
+// cgroup file's notifications for up to 10 ms after the previous one
+// (CGROUP_FILE_NOTIFY_MIN_INTV), and closing an inotify instance waits for
+// an SRCU grace period (fsnotify_destroy_group): 12 ms a close, up to 37,
+// in a trace of terminals opened and closed back to back (BENCHMARKS.md,
+// issue 43).
 func (g *cgroup) awaitEmpty(d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err == nil {
-		defer unix.Close(ino)
-		if _, err := unix.InotifyAddWatch(ino, filepath.Join(g.dir, "cgroup.events"), unix.IN_MODIFY); err != nil {
-			return !g.populated() // the cgroup is gone, or unreadable
-		}
-	}
-	buf := make([]byte, 4096)
-	for g.populated() { // looked at after the watch is set: no change is missed
+	for g.populated() {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return false
 		}
 		var fds []unix.PollFd
-		if ino >= 0 {
-			fds = append(fds, unix.PollFd{Fd: int32(ino), Events: unix.POLLIN})
-		} else {
-			left = min(left, 10*time.Millisecond) // no inotify: look again now and then
-		}
 		for _, pid := range g.procs() {
 			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
 				fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 			}
 		}
+		if len(fds) == 0 {
+			left = min(left, awaitEmptyRecheck)
+		}
 		unix.Poll(fds, int(left/time.Millisecond)+1)
 		for _, f := range fds {
-			if int(f.Fd) != ino {
-				unix.Close(int(f.Fd))
-			}
-		}
-		if ino >= 0 {
-			for {
-				if _, err := unix.Read(ino, buf); err != nil {
-					break // drained (EAGAIN)
-				}
-			}
+			unix.Close(int(f.Fd))
 		}
 	}
 	return true
 }
+
+// awaitEmptyRecheck is how soon awaitEmpty looks again at a cgroup still
+// populated with no member listed (between a member's exit and the
+// kernel's update of populated).
+const awaitEmptyRecheck = 2 * time.Millisecond
 
 // CgroupStats are a child cgroup's figures. A figure whose controller is
 // not enabled is -1.
