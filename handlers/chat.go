@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,11 +120,14 @@ type chatConn struct {
 	conn *websocket.Conn
 	log  *slog.Logger
 	out  chan any // *sessions.Event (the writer encodes it) or []byte (a reply): one word pair a slot
-	sock *socket
-	held *heldConn          // the connection under conn: the writer sends what is queued together (writeQueued)
-	done chan struct{}      // closed when the socket is gone, before DetachViewer
-	page string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
-	who  sessions.Principal // who the socket acts for, read once from its request
+	// batch is writeQueued's array of the frames it takes, kept between
+	// writes (the writer's alone).
+	batch []any
+	sock  *socket
+	held  *heldConn          // the connection under conn: the writer sends what is queued together (writeQueued)
+	done  chan struct{}      // closed when the socket is gone, before DetachViewer
+	page  string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
+	who   sessions.Principal // who the socket acts for, read once from its request
 }
 
 // Principal implements sessions.Viewer.
@@ -331,38 +335,139 @@ func (c *chatConn) writeLoop() {
 	}
 }
 
-// writeBatch bounds the bytes of queued frames sent with one write(2).
-const writeBatch = 32 << 10
-
-// writeQueued writes the frame f and the frames queued behind it, up to
-// writeBatch bytes: each its own WebSocket message, in order, all with
-// one write(2) (heldConn), within the socket's write timeout.
+// writeQueued writes the frame f and, when the socket is behind (frames
+// queued behind f), every frame queued then, as one write(2) (heldConn),
+// within the socket's write timeout: the control frames first (answers,
+// approval.*, session.closed: nothing waits behind a queue of deltas),
+// then the events in order with the message.delta events of one message
+// merged (mergeDeltas; shared/PROTOCOL.md §10 allows both).
 func (c *chatConn) writeQueued(f any) error {
 	if c.held == nil || len(c.out) == 0 {
 		return writeFrame(c.sock, websocket.MessageText, frameBytes(f), c.h.Socket.WriteTimeout)
 	}
-	return timed(c.sock, c.h.Socket.WriteTimeout, func() error {
+	frames := append(c.batch[:0], f)
+	for n := len(c.out); n > 0; n-- {
+		frames = append(frames, <-c.out)
+	}
+	frames = mergeDeltas(controlFirst(frames))
+	err := timed(c.sock, c.h.Socket.WriteTimeout, func() error {
 		c.held.hold()
-		for n := 0; ; {
-			b := frameBytes(f)
+		for _, f := range frames {
 			// Held: coder/websocket's flush of the message lands in the
 			// heldConn's buffer.
-			if err := c.conn.Write(c.sock.connCtx, websocket.MessageText, b); err != nil {
+			if err := c.conn.Write(c.sock.connCtx, websocket.MessageText, frameBytes(f)); err != nil {
 				c.held.release()
 				return err
 			}
-			if n += len(b); n >= writeBatch {
-				break
-			}
-			select {
-			case f = <-c.out:
-				continue
-			default:
-			}
-			break
 		}
 		return c.held.release()
 	})
+	clear(frames) // no event kept alive by the reused array
+	c.batch = frames[:0]
+	return err
+}
+
+// isControl reports whether a queued frame goes before queued events: an
+// answer ([]byte: a reply, a batch's answers; gateway.ready too, which is
+// the first frame anyway), approval.* and session.closed.
+func isControl(f any) bool {
+	ev, ok := f.(*sessions.Event)
+	return !ok || ev.Type == "session.closed" || strings.HasPrefix(ev.Type, "approval.")
+}
+
+// controlFirst reorders frames in place, stably: the control frames
+// (isControl) first, then the others, each in their order.
+func controlFirst(frames []any) []any {
+	n := 0
+	for _, f := range frames {
+		if isControl(f) {
+			n++
+		}
+	}
+	if n == 0 || n == len(frames) {
+		return frames
+	}
+	out := make([]any, 0, len(frames))
+	for _, f := range frames {
+		if isControl(f) {
+			out = append(out, f)
+		}
+	}
+	for _, f := range frames {
+		if !isControl(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// deltaOf returns the session and turn_id of a message.delta event and its
+// text; ok is false for any other frame.
+func deltaOf(f any) (sid, turn, text string, ok bool) {
+	ev, isEv := f.(*sessions.Event)
+	if !isEv || ev.Type != "message.delta" {
+		return "", "", "", false
+	}
+	p, isMap := ev.Payload.(map[string]any)
+	if !isMap {
+		return "", "", "", false
+	}
+	turn, ok1 := p["turn_id"].(string)
+	text, ok2 := p["text"].(string)
+	return ev.SessionID, turn, text, ok1 && ok2 && len(p) == 2
+}
+
+// mergeDeltas merges, in place, each run of message.delta events of one
+// message (one session, one turn_id) into the first of them: their texts
+// concatenated in order, the seq of the last. Any other frame of that
+// session ends its run; frames of other sessions between its deltas do
+// not (a session's events keep their order; sessions interleave as
+// before). A run of one is left as it is (its encoding is shared with the
+// session's other viewers).
+func mergeDeltas(frames []any) []any {
+	type run struct {
+		at   int             // its first delta's index in out
+		turn string          // its turn_id
+		text strings.Builder // the texts so far, when more than one
+		last *sessions.Event // its last delta
+		n    int
+	}
+	var open map[string]*run // by session: its run still open
+	var runs []*run
+	out := frames[:0]
+	for _, f := range frames {
+		sid, turn, text, ok := deltaOf(f)
+		if !ok {
+			if ev, isEv := f.(*sessions.Event); isEv && open != nil {
+				delete(open, ev.SessionID)
+			}
+			out = append(out, f)
+			continue
+		}
+		if r := open[sid]; r != nil && r.turn == turn {
+			if r.n == 1 {
+				_, _, first, _ := deltaOf(out[r.at])
+				r.text.WriteString(first)
+			}
+			r.text.WriteString(text)
+			r.last, r.n = f.(*sessions.Event), r.n+1
+			continue
+		}
+		if open == nil {
+			open = map[string]*run{}
+		}
+		r := &run{at: len(out), turn: turn, last: f.(*sessions.Event), n: 1}
+		open[sid] = r
+		runs = append(runs, r)
+		out = append(out, f)
+	}
+	for _, r := range runs {
+		if r.n > 1 {
+			out[r.at] = &sessions.Event{Type: "message.delta", SessionID: r.last.SessionID, Seq: r.last.Seq,
+				Payload: map[string]any{"turn_id": r.turn, "text": r.text.String()}}
+		}
+	}
+	return out
 }
 
 // dispatch runs request i of a frame (b: its batch, or nil) and answers
