@@ -396,7 +396,8 @@ func (p *listParams) closedPage() (limit int, before time.Time, e *RPCError) {
 
 // sessionList lists the principal's live sessions, then, with
 // include_closed, a page of its closed ones, newest first: {"sessions"}
-// (and "more" with include_closed).
+// (and "more" with include_closed). An admin's are its own too: admins
+// list everyone's on /admin, which shows no other user's title.
 func (c *chatConn) sessionList(ctx context.Context, raw json.RawMessage) (any, func(), error) {
 	var p listParams
 	if err := readParams(raw, &p); err != nil {
@@ -405,7 +406,9 @@ func (c *chatConn) sessionList(ctx context.Context, raw json.RawMessage) (any, f
 	live := c.h.Registry.List(c.who)
 	list := make([]any, 0, len(live))
 	for _, in := range live {
-		list = append(list, in)
+		if c.who.Owns(in.Owner) {
+			list = append(list, in)
+		}
 	}
 	if !p.IncludeClosed {
 		return map[string]any{"sessions": list}, nil, nil
