@@ -45,7 +45,8 @@ const promptFiles = `JSON.stringify([...document.querySelectorAll('[data-testid=
 // input show as chips under the input, go with the prompt (the model
 // server gets the text inlined with its name and the image as an
 // image_url data URL), and show in the history as a link and a
-// thumbnail, after a reload too; search finds the prompt by a file's
+// thumbnail, after a reload too (and the chips of files not sent yet come
+// back after a reload); search finds the prompt by a file's
 // name; a file over --attach-max-bytes is refused before it is sent, in
 // the server's words; a dropped and a pasted file become chips, and a
 // removed chip's upload is taken back; the files go with their session.
@@ -77,6 +78,13 @@ func TestChatAttachments(t *testing.T) {
 	// Picked: two chips, uploaded.
 	tb.Do("pick two files", chromedp.SetUploadFiles(input, []string{filepath.Join(files, "notes.txt"), filepath.Join(files, "pixel.png")}))
 	tb.mustWaitJS(15*time.Second, "two chips uploaded", readyChips("notes.txt", "pixel.png")+` === 2`, chipsState)
+	// Not sent yet, they count against the limits: a reload shows them
+	// again, ready to send or take back (a new-user trial found them
+	// gone from the page and still counted).
+	tb.Do("reload with the files waiting", chromedp.Reload())
+	waitDashboard(t, tb)
+	tb.mustWaitJS(15*time.Second, "the two chips back after the reload", readyChips("notes.txt", "pixel.png")+` === 2 && `+
+		`document.querySelectorAll('[data-testid="attach-chip"]').length === 2`, chipsState)
 
 	// Over the limit: refused before anything is sent, as the server says it.
 	tb.Do("pick a file over the limit", chromedp.SetUploadFiles(input, []string{filepath.Join(files, "too-big.bin")}))

@@ -527,6 +527,12 @@ func resumeResult(res sessions.ResumeResult) map[string]any {
 		terms = []sessions.TerminalInfo{}
 	}
 	out["terminals"] = terms
+	// Its files uploaded and not sent yet (issue 42): the page's chips.
+	files := res.PendingAttachments
+	if files == nil {
+		files = []store.AttachmentRef{}
+	}
+	out["pending_attachments"] = files
 	return out
 }
 

@@ -271,6 +271,10 @@ type ResumeResult struct {
 	// Plan and Commands are an ACP agent's last plan and slash commands as
 	// its worker gave them (nil: none yet, in this process).
 	Plan, Commands json.RawMessage
+	// PendingAttachments are the files uploaded into it and not sent yet,
+	// in upload order (a page that reloads shows them again: they count
+	// against the limits until sent or taken back).
+	PendingAttachments []store.AttachmentRef
 }
 
 // Resume attaches s to v and returns its history. Errors: ErrNotFound
@@ -308,7 +312,8 @@ func (r *Registry) Resume(v Viewer, sid string) (ResumeResult, error) {
 	if !s.live() {
 		return ResumeResult{}, ErrNotFound
 	}
-	return ResumeResult{Info: s.info(), History: s.historyLocked(), PendingApprovals: s.pendingLocked(), Plan: s.plan, Commands: s.commands}, nil
+	return ResumeResult{Info: s.info(), History: s.historyLocked(), PendingApprovals: s.pendingLocked(), Plan: s.plan, Commands: s.commands,
+		PendingAttachments: slices.Clone(s.pending.files)}, nil
 }
 
 // storeReadTimeout bounds a store read on a path that has no context of

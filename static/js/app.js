@@ -357,6 +357,7 @@ function show(id, r, explicit) {
 	repin();
 	chat.clear();
 	setCurrent(id, explicit, r.terminals);
+	tray.restore(id, r.pending_attachments); // files uploaded and not sent: a reload finds them
 	const history = Array.isArray(r.history) ? r.history : [];
 	for (const e of history) chat.entry(e);
 	follow.reset();

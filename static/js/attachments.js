@@ -325,6 +325,26 @@ export class AttachmentTray {
 		}
 	}
 
+	/**
+	 * Shows the files uploaded into session sid and not sent yet
+	 * (session.resume's pending_attachments, [{id, name, type, kind,
+	 * size}]) as ready chips, but those shown already: a reload finds its
+	 * files again, as its draft.
+	 */
+	restore(sid, refs) {
+		if (!Array.isArray(refs)) return;
+		const shown = new Set(this.#chips().map((c) => c.dataset.id));
+		for (const f of refs) {
+			if (!f?.id || shown.has(f.id)) continue;
+			const chip = this.#chip(f);
+			chip._ref = f;
+			chip.dataset.id = f.id;
+			chip.dataset.kind = f.kind;
+			chip.dataset.sid = sid;
+			chip.dataset.state = 'ready';
+		}
+	}
+
 	/** Empties the tray once its files were sent (they are the prompt's now). */
 	sent() {
 		for (const c of this.#chips()) c.remove();
