@@ -25,10 +25,20 @@ type socket struct {
 	cancel  context.CancelCauseFunc
 	connCtx context.Context // never ends (see above)
 
+	stop func() bool // stops the parent's AfterFunc (newSocket)
+
+	// mu guards first, and orders a close's count on closing with end's
+	// wait: the call that records the first cause is the only one that
+	// may start a close in the background (closeWith), and it counts that
+	// close (closing.Add) before it lets go of mu. end records its own
+	// cause, under mu, before it waits (closing.Wait), so a close started
+	// before it is counted when it waits, and one asked for after it finds
+	// the cause taken and starts nothing. An Add from zero beside a Wait
+	// is a misuse of sync.WaitGroup (the race detector's data race, and an
+	// end that returned with the close still running).
 	mu      sync.Mutex
-	first   error
-	closing sync.WaitGroup
-	stop    func() bool
+	first   error          // why the socket ended: the first cause recorded
+	closing sync.WaitGroup // closeWith's close in progress; Add under mu only
 }
 
 func newSocket(parent context.Context, conn *websocket.Conn) *socket {
@@ -58,9 +68,16 @@ const (
 	CloseRevokedReason                      = "access revoked: user removed"
 )
 
+// record makes cause the socket's when none was recorded before, and
+// reports whether it did.
 func (s *socket) record(cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.recordLocked(cause)
+}
+
+// recordLocked is record with s.mu held.
+func (s *socket) recordLocked(cause error) bool {
 	if s.first != nil {
 		return false
 	}
@@ -68,12 +85,18 @@ func (s *socket) record(cause error) bool {
 	return true
 }
 
-// closeWith ends the socket with a close frame (code, reason), once.
+// closeWith ends the socket with a close frame (code, reason), once: the
+// handshake runs in the background, and end waits for it.
 func (s *socket) closeWith(cause error, code websocket.StatusCode, reason string) {
-	if !s.record(cause) {
+	s.mu.Lock()
+	first := s.recordLocked(cause)
+	if first {
+		s.closing.Add(1) // under mu, with the cause: see socket
+	}
+	s.mu.Unlock()
+	if !first {
 		return
 	}
-	s.closing.Add(1)
 	go func() {
 		defer s.closing.Done()
 		s.conn.Close(code, reason)
@@ -91,7 +114,8 @@ func (s *socket) abort(cause error) {
 }
 
 // end is called when the read loop returned err; it closes whatever is left
-// and waits for a close in progress.
+// and waits for a close in progress. Its record comes before its wait
+// (see socket).
 func (s *socket) end(err error) {
 	s.record(err)
 	s.cancel(err)
