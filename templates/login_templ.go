@@ -69,7 +69,7 @@ func Login(v LoginView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<p>Enter the token dashgate was started with (<code>--token</code>), or open the login URL it printed.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<p data-testid=\"login-where\">Enter the token dashgate printed when it started, or open the login URL it printed. Unless dashgate was given <code>--token</code> or <code>--token-file</code>, the token is also kept on its machine in <code>&lt;state-dir&gt;/token</code> (<code>--state-dir</code>, by default <code>~/.local/state/dashgate</code>).</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -3,17 +3,20 @@ package web_test
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/dashgate/dashgate/handlers"
 	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/static"
 	"github.com/dashgate/dashgate/web"
 )
 
@@ -435,5 +438,45 @@ func TestTokenQueryLeavesTheAddressBarWithACookie(t *testing.T) {
 		if want := map[string]string{"secret-token": "[dashgate_login_]", "not-the-token": "[]"}[q]; fmt.Sprint(set) != want {
 			t.Errorf("?token=%s: cookies set %v, want %s (only a valid token becomes the cookie)", q, set, want)
 		}
+	}
+}
+
+// TestLoginPageSaysWhereTheTokenIs: after Log out in single-user mode the
+// login page said "the token dashgate was started with (--token)" of a
+// token dashgate had made and kept in <state-dir>/token. It says where the
+// token is, without showing it, and its flags and paths do not break at
+// their hyphens (page.css: white-space: nowrap on the card's <code>).
+func TestLoginPageSaysWhereTheTokenIs(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, web.Config{})
+	resp, body := fetch(t, srv.URL, "/", false, "text/html")
+	page := string(body)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, `data-testid="login"`) {
+		t.Fatalf("GET / without a token: %d, want 401 and the login page:\n%s", resp.StatusCode, page)
+	}
+	for _, want := range []string{
+		"printed when it started",
+		"<code>&lt;state-dir&gt;/token</code>",
+		"<code>--token</code>",
+		"<code>--token-file</code>",
+		"<code>--state-dir</code>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the login page does not say %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "started with") {
+		t.Errorf("the login page still says the token is the one dashgate was started with:\n%s", page)
+	}
+	if strings.Contains(page, "secret-token") {
+		t.Error("the login page shows the token")
+	}
+	css, err := fs.ReadFile(static.FS, "css/page.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := regexp.MustCompile(`(?s)\.card-page code \{[^}]*\}`).Find(css)
+	if !regexp.MustCompile(`(?m)^\s*white-space: nowrap;`).Match(rule) {
+		t.Errorf("page.css's rule %q lets a flag wrap at its hyphens, want white-space: nowrap", rule)
 	}
 }
