@@ -567,6 +567,7 @@ func (r *Registry) finish(s *Session) {
 	w, terms := s.worker, s.terms.take()
 	s.worker = nil
 	reason, by := s.endReason, s.endBy
+	endedPTYPID := s.endedPTYPID // set under r.mu by a terminal that ended before
 	r.mu.Unlock()
 	if by != "" {
 		if n, ok := w.(interface{ AddCloseAttr(string, any) }); ok {
@@ -587,7 +588,7 @@ func (r *Registry) finish(s *Session) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Close(wreason) }()
 	}
-	if ptyPID = s.endedPTYPID; len(terms) > 0 {
+	if ptyPID = endedPTYPID; len(terms) > 0 {
 		ptyPID = terms[0].PID() // the first; each one's "worker closed" record names it
 	}
 	for _, t := range terms {
