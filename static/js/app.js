@@ -133,6 +133,7 @@ const terminal = new TerminalTabs(els.terminal, base, {
 		close: byTestId('terminal-download-close'),
 		open: byTestId('terminal-download-open'),
 	},
+	head: byTestId('terminal-head'),
 	tabs: byTestId('terminal-tabs'),
 	newTab: byTestId('terminal-tab-new'),
 	close: (sid, tid) => rpc.call('terminal.close', { session_id: sid, terminal: tid }).catch((err) => console.warn('dashgate: terminal.close', err)),

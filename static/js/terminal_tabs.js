@@ -24,6 +24,11 @@
 // key row, the search row, the Download row and a file dropped on the
 // pane (into the directory of the shown terminal's shell).
 //
+// While no session is shown (a first visit: "Start a session") the head
+// row (data-testid="terminal-head": the strip, Download and Search) is
+// hidden, and the search and Download rows are closed: there is nothing
+// to act on.
+//
 // localStorage keys:
 //   dashgate.termtabs.<session_id>  {"names": {id: name}, "active": id}
 
@@ -47,7 +52,7 @@ export class TerminalTabs {
 	/**
 	 * @param {HTMLElement} el the element the terminals' elements go in
 	 * @param {string} base the base path, starting and ending with "/"
-	 * @param {object} ui TerminalPane's lines (page, status, text, restart, shared, sharedText, takeover, recorded, start) and the page's: keys (the key row), search and files (the rows of terminal.js before issue 42), tabs (the strip), newTab (its +), close(sid, tid) (terminal.close) and confirm(text)
+	 * @param {object} ui TerminalPane's lines (page, status, text, restart, shared, sharedText, takeover, recorded, start) and the page's: keys (the key row), search and files (the rows of terminal.js before issue 42), head (the row of the strip, Download and Search), tabs (the strip), newTab (its +), close(sid, tid) (terminal.close) and confirm(text)
 	 */
 	constructor(el, base, ui) {
 		this.#el = el;
@@ -89,6 +94,14 @@ export class TerminalTabs {
 			return;
 		}
 		this.#sid = sid;
+		if (!sid) {
+			// Nothing to search or download from.
+			if (this.#ui.search) {
+				this.#ui.search.bar.hidden = true;
+				this.#ui.search.status.textContent = '';
+			}
+			if (this.#ui.files) this.#ui.files.row.hidden = true;
+		}
 		this.#show(sid && ids.length > 0 ? ids : [FIRST_TERMINAL]);
 	}
 
@@ -260,6 +273,7 @@ export class TerminalTabs {
 			close.hidden = lone;
 			close.setAttribute('aria-label', `Close terminal ${name}`);
 		}
+		if (this.#ui.head) this.#ui.head.hidden = !this.#sid;
 		this.#ui.newTab.disabled = !this.#sid || this.#panes.size >= MAX_TABS;
 		this.#ui.newTab.title = this.#panes.size >= MAX_TABS ? `A session runs at most ${MAX_TABS} terminals` : 'A new terminal in this session';
 	}
@@ -410,7 +424,7 @@ export class TerminalTabs {
 	/** Opens the search row (Alt+Shift+F, its Search button) with its text selected. */
 	openSearch() {
 		const ui = this.#ui.search;
-		if (!ui) return;
+		if (!ui || !this.#sid) return;
 		if (ui.bar.hidden) {
 			ui.bar.hidden = false;
 			this.refit();
