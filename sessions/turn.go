@@ -168,7 +168,7 @@ func (t *turn) checkpoint() {
 		// A turn not done has no status of the worker's and has not
 		// failed yet: its reply is interrupted (replyStatus).
 		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text.String(), At: t.at,
-			TurnID: t.id, Interrupted: true, Status: "interrupted"})
+			TurnID: t.id, Interrupted: true, Status: "interrupted", Partial: true})
 	}
 }
 

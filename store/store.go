@@ -132,6 +132,12 @@ type Entry struct {
 	// Attachments are the files sent with a prompt (issue 42), in the
 	// order they were attached; their bytes are stored apart (Attachment).
 	Attachments []AttachmentRef `json:"attachments,omitempty"`
+	// Partial marks a checkpoint of a reply still streaming (issue 43):
+	// written again as it grows, and a last time without Partial when it
+	// ends. A store need not make it searchable until then (store/sqlite
+	// does not; it indexes what a crash left partial when it opens). Never
+	// sent to clients.
+	Partial bool `json:"-"`
 }
 
 // Entry kinds and roles.

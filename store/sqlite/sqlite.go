@@ -223,10 +223,17 @@ func prepare(ctx context.Context, w *sql.DB, abs string) error {
 	if mode != "wal" {
 		return fmt.Errorf("store %s: journal mode is %q, not wal", abs, mode)
 	}
-	if user == schemaVersion && applied == schemaVersion {
-		return nil
+	if user != schemaVersion || applied != schemaVersion {
+		if err := migrate(ctx, w, abs); err != nil {
+			return err
+		}
 	}
-	return migrate(ctx, w, abs)
+	// A reply's checkpoints are not searchable until its last write
+	// (store.Entry.Partial); one a crash left partial is made so now.
+	if _, err := w.ExecContext(ctx, `UPDATE entries SET partial = 0 WHERE partial <> 0`); err != nil {
+		return fmt.Errorf("store %s: index partial entries: %w", abs, err)
+	}
+	return nil
 }
 
 // isCode reports whether err is a SQLite error whose primary result code
@@ -370,12 +377,13 @@ ON CONFLICT (id) DO UPDATE SET title = excluded.title, created_at = excluded.cre
 	}
 	if len(b.Entries) > 0 {
 		st, err := tx.PrepareContext(ctx, `INSERT INTO entries
-	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, attachments, names)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	(session_id, seq, role, kind, text, at, turn_id, interrupted, input_tokens, output_tokens, code, status, data, attachments, names, partial)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = excluded.kind, text = excluded.text,
 	at = excluded.at, turn_id = excluded.turn_id, interrupted = excluded.interrupted,
 	input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, code = excluded.code,
-	status = excluded.status, data = excluded.data, attachments = excluded.attachments, names = excluded.names`)
+	status = excluded.status, data = excluded.data, attachments = excluded.attachments, names = excluded.names,
+	partial = excluded.partial`)
 		if err != nil {
 			return err
 		}
@@ -399,7 +407,7 @@ ON CONFLICT (session_id, seq) DO UPDATE SET role = excluded.role, kind = exclude
 				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, err)
 			}
 			if _, err := st.ExecContext(ctx, e.SessionID, seq, e.Role, e.Kind, e.Text, at, e.TurnID, e.Interrupted, in, out, e.Code, e.Status, string(e.Data),
-				refs, store.AttachmentNames(e.Attachments)); err != nil {
+				refs, store.AttachmentNames(e.Attachments), e.Partial); err != nil {
 				return fmt.Errorf("entry %d of session %q: %w", e.Seq, e.SessionID, err)
 			}
 		}
