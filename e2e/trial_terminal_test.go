@@ -4,6 +4,8 @@ package e2e_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,5 +80,65 @@ func TestTrialNoSessionHidesTerminalTools(t *testing.T) {
 	tb.mustWaitJS(15*time.Second, "no session open again", noSessionShown, dashboardState)
 	if got := mustEval[string](tb, terminalChrome); got != "[]" {
 		t.Errorf("after the last session closed the terminal pane shows %s, want none of them", got)
+	}
+}
+
+// TestTrialTransferLineIsTheTabs: "Downloaded shadow (669 B)." stayed
+// under every terminal tab until its × was pressed. The transfer line is
+// the tab's it concerns: hidden while another tab is shown, back with its
+// tab; a success goes by itself, an error stays until dismissed.
+func TestTrialTransferLineIsTheTabs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(file, []byte("twelve bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDashgate(t)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	tb.mustWaitJS(20*time.Second, "one tab, its terminal up", tabsReady(1), tabsState)
+	tb.Do("press +", chromedp.Click(chromedp.CSS(byTestID("terminal-tab-new"))))
+	tb.mustWaitJS(20*time.Second, "two tabs, the second shown", tabsReady(2)+` && window.dashgate.terminalTabs()[1].active`, tabsState)
+	tabs := termTabs(tb)
+	show := func(i int) {
+		t.Helper()
+		tb.Do(fmt.Sprintf("show tab %d", i+1), chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-terminal-id=%q] [data-testid="terminal-tab-select"]`, tabs[i].ID))))
+		tb.mustWaitJS(5*time.Second, fmt.Sprintf("tab %d shown", i+1), fmt.Sprintf(`window.dashgate.terminalTabs()[%d].active`, i), tabsState)
+	}
+	download := func(path string) {
+		t.Helper()
+		tb.Do("download "+path, chromedp.Click(chromedp.CSS(byTestID("terminal-download-open"))),
+			chromedp.SetValue(chromedp.CSS(byTestID("terminal-download-path")), path),
+			chromedp.Click(chromedp.CSS(byTestID("terminal-download-go"))))
+	}
+	line := `JSON.stringify({shown: ` + visible(byTestID("terminal-transfer")) + `, text: ` + transferText + `})`
+	says := func(text string) string { return line + ` === ` + js(fmt.Sprintf(`{"shown":true,"text":%q}`, text)) }
+	hidden := `!` + visible(byTestID("terminal-transfer"))
+
+	// An error in the second tab: it is that tab's.
+	download("/nonexistent/file")
+	tb.mustWaitJS(15*time.Second, "the refusal said in the second tab", visible(byTestID("terminal-transfer"))+` && `+transferText+`.startsWith('Not downloaded: ')`, line)
+	refusal := mustEval[string](tb, transferText)
+	tb.Do("close the download row", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="terminal-download"]').hidden || document.querySelector('[data-testid="terminal-download-close"]').click()`))
+	show(0)
+	tb.mustWaitJS(5*time.Second, "no transfer line in the first tab", hidden, line)
+
+	// A success in the first tab: the second shows its own line again.
+	download(file)
+	tb.mustWaitJS(15*time.Second, "the download said in the first tab", says("Downloaded notes.txt (12 B)."), line)
+	show(1)
+	tb.mustWaitJS(5*time.Second, "the second tab's refusal back", says(refusal), line)
+
+	// The success goes by itself; the error, older, stays.
+	show(0)
+	tb.mustWaitJS(30*time.Second, "the first tab's success gone by itself", hidden, line)
+	show(1)
+	tb.mustWaitJS(5*time.Second, "the second tab's refusal still there", says(refusal), line)
+	tb.Do("dismiss it", chromedp.Click(chromedp.CSS(byTestID("terminal-transfer-close"))))
+	tb.mustWaitJS(5*time.Second, "the refusal dismissed", hidden, line)
+	show(0)
+	show(1)
+	if got := mustEval[string](tb, line); got != `{"shown":false,"text":""}` {
+		t.Errorf("a dismissed line came back with its tab: %s", got)
 	}
 }

@@ -24,6 +24,11 @@
 // key row, the search row, the Download row and a file dropped on the
 // pane (into the directory of the shown terminal's shell).
 //
+// The transfer line (data-testid="terminal-transfer": how an upload or a
+// download went) is the tab's it concerns: it shows while that tab is
+// shown, and comes back with it. A success goes by itself after
+// NOTE_DONE_MS; an error stays until its × is pressed.
+//
 // While no session is shown (a first visit: "Start a session") the head
 // row (data-testid="terminal-head": the strip, Download and Search) is
 // hidden, and the search and Download rows are closed: there is nothing
@@ -38,6 +43,8 @@ const TABS_PREFIX = 'dashgate.termtabs.';
 // The most terminals a session runs (sessions.MaxTerminalsPerSession).
 export const MAX_TABS = 8;
 const NAME_MAX = 40;
+// How long the transfer line says a transfer went well.
+const NOTE_DONE_MS = 8000;
 
 export class TerminalTabs {
 	#el; // the element the panes' elements go in
@@ -48,6 +55,7 @@ export class TerminalTabs {
 	#active = null; // the pane shown
 	#ctrl = null; // the key row's Ctrl button while it is pressed
 	#font = null; // [size, family] of setFont, for panes made later
+	#notes = new Map(); // TerminalPane -> {text, state, timer}: its transfer line
 
 	/**
 	 * @param {HTMLElement} el the element the terminals' elements go in
@@ -157,7 +165,10 @@ export class TerminalTabs {
 
 	/** Replaces every tab with one per id, and shows the one shown last (else the first). */
 	#show(ids) {
-		for (const pane of this.#panes.values()) pane.dispose();
+		for (const pane of this.#panes.values()) {
+			this.#dropNote(pane);
+			pane.dispose();
+		}
 		this.#panes.clear();
 		this.#active = null;
 		for (const id of ids.slice(0, MAX_TABS)) this.#add(id);
@@ -209,6 +220,7 @@ export class TerminalTabs {
 		this.#setCtrl(null);
 		const search = this.#ui.search;
 		if (search && !search.bar.hidden) search.status.textContent = '';
+		this.#showNote();
 		this.#render();
 		if (focus) pane.term.focus();
 	}
@@ -235,6 +247,7 @@ export class TerminalTabs {
 		const sid = this.#sid;
 		const ids = [...this.#panes.keys()];
 		this.#panes.delete(id);
+		this.#dropNote(pane);
 		pane.dispose(true);
 		if (this.#active === pane) {
 			this.#active = null;
@@ -468,31 +481,63 @@ export class TerminalTabs {
 	}
 
 	/**
+	 * Sets pane's transfer line: text ("" clears it), state "done" (it
+	 * clears itself after NOTE_DONE_MS), "error" (it stays) or "" (under
+	 * way). It shows while pane is the one shown.
+	 */
+	#note(pane, text, state = '') {
+		this.#dropNote(pane);
+		if (text) {
+			const note = { text, state, timer: 0 };
+			if (state === 'done') note.timer = setTimeout(() => this.#notes.get(pane) === note && this.#note(pane, ''), NOTE_DONE_MS);
+			this.#notes.set(pane, note);
+		}
+		if (pane === this.#active) this.#showNote();
+	}
+
+	/** Forgets pane's transfer line (the pane goes), without writing the line. */
+	#dropNote(pane) {
+		clearTimeout(this.#notes.get(pane)?.timer);
+		this.#notes.delete(pane);
+	}
+
+	/** Writes the transfer line of the tab shown. */
+	#showNote() {
+		const ui = this.#ui.files;
+		if (!ui) return;
+		const note = this.#notes.get(this.#active);
+		const text = note?.text ?? '';
+		const hide = !text;
+		ui.text.textContent = text;
+		if (note?.state) ui.line.dataset.state = note.state;
+		else delete ui.line.dataset.state;
+		if (ui.line.hidden === hide) return;
+		ui.line.hidden = hide;
+		this.refit();
+	}
+
+	/**
 	 * Wires file transfer (issue 42): a file dropped on the terminal pane is
 	 * uploaded into the current directory of the shell of the terminal
 	 * shown (POST sessions/{id}/terminal/files?name=&terminal=), written as
 	 * the session's owner; Download asks for a path and downloads it (GET
-	 * …?path=&terminal=). The transfer line says how an upload went, or why
-	 * a download is refused.
+	 * …?path=&terminal=). The transfer line of the tab it concerns says how
+	 * an upload went, or why a download is refused.
 	 */
 	#fileTransfer(ui) {
 		const pane = this.#el.closest('.terminal-pane') ?? this.#el;
-		const say = (text, state = '') => {
-			ui.text.textContent = text;
-			if (state) ui.line.dataset.state = state;
-			else delete ui.line.dataset.state;
-			ui.line.hidden = !text;
-			this.refit();
-		};
-		ui.dismiss.addEventListener('click', () => say(''));
-		// The session and terminal shown when the transfer starts.
+		ui.dismiss.addEventListener('click', () => this.#active && this.#note(this.#active, ''));
+		// The session and terminal shown when the transfer starts, and what
+		// says how it went in that terminal's transfer line.
 		const target = () => {
 			const p = this.#active;
 			if (!this.#sid || !p) return null;
-			return (q) => {
+			const sid = this.#sid;
+			const url = (q) => {
 				if (p.terminalId !== FIRST_TERMINAL) q.terminal = p.terminalId;
-				return `${this.#base}sessions/${encodeURIComponent(this.#sid)}/terminal/files?${new URLSearchParams(q)}`;
+				return `${this.#base}sessions/${encodeURIComponent(sid)}/terminal/files?${new URLSearchParams(q)}`;
 			};
+			return { url, say: (text, state = '') => this.#panes.get(p.terminalId) === p && this.#note(p, text, state) };
 		};
 		pane.addEventListener('dragover', (ev) => {
 			if (!this.#sid || !ev.dataTransfer?.types.includes('Files')) return;
@@ -506,9 +551,10 @@ export class TerminalTabs {
 		pane.addEventListener('drop', async (ev) => {
 			pane.classList.remove('drop-target');
 			const list = [...(ev.dataTransfer?.files ?? [])];
-			const url = target();
-			if (!url || list.length === 0) return;
+			const to = target();
+			if (!to || list.length === 0) return;
 			ev.preventDefault();
+			const { url, say } = to;
 			for (const f of list) {
 				say(`Uploading ${f.name}…`);
 				try {
@@ -541,8 +587,9 @@ export class TerminalTabs {
 		ui.close.addEventListener('click', closeRow);
 		const download = async () => {
 			const path = ui.path.value.trim();
-			const url = target();
-			if (!path || !url) return;
+			const to = target();
+			if (!path || !to) return;
+			const { url, say } = to;
 			// Fetched, not navigated to: a refusal is said here, not as an
 			// error page or a saved error text. The file passes through
 			// memory, as a blob.
