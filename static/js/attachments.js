@@ -47,6 +47,23 @@ export function limitMessage(limit, max, got, name) {
 	}
 }
 
+/**
+ * A pasted file under a name of its own: browsers name every pasted
+ * image "image.png" (a screenshot, a copied picture), so two of them were
+ * two chips of one name; it becomes "pasted-20261206-101502.png" (local
+ * time), "-2", "-3" for more in a second. Other names are kept.
+ */
+let lastPaste = { stamp: '', n: 0 };
+export function pastedName(f, now = new Date()) {
+	if (!/^image\.[a-z0-9]+$/i.test(f.name)) return f;
+	const p = (n) => String(n).padStart(2, '0');
+	const stamp = `${now.getFullYear()}${p(now.getMonth() + 1)}${p(now.getDate())}-${p(now.getHours())}${p(now.getMinutes())}${p(now.getSeconds())}`;
+	lastPaste = lastPaste.stamp === stamp ? { stamp, n: lastPaste.n + 1 } : { stamp, n: 1 };
+	const ext = f.name.slice(f.name.lastIndexOf('.'));
+	const name = `pasted-${stamp}${lastPaste.n > 1 ? `-${lastPaste.n}` : ''}${ext}`;
+	return new File([f], name, { type: f.type, lastModified: f.lastModified });
+}
+
 /** The URL of a session's attachment (or of its attachments, without aid). */
 export function attachmentURL(base, sid, aid) {
 	const u = `${base}sessions/${encodeURIComponent(sid)}/attachments`;
@@ -133,7 +150,7 @@ export class AttachmentTray {
 			if (b) this.#remove(b.closest('[data-testid="attach-chip"]'));
 		});
 		els.paste.addEventListener('paste', (ev) => {
-			const files = [...(ev.clipboardData?.files ?? [])];
+			const files = [...(ev.clipboardData?.files ?? [])].map((f) => pastedName(f));
 			if (files.length === 0) return; // text pastes as text
 			ev.preventDefault();
 			this.add(files);
@@ -222,11 +239,11 @@ export class AttachmentTray {
 				continue;
 			}
 			if (count + 1 > l.max_files) {
-				this.error(limitMessage('files', l.max_files, count + 1));
+				this.error(`${f.name}: ${limitMessage('files', l.max_files, count + 1)}`); // named, as the server's refusal of its upload
 				continue;
 			}
 			if (total + f.size > l.max_total) {
-				this.error(limitMessage('total', l.max_total, total + f.size));
+				this.error(`${f.name}: ${limitMessage('total', l.max_total, total + f.size)}`);
 				continue;
 			}
 			count++;
