@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -220,4 +221,88 @@ func terminalPID(t *testing.T, tb *tab, sid, tid string) int {
 		t.Fatalf("session.list names no terminal %s of %s", tid, sid)
 	}
 	return pid
+}
+
+// TestTerminalTabsKeepTheirOrderAfterRestart: after a restart of dashgate
+// a new-user trial's tabs came back as "build | Terminal 1 | Terminal 3":
+// session.resume lists the terminals in the order they started, and after
+// a restart that is the order the page's sockets came back in. The page
+// keeps the order it had (and the tab it showed). Here the terminals are
+// started again in the reverse order, with the page away, so that
+// session.resume's order is not the page's.
+func TestTerminalTabsKeepTheirOrderAfterRestart(t *testing.T) {
+	state := t.TempDir()
+	d := startDashgateOn(t, state, "")
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	// The second dashgate starts after the browser: close the browser
+	// before the cleanups (see TestHistoryCompleteAfterReloadAndRestart).
+	defer func() {
+		if t.Failed() {
+			tb.saveArtifacts()
+		}
+		tb.closed = true
+		b.close()
+	}()
+	sid := openDashboard(t, d, tb)
+	tb.mustWaitJS(20*time.Second, "one tab, its terminal up", tabsReady(1), tabsState)
+	for n := 2; n <= 3; n++ {
+		tb.Do("press +", chromedp.Click(chromedp.CSS(byTestID("terminal-tab-new"))))
+		tb.mustWaitJS(20*time.Second, fmt.Sprintf("%d tabs, each terminal up", n), tabsReady(n), tabsState)
+	}
+	var ids []string
+	for _, tab := range termTabs(tb) {
+		ids = append(ids, tab.ID)
+	}
+	tb.Do("show the second tab", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-terminal-id=%q] [data-testid="terminal-tab-select"]`, ids[1]))))
+	tb.mustWaitJS(10*time.Second, "the second tab shown", `window.dashgate.terminalTabs()[1].active`, tabsState)
+
+	_, port, err := net.SplitHostPort(d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Do("leave the page", chromedp.Navigate("about:blank"))
+	stopForRestart(t, d)
+	d = startDashgateOn(t, state, net.JoinHostPort("127.0.0.1", port))
+	// The terminals start again last first, and park (keepalive=1).
+	reversed := slices.Clone(ids)
+	slices.Reverse(reversed)
+	for _, id := range reversed {
+		path := "ws/pty?keepalive=1&session_id=" + sid
+		if id != "1" {
+			path += "&terminal=" + id
+		}
+		openPTY(t, "terminal "+id, d.WSURL(path), bearer()).Close()
+	}
+	var listed struct {
+		Sessions []struct {
+			SessionID string `json:"session_id"`
+			Terminals []struct {
+				Terminal string `json:"terminal"`
+			} `json:"terminals"`
+		} `json:"sessions"`
+	}
+	openChat(t, "client", d.WSURL("ws/chat"), bearer()).mustCall("session.list", map[string]any{}, &listed)
+	var order []string
+	for _, s := range listed.Sessions {
+		if s.SessionID == sid {
+			for _, term := range s.Terminals {
+				order = append(order, term.Terminal)
+			}
+		}
+	}
+	if !slices.Equal(order, reversed) {
+		t.Fatalf("after the restart session.list has the terminals %v, want %v", order, reversed)
+	}
+
+	tb.Do("come back", chromedp.Navigate(d.LoginURL("/")))
+	waitDashboard(t, tb)
+	tb.mustWaitJS(20*time.Second, "three tabs back", tabsReady(3), tabsState)
+	var got []string
+	for _, tab := range termTabs(tb) {
+		got = append(got, tab.ID)
+	}
+	if !slices.Equal(got, ids) || !termTabs(tb)[1].Active {
+		t.Fatalf("after the restart the tabs are %s, want %v in that order, the second shown", mustEval[string](tb, tabsState), ids)
+	}
 }

@@ -17,7 +17,10 @@
 // an open page is parked; when the page goes, each one parks for
 // --pty-keepalive and ends unless the page comes back. After a reload the
 // page rebuilds the tabs from session.resume's terminals, each resumed
-// with its own token.
+// with its own token, in the order this browser had them (session.resume
+// lists them in the order they started, which after a restart is the
+// order the page's sockets came back in); terminals it did not know
+// come after.
 //
 // The pane's lines and rows are the page's, one each, and act on the tab
 // shown: the status and shared lines (written by the shown pane), the
@@ -35,7 +38,7 @@
 // to act on.
 //
 // localStorage keys:
-//   dashgate.termtabs.<session_id>  {"names": {id: name}, "active": id}
+//   dashgate.termtabs.<session_id>  {"names": {id: name}, "active": id, "order": [id, …]}
 
 import { FIRST_TERMINAL, PTY_STORAGE_PREFIX, TerminalPane } from './terminal.js';
 
@@ -94,14 +97,16 @@ export class TerminalTabs {
 	 * shows that no session is open.
 	 */
 	attach(sid, retake = false, terminals = null) {
-		const ids = Array.isArray(terminals) ? terminals.map((t) => t?.terminal).filter((id) => typeof id === 'string' && id) : [];
+		let ids = Array.isArray(terminals) ? terminals.map((t) => t?.terminal).filter((id) => typeof id === 'string' && id) : [];
 		if (sid && sid === this.#sid) {
+			ids = this.#ordered(ids);
 			for (const id of ids) if (!this.#panes.has(id) && this.#panes.size < MAX_TABS) this.#add(id);
 			for (const pane of this.#panes.values()) pane.attach(sid, retake);
 			this.#render();
 			return;
 		}
 		this.#sid = sid;
+		ids = this.#ordered(ids);
 		if (!sid) {
 			// Nothing to search or download from.
 			if (this.#ui.search) {
@@ -161,6 +166,19 @@ export class TerminalTabs {
 				localStorage.removeItem(k);
 			}
 		}
+	}
+
+	/**
+	 * ids in the order of the tabs this browser last had for the session
+	 * shown (its stored order; before there was one, its names'), the
+	 * ones it did not have after them, as they came.
+	 */
+	#ordered(ids) {
+		const saved = this.#stored().order;
+		const known = Array.isArray(saved) ? saved : Object.keys(this.#names());
+		const at = new Map(known.map((id, i) => [id, i]));
+		const rank = (id) => at.get(id) ?? known.length;
+		return ids.map((id, i) => ({ id, i })).sort((a, b) => rank(a.id) - rank(b.id) || a.i - b.i).map((x) => x.id);
 	}
 
 	/** Replaces every tab with one per id, and shows the one shown last (else the first). */
@@ -287,6 +305,7 @@ export class TerminalTabs {
 			close.setAttribute('aria-label', `Close terminal ${name}`);
 		}
 		if (this.#ui.head) this.#ui.head.hidden = !this.#sid;
+		this.#saveOrder();
 		this.#ui.newTab.disabled = !this.#sid || this.#panes.size >= MAX_TABS;
 		this.#ui.newTab.title = this.#panes.size >= MAX_TABS ? `A session runs at most ${MAX_TABS} terminals` : 'A new terminal in this session';
 	}
@@ -362,6 +381,14 @@ export class TerminalTabs {
 		let n = 1;
 		while (taken.has(`Terminal ${n}`)) n++;
 		return `Terminal ${n}`;
+	}
+
+	/** Keeps the order of the tabs, for the next page of the session (#ordered). */
+	#saveOrder() {
+		if (!this.#sid) return;
+		const order = [...this.#panes.keys()];
+		const saved = this.#stored().order;
+		if (!Array.isArray(saved) || saved.join('\n') !== order.join('\n')) this.#store({ order });
 	}
 
 	#name(id, name) {
