@@ -71,6 +71,11 @@ func TestRecordingsPlayback(t *testing.T) {
 	dash.mustWaitJS(15*time.Second, "the banner and the terminal say it is recorded",
 		`document.querySelector('[data-testid="recording-banner"]')?.checkVisibility() === true &&
 		 document.querySelector('[data-testid="terminal-recorded"]')?.checkVisibility() === true`, dashboardState)
+	// It says plainly what is kept: echoed typing is, a password is not.
+	if banner := mustEval[string](dash, `document.querySelector('[data-testid="recording-banner"]').textContent`); !strings.Contains(banner, "what you type when it is echoed") ||
+		!strings.Contains(banner, "(such as passwords)") {
+		t.Errorf("the recording banner says %q; want it to say that echoed typing is recorded and passwords are not", banner)
+	}
 	typeInTerminal(t, dash, "echo rec-$((6*7))")
 	if _, err := waitTerminalOutput(t, dash, "echo rec-$((6*7))", exactly("rec-42"), 15*time.Second); err != nil {
 		t.Fatal(err)

@@ -301,7 +301,7 @@ func Dashboard(v DashboardView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if v.Recorded {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 25, "<p class=\"recording-banner\" data-testid=\"recording-banner\" role=\"note\">Terminals are recorded on this server: what they show and their size, never what is typed unseen. You can replay yours; administrators can replay every one. <a href=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 25, "<p class=\"recording-banner\" data-testid=\"recording-banner\" role=\"note\">Terminals are recorded on this server: everything a terminal shows, including what you type when it is echoed, but not keystrokes it does not show (such as passwords). You can replay yours; administrators can replay every one. <a href=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -175,7 +175,7 @@ func RecordingsPage(v RecordingsView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\" data-testid=\"recordings-back\">dashboard</a></header><p class=\"recordings-note\">Terminals are recorded on this server: what a terminal showed and its size, never what was typed unseen. You can replay and download yours; administrators can replay every one. Recordings are deleted after the server's retention period.</p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "\" data-testid=\"recordings-back\">dashboard</a></header><p class=\"recordings-note\">Terminals are recorded on this server: everything a terminal showed, including what was typed when it was echoed, but not keystrokes it did not show (such as passwords). You can replay and download yours; administrators can replay every one. Recordings are deleted after the server's retention period.</p>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
