@@ -103,6 +103,11 @@ func TestRecordingsPlayback(t *testing.T) {
 		exists(recordingRow(file)+`[data-user=""][data-active="false"]`), recordingsState)
 	admin.Do("play it", chromedp.Click(chromedp.CSS(recordingRow(file)+` [data-testid="recording-play"]`)))
 	admin.mustWaitJS(15*time.Second, "the player draws the command's output", playerShows(`rec-42`), recordingsState)
+	// Its controls are in the window, whatever the recording's height
+	// (a new-user trial found them below the fold).
+	admin.mustWaitJS(15*time.Second, "the player's controls in the window",
+		`(r => r && r.height > 0 && r.bottom <= innerHeight)(document.querySelector('.ap-control-bar')?.getBoundingClientRect())`,
+		`JSON.stringify({bar: document.querySelector('.ap-control-bar')?.getBoundingClientRect(), h: innerHeight})`)
 
 	// The owner's list from the banner's link: plays and downloads.
 	dash.Do("open your recordings", chromedp.Click(chromedp.CSS(`[data-testid="recordings-link"]`)))

@@ -22,7 +22,9 @@ if (!el) {
 	const player = window.AsciinemaPlayer.create(el.dataset.src, el, {
 		autoPlay: true,
 		preload: true,
-		fit: 'width',
+		// Within the page's width and the window's height (.player's
+		// height): a tall recording's controls were below the fold.
+		fit: 'both',
 		// Long pauses (a shell waiting for its user) play as a second.
 		idleTimeLimit: 1,
 		terminalFontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", monospace',
