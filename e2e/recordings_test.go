@@ -112,6 +112,13 @@ func TestRecordingsPlayback(t *testing.T) {
 	// The owner's list from the banner's link: plays and downloads.
 	dash.Do("open your recordings", chromedp.Click(chromedp.CSS(`[data-testid="recordings-link"]`)))
 	dash.mustWaitJS(15*time.Second, "the owner's list has it", exists(recordingRow(file)), recordingsState)
+	// Named by its session's title, not only by its file (a new-user
+	// trial could not tell three of them apart).
+	if s, ok := d.Session(sid); !ok || s.Title == "" {
+		t.Fatalf("session %s: %+v", sid, s)
+	} else if got := mustEval[string](dash, `document.querySelector(`+js(recordingRow(file)+` [data-testid="recording-session"]`)+`)?.textContent.trim() ?? ''`); got != s.Title {
+		t.Errorf("the owner's list names the recording's session %q; want its title %q", got, s.Title)
+	}
 	disposition, body := download(t, dash, recordingRow(file)+` [data-testid="recording-download"]`)
 	if disposition != `attachment; filename="`+file+`"` {
 		t.Errorf("Content-Disposition %q", disposition)

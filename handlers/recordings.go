@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,6 +44,11 @@ type Recordings struct {
 	Store    RecordingStore
 	Log      *slog.Logger
 	BasePath func(*http.Request) string // the request's base path, "/..."
+	// Title, when set, is the title of owner's session sid ("" when it
+	// has none or is gone): the owner's list names each recording's
+	// session by it (an admin's names none: titles are their owner's
+	// words). Called once per session listed.
+	Title func(ctx context.Context, owner, sid string) string
 }
 
 // Routes mounts the owner's endpoints (relative to /recordings):
@@ -72,14 +78,17 @@ func (h *Recordings) AdminRoutes(r chi.Router) {
 // anonymous user), file name, session, start (RFC 3339), size in bytes,
 // whether its terminal still runs, and the URLs that play and download it.
 type RecordingJSON struct {
-	User      string    `json:"user"`
-	File      string    `json:"file"`
-	SessionID string    `json:"session_id"`
-	Started   time.Time `json:"started"`
-	Size      int64     `json:"size"`
-	Active    bool      `json:"active"`
-	PlayURL   string    `json:"play_url"`
-	URL       string    `json:"url"`
+	User      string `json:"user"`
+	File      string `json:"file"`
+	SessionID string `json:"session_id"`
+	// Title is its session's title, in the owner's list only (omitted
+	// when unknown: the session deleted).
+	Title   string    `json:"title,omitempty"`
+	Started time.Time `json:"started"`
+	Size    int64     `json:"size"`
+	Active  bool      `json:"active"`
+	PlayURL string    `json:"play_url"`
+	URL     string    `json:"url"`
 }
 
 // owner is whose recordings p may see as their own: false for the admin
@@ -110,21 +119,42 @@ func (h *Recordings) logger() *slog.Logger {
 func (h *Recordings) ownList(w http.ResponseWriter, r *http.Request) {
 	var list []recordings.Info
 	var err error
+	var titles map[string]string
 	if user, ok := owner(PrincipalFrom(r.Context())); ok {
 		list, err = h.Store.List(user)
+		titles = h.titles(r.Context(), user, list)
 	}
-	h.list(w, r, list, err, ownURL, false)
+	h.list(w, r, list, err, ownURL, false, titles)
+}
+
+// titles is the title of each session of list (owner's), by session id:
+// at most maxListed lookups (Title), the newest recordings' sessions.
+func (h *Recordings) titles(ctx context.Context, owner string, list []recordings.Info) map[string]string {
+	if h.Title == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for i, in := range list {
+		if i == maxListed {
+			break
+		}
+		if _, ok := out[in.SessionID]; !ok {
+			out[in.SessionID] = h.Title(ctx, owner, in.SessionID)
+		}
+	}
+	return out
 }
 
 func (h *Recordings) adminList(w http.ResponseWriter, r *http.Request) {
 	list, err := h.Store.ListAll()
-	h.list(w, r, list, err, adminURL, true)
+	h.list(w, r, list, err, adminURL, true, nil)
 }
 
 // list answers a list: JSON when asked for (or for the admin), else the
 // owner's page. A list read in part still answers what it has; the
 // failure is logged once (WARN) and the page says so.
-func (h *Recordings) list(w http.ResponseWriter, r *http.Request, list []recordings.Info, err error, urlOf func(string, recordings.Info) string, admin bool) {
+// titles names each session (the owner's list; nil for the admin's).
+func (h *Recordings) list(w http.ResponseWriter, r *http.Request, list []recordings.Info, err error, urlOf func(string, recordings.Info) string, admin bool, titles map[string]string) {
 	base := h.BasePath(r)
 	if err != nil {
 		h.logger().Warn("list recordings", "err", err)
@@ -134,7 +164,7 @@ func (h *Recordings) list(w http.ResponseWriter, r *http.Request, list []recordi
 		out := make([]RecordingJSON, 0, len(list))
 		for _, in := range list {
 			u := urlOf(base, in)
-			out = append(out, RecordingJSON{User: in.User, File: in.File, SessionID: in.SessionID, Started: in.Started,
+			out = append(out, RecordingJSON{User: in.User, File: in.File, SessionID: in.SessionID, Title: titles[in.SessionID], Started: in.Started,
 				Size: in.Size, Active: in.Active, URL: u, PlayURL: u + "/play"})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"recordings": out})
@@ -142,6 +172,9 @@ func (h *Recordings) list(w http.ResponseWriter, r *http.Request, list []recordi
 	}
 	v := templates.RecordingsView{BasePath: base}
 	v.Rows, v.More = recordingRows(base, list, urlOf, time.Now())
+	for i := range v.Rows {
+		v.Rows[i].Title = titles[v.Rows[i].SessionID]
+	}
 	if err != nil {
 		v.Error = "Some recordings could not be read; those found are listed."
 	}

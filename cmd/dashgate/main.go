@@ -395,7 +395,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	}
 	var recHandler *handlers.Recordings // --record-terminals: /recordings and /admin/recordings
 	if recs != nil {
-		recHandler = &handlers.Recordings{Store: recs, Log: log}
+		recHandler = &handlers.Recordings{Store: recs, Log: log,
+			// A recording's session by its title: live here, else as
+			// stored (a closed one); "" for one deleted.
+			Title: func(ctx context.Context, owner, sid string) string {
+				if in, ok := reg.Get(sessions.Principal{User: owner}, sid); ok {
+					return in.Title
+				}
+				if row, err := st.Get(ctx, owner, sid); err == nil {
+					return row.Title
+				}
+				return ""
+			}}
 		admin.Recordings = recHandler
 	}
 	// Listening before the server is built: the login cookie's name comes
