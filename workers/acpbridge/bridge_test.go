@@ -246,7 +246,16 @@ func (b *bridgeProc) all() []msg {
 // reply waits for the reply of request id.
 func (b *bridgeProc) reply(id int, d time.Duration) msg {
 	b.t.Helper()
-	return b.until(d, fmt.Sprintf("reply %d", id), func(m msg) bool { return m.isReply() && m.id() == id })
+	match := func(m msg) bool { return m.isReply() && m.id() == id }
+	// There is one reply per request: it may have come while another
+	// line was awaited (a prompt's reply before its approval's: CI saw
+	// TestApprovalChoices wait 30 s for a reply it had read).
+	for _, m := range b.all() {
+		if match(m) {
+			return m
+		}
+	}
+	return b.until(d, fmt.Sprintf("reply %d", id), match)
 }
 
 // events are the events of request id seen so far, named name ("" all).
