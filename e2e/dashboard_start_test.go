@@ -27,6 +27,11 @@ func TestFirstVisitCreatesNoSession(t *testing.T) {
 		if n := len(d.Sessions()); n != 0 {
 			t.Fatalf("%s: dashgate holds %d live sessions, want none", what, n)
 		}
+		// One line says how to start, not two (a new-user trial saw the
+		// empty log's "No messages yet" beside it).
+		if c := mustEval[string](tb, `getComputedStyle(document.querySelector('[data-testid="chat-log"]'), '::before').content`); c != "none" && c != "normal" {
+			t.Errorf("%s: the empty chat log says %s beside the no-session line", what, c)
+		}
 	}
 	tb.Do("open the dashboard", chromedp.Navigate(d.LoginURL("/")))
 	noneOpen("a first visit shows that no session is open")

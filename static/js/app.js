@@ -228,6 +228,7 @@ function setCurrent(id, explicit, terminals = null) {
 	updateBusy();
 	localStorage.setItem(SESSION_KEY, id);
 	els.noSession.hidden = true;
+	delete els.log.dataset.noSession;
 	renderLists();
 	terminal.attach(id, explicit, terminals);
 	setExport(id);
@@ -545,6 +546,7 @@ function showNoSession() {
 	terminal.attach(null);
 	setExport(null);
 	els.noSession.hidden = false;
+	els.log.dataset.noSession = ''; // its line says how to start: the empty log's own goes (app.css)
 }
 
 async function closeSession(id) {
