@@ -52,6 +52,13 @@ func TestWhoAmIAndLogout(t *testing.T) {
 	// The other tab's sockets are closed with the login; it shows the
 	// login page rather than a shell that still answers.
 	other.mustWaitJS(20*time.Second, "the other tab on the login page", exists(byTestID("login-token"))+` && !window.dashgate`, dashboardState)
+	// Both say why (a second new-user trial could not tell a logout from
+	// an expired login).
+	for _, tb := range []*tab{alice, other} {
+		if !mustEval[bool](tb, visible(byTestID("login-logged-out"))) {
+			t.Errorf("%s: the login page after Log out does not say it logged out", tb.name)
+		}
+	}
 	if names := loginCookies(alice, d.URL("/")); len(names) != 0 {
 		t.Errorf("alice's login cookies after Log out: %v, want none", names)
 	}

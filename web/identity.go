@@ -297,7 +297,8 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 					// A person in a browser: a form that sends ?token= (no script).
 					w.Header().Set("Content-Type", "text/html; charset=utf-8")
 					w.WriteHeader(http.StatusUnauthorized)
-					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token"), Users: s.cfg.Users != nil}).Render(r.Context(), w)
+					templates.Login(templates.LoginView{BasePath: s.base(r), Admin: admin, Wrong: r.URL.Query().Has("token"), Users: s.cfg.Users != nil,
+						LoggedOut: r.URL.Query().Get("logged_out") == "1"}).Render(r.Context(), w)
 					return
 				}
 				http.Error(w, "unauthorized: a valid token is required", http.StatusUnauthorized)
@@ -346,7 +347,7 @@ func (s *Server) setLogin(w http.ResponseWriter, r *http.Request, g grant) {
 // and the raw-token cookies of before users; closes the WebSockets that
 // came with that login (the browser's other tabs: they find themselves
 // logged out and show the login page); then it sends the browser to the
-// dashboard, which asks for a token. The cookies are signed, not
+// dashboard (?logged_out=1), which asks for a token and says it logged out. The cookies are signed, not
 // stored: a copy taken elsewhere before stays valid until it expires or
 // its user's token is rotated (docs/users.md).
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
@@ -365,7 +366,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		closed = s.revokeLogin(c.Value)
 	}
 	s.log.Info("logout", "user", auditUser(p), "remote", r.RemoteAddr, "sockets", closed)
-	http.Redirect(w, r, base, http.StatusSeeOther)
+	http.Redirect(w, r, base+"?logged_out=1", http.StatusSeeOther) // the login page says so
 }
 
 // revokeLogin closes the open WebSockets that came with the login cookie

@@ -480,3 +480,20 @@ func TestLoginPageSaysWhereTheTokenIs(t *testing.T) {
 		t.Errorf("page.css's rule %q lets a flag wrap at its hyphens, want white-space: nowrap", rule)
 	}
 }
+
+// TestLoginPageSaysLoggedOut: after Log out (POST logout sends the browser
+// to ?logged_out=1) the login page says the browser is logged out, so a
+// person can tell it from a login that expired; without it, it says
+// nothing of the kind.
+func TestLoginPageSaysLoggedOut(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, web.Config{})
+	_, body := fetch(t, srv.URL, "/?logged_out=1", false, "text/html")
+	if !strings.Contains(string(body), `data-testid="login-logged-out"`) || !strings.Contains(string(body), "You are logged out.") {
+		t.Errorf("the login page after Log out does not say so:\n%s", body)
+	}
+	_, body = fetch(t, srv.URL, "/", false, "text/html")
+	if strings.Contains(string(body), "logged out") {
+		t.Errorf("the plain login page says logged out:\n%s", body)
+	}
+}

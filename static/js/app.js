@@ -796,7 +796,7 @@ function checkLoggedIn() {
 	if (loginCheck) return;
 	loginCheck = fetch(base, { cache: 'no-store' })
 		.then((r) => {
-			if (r.status === 401) location.reload();
+			if (r.status === 401) location.replace(`${location.pathname}?logged_out=1`); // the login page says so
 		})
 		.catch(() => {})
 		.finally(() => {
