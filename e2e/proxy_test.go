@@ -156,7 +156,7 @@ func TestSubPathURLsBehindNginx(t *testing.T) {
 			res.Body.Close()
 			want := subPath + "admin"
 			if abs.Path == subPath+"logout" {
-				want = subPath // Log out: back to the dashboard, which asks for a token
+				want = subPath + "?logged_out=1" // Log out: back to the dashboard, which asks for a token and says so
 			}
 			if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != want {
 				t.Errorf("%s: POST %s answers %s to %q through nginx, want 303 to %s", what, abs, res.Status, loc, want)
