@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -362,7 +363,15 @@ func removeInstanceCgroups(t *testing.T, instance string) {
 			if fi, err := os.Stat(leaf); err != nil || !fi.IsDir() {
 				continue
 			}
-			if err := os.Remove(leaf); err != nil {
+			// Busy while a killed process's last threads still exit: its
+			// leader shows as a zombie before they are gone (CI saw EBUSY
+			// just after every process of the killed dashgate was dead).
+			var err error
+			testkit.Until(5*time.Second, func() bool {
+				err = os.Remove(leaf)
+				return !errors.Is(err, syscall.EBUSY)
+			})
+			if err != nil {
 				t.Errorf("the killed dashgate's cgroup %s: %v", leaf, err)
 			}
 		}
