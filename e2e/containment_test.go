@@ -254,7 +254,11 @@ func TestKillNineThenRestartSweepsCgroups(t *testing.T) {
 
 	d2 := startOn(t, state, "--cgroup", "on")
 	for tag, pid := range pids {
-		if !gone(pid, d.startTime(pid), 10*time.Second) {
+		// Since the kill -9 the sleeps are the test process's (the
+		// subreaper's): their zombies are its to reap, here, not only by
+		// another test's stop (run alone, this test waited for one).
+		start := d.startTime(pid)
+		if !testkit.Until(10*time.Second, func() bool { testkit.ReapChild(pid); return !present(pid, start) }) {
 			t.Errorf("sleep %d (pid %d) survived the next start's sweep", tag, pid)
 		}
 		if _, ok := d2.findLog(func(r logRecord) bool {
