@@ -27,8 +27,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("DASHGATE_TEST_WORKER") == "1" {
+	switch os.Getenv("DASHGATE_TEST_WORKER") {
+	case "1":
 		os.Exit(builtin.Main())
+	case "deltas": // BenchmarkDeltaPath's worker
+		os.Exit(handlers.DeltaWorkerMain())
 	}
 	testkit.VerifyNoLeaks(m)
 }
