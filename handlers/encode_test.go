@@ -62,3 +62,29 @@ func TestEncodeEventDeltaAllocs(t *testing.T) {
 		t.Fatalf("EncodeEvent of a delta: %v allocations, want 1", n)
 	}
 }
+
+// TestEncodeEventEscapedDeltaAllocs: a delta whose text JSON escapes
+// (a line break, a quote, <, U+2028, invalid UTF-8) is encoded in the
+// one allocation of its frame too (it went through json.Marshal; issue
+// 43).
+func TestEncodeEventEscapedDeltaAllocs(t *testing.T) {
+	ev := sessions.Event{Type: "message.delta", SessionID: "0123456789abcdef01234567", Seq: 17,
+		Payload: map[string]any{"turn_id": "0123456789abcdef01234567", "text": "\n\t\"<b>\" \u2028 \xff"}}
+	if n := testing.AllocsPerRun(100, func() { EncodeEvent(ev) }); n > 1 {
+		t.Fatalf("EncodeEvent of an escaped delta: %v allocations, want 1", n)
+	}
+}
+
+// FuzzAppendJSONString: appendJSONString quotes any string as
+// json.Marshal does, after what the buffer held.
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "a", `"\`, "\x00\x1f\x7f", "<>&", "\u2028\u2029", "\xff\xc3(", "\xed\xa0\x80", "é😀", "\b\f\n\r\t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("appendJSONString(%q) = %s, want x%s", s, got, want)
+		}
+	})
+}

@@ -319,31 +319,61 @@ func appendStringMap(b []byte, v any) ([]byte, bool) {
 	return append(b, '}'), true
 }
 
-// appendJSONString appends s quoted as json.Marshal quotes it: as is when
-// nothing in it is escaped (printable ASCII but for ", \, <, > and &,
-// and valid UTF-8 but for U+2028 and U+2029), else through json.Marshal.
+// appendJSONString appends s quoted as json.Marshal quotes it (HTML
+// escaping on), without allocating: " and \ and the short escapes of
+// encoding/json (\b \f \n \r \t) by a backslash, the other control
+// characters and <, > and & as \u00XX, U+2028 and U+2029 as \u2028 and
+// \u2029, and each byte of invalid UTF-8 as \ufffd. It went through
+// json.Marshal for any of these, an allocation for a delta with a line
+// break (issue 43). TestEncodeEventAsMarshal and FuzzAppendJSONString
+// hold it to json.Marshal.
 func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return appendMarshaled(b, s)
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 			}
 			i++
+			start = i
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-			return appendMarshaled(b, s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
 		}
 		i += size
+		start = i
 	}
-	b = append(b, '"')
-	b = append(b, s...)
+	b = append(b, s[start:]...)
 	return append(b, '"')
-}
-
-func appendMarshaled(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always marshals
-	return append(b, q...)
 }
