@@ -416,8 +416,15 @@ const approvalAnswerTimeout = 5 * time.Second
 // I/O. A delta after the reply's first takes only the session's stream
 // lock (onDelta).
 func (t *turn) onEvent(w Worker, ev workers.Event) {
-	if ev.Name == "delta" && t.onDelta(ev.Text) {
-		return
+	var delta []byte // a delta's text, valid until onEvent returns (workers.Event)
+	if ev.Name == "delta" {
+		delta = ev.Delta
+		if delta == nil { // an Event not made by a workers.Worker (a test's)
+			delta = []byte(ev.Text)
+		}
+		if t.onDelta(delta) {
+			return
+		}
 	}
 	r, s := t.r, t.s
 	r.mu.Lock()
@@ -429,7 +436,7 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 	switch ev.Name {
 	case "delta": // the reply's first (onDelta relays the others)
 		s.stream.Lock()
-		t.appendStreamLocked(ev.Text)
+		t.appendStreamLocked(delta)
 		var first Message
 		if t.seq == 0 {
 			// The reply takes its place where it starts: after its prompt,
@@ -558,7 +565,7 @@ func (t *turn) onEvent(w Worker, ev workers.Event) {
 // onDelta relays a delta of t's reply holding only t.s.stream, and
 // reports whether it did: the reply's first delta, which takes an entry
 // seq under r.mu, is onEvent's. A delta of a turn that ended is dropped.
-func (t *turn) onDelta(text string) bool {
+func (t *turn) onDelta(text []byte) bool {
 	s := t.s
 	s.stream.Lock()
 	defer s.stream.Unlock()
@@ -577,11 +584,14 @@ func (t *turn) onDelta(text string) bool {
 
 // appendStreamLocked adds a delta to t's reply: its text, the
 // message.delta event, and the checkpoint that stores it (armed when
-// none is pending). t.s.stream must be held.
-func (t *turn) appendStreamLocked(text string) {
+// none is pending). text is copied once, into t.text: the event's text
+// is that copy's (a Builder never changes the bytes it wrote, so its
+// String's tail stays the delta's text). t.s.stream must be held.
+func (t *turn) appendStreamLocked(text []byte) {
 	s := t.s
-	t.text.WriteString(text)
-	s.emitStreamLocked("message.delta", map[string]any{"turn_id": t.id, "text": text})
+	t.text.Write(text)
+	all := t.text.String()
+	s.emitStreamLocked("message.delta", map[string]any{"turn_id": t.id, "text": all[len(all)-len(text):]})
 	if t.ckpt == nil && !s.terminalOnly {
 		t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
 	}

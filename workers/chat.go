@@ -46,12 +46,18 @@ type Error struct {
 }
 
 // Event is a line a worker streams inside a call (PROTOCOL.md §4, §7):
-// {"id":N,"event":Name,...}. Text is a delta's text; Line is the whole
-// line, for the fields of other events.
+// {"id":N,"event":Name,...}. Text is its text (a thought's, a notice's);
+// Line is the whole line, for the fields of other events. A delta's text
+// is in Delta, Text "", unless the line was one decodeDelta leaves to
+// json.Unmarshal (then Text has it too, as an Event made by a test may).
+//
+// A delta's Line and Delta are the worker's read buffers, not copies:
+// they are valid only until onEvent returns (copy what is kept).
 type Event struct {
-	Name string
-	Text string
-	Line json.RawMessage
+	Name  string
+	Text  string
+	Line  json.RawMessage
+	Delta []byte
 }
 
 // Error is "worker <failure>: <message>", or only the message when the
@@ -79,6 +85,8 @@ type Worker struct {
 	tailMu sync.Mutex
 	tail   []string
 	tailSz int
+
+	delta []byte // the text of the last delta decoded (decodeDelta), the stdout reader's
 }
 
 type call struct {
@@ -254,6 +262,20 @@ func (w *Worker) readStdout() {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		if id, text, ok := decodeDelta(line, w.delta); ok {
+			w.delta = text
+			w.mu.Lock()
+			c := w.pending[id]
+			w.mu.Unlock()
+			if c != nil && c.onEvent != nil {
+				c.onEvent(Event{Name: "delta", Line: line, Delta: text})
+			}
+			if cap(w.delta) > 64<<10 { // one long delta: not kept for the worker's life
+				w.delta = nil
+			}
+			continue
+		}
+		line = bytes.Clone(line) // an event's Line, a reply's Result, kept after the next read
 		var msg workerLine
 		if err := json.Unmarshal(line, &msg); err != nil || msg.ID == nil {
 			w.protocolError(fmt.Sprintf("not a protocol line: %.80q", line))
@@ -271,7 +293,11 @@ func (w *Worker) readStdout() {
 		switch {
 		case msg.Event != "":
 			if c.onEvent != nil { // the caller ignores kinds it does not know
-				c.onEvent(Event{Name: msg.Event, Text: msg.Text, Line: line})
+				ev := Event{Name: msg.Event, Text: msg.Text, Line: line}
+				if msg.Event == "delta" {
+					ev.Delta = []byte(msg.Text)
+				}
+				c.onEvent(ev)
 			}
 		case msg.OK != nil && *msg.OK:
 			res := msg.Result
@@ -301,7 +327,8 @@ func (w *Worker) protocolError(msg string) {
 var errLineTooLong = errors.New("line too long")
 
 // readLine reads one '\n'-terminated line of at most max bytes (without
-// the newline; a trailing '\r' is dropped too). A longer line is reported
+// the newline; a trailing '\r' is dropped too). A line that fits r's
+// buffer is r's, not a copy: valid until the next read. A longer line is reported
 // as errLineTooLong as soon as it passes max, without waiting for its
 // newline (a worker writing an endless line is a protocol error at once,
 // not a timeout later); the rest of it is not read, so the caller gives up
@@ -310,6 +337,9 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	var buf []byte
 	for {
 		frag, err := r.ReadSlice('\n')
+		if err == nil && buf == nil && len(frag)-1 <= max { // the whole line at once: no copy (a line each delta; issue 43)
+			return bytes.TrimRight(frag, "\r\n"), nil
+		}
 		buf = append(buf, frag...)
 		content := len(buf)
 		if err == nil {

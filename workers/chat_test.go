@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -270,12 +271,17 @@ func TestWorkerEventsAndOwnFailure(t *testing.T) {
 	m, _ := newTestManager(t, Config{})
 	w := startWorker(t, m, helperSpec(t, "proto"))
 	var got []Event
-	_, err := w.Call(t.Context(), "fail-word", nil, func(ev Event) { got = append(got, ev) })
+	_, err := w.Call(t.Context(), "fail-word", nil, func(ev Event) {
+		if ev.Name == "delta" { // its Line and Delta are the worker's read buffers; other events' are theirs
+			ev.Line, ev.Delta = bytes.Clone(ev.Line), bytes.Clone(ev.Delta)
+		}
+		got = append(got, ev)
+	})
 	var we *Error
 	if !errors.As(err, &we) || we.Failure != "rate_limited" || we.RetryAfter != 7 || err.Error() != "the model server is rate limiting" {
 		t.Fatalf("err = %v (%+v)", err, we)
 	}
-	if len(got) != 2 || got[0].Name != "delta" || got[0].Text != "so far" || got[1].Name != "approval" ||
+	if len(got) != 2 || got[0].Name != "delta" || string(got[0].Delta) != "so far" || got[1].Name != "approval" ||
 		!strings.Contains(string(got[1].Line), `"request_id":"r1"`) {
 		t.Fatalf("events = %+v", got)
 	}
