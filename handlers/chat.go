@@ -123,6 +123,9 @@ type chatConn struct {
 	// batch is writeQueued's array of the frames it takes, kept between
 	// writes (the writer's alone).
 	batch []any
+	// frame is the writer's buffer for the frame of a message.delta
+	// (frameBytes), kept between writes.
+	frame []byte
 	sock  *socket
 	held  *heldConn          // the connection under conn: the writer sends what is queued together (writeQueued)
 	done  chan struct{}      // closed when the socket is gone, before DetachViewer
@@ -136,12 +139,20 @@ func (c *chatConn) Principal() sessions.Principal { return c.who }
 // Page implements sessions.PageViewer.
 func (c *chatConn) Page() string { return c.page }
 
-// frameBytes is the text frame of a queued item of out.
-func frameBytes(f any) []byte {
-	if ev, ok := f.(*sessions.Event); ok {
-		return ev.Encode(EncodeEvent)
+// frameBytes is the text frame of a queued item of out, valid until the
+// next call. A message.delta is encoded into the writer's own buffer, not
+// once for every viewer (Event.Encode): its encoding is a few appends,
+// cheaper than the allocation it would share (issue 43).
+func (c *chatConn) frameBytes(f any) []byte {
+	ev, ok := f.(*sessions.Event)
+	if !ok {
+		return f.([]byte)
 	}
-	return f.([]byte)
+	if _, ok := ev.Payload.(*sessions.Delta); ok {
+		c.frame = appendEvent(c.frame[:0], ev)
+		return c.frame
+	}
+	return ev.Encode(EncodeEvent)
 }
 
 // Done implements sessions.Viewer.
@@ -343,7 +354,7 @@ func (c *chatConn) writeLoop() {
 // merged (mergeDeltas; shared/PROTOCOL.md §10 allows both).
 func (c *chatConn) writeQueued(f any) error {
 	if c.held == nil || len(c.out) == 0 {
-		return writeFrame(c.sock, websocket.MessageText, frameBytes(f), c.h.Socket.WriteTimeout)
+		return writeFrame(c.sock, websocket.MessageText, c.frameBytes(f), c.h.Socket.WriteTimeout)
 	}
 	frames := append(c.batch[:0], f)
 	for n := len(c.out); n > 0; n-- {
@@ -355,7 +366,7 @@ func (c *chatConn) writeQueued(f any) error {
 		for _, f := range frames {
 			// Held: coder/websocket's flush of the message lands in the
 			// heldConn's buffer.
-			if err := c.conn.Write(c.sock.connCtx, websocket.MessageText, frameBytes(f)); err != nil {
+			if err := c.conn.Write(c.sock.connCtx, websocket.MessageText, c.frameBytes(f)); err != nil {
 				c.held.release()
 				return err
 			}
@@ -408,13 +419,11 @@ func deltaOf(f any) (sid, turn, text string, ok bool) {
 	if !isEv || ev.Type != "message.delta" {
 		return "", "", "", false
 	}
-	p, isMap := ev.Payload.(map[string]any)
-	if !isMap {
+	d, isDelta := ev.Payload.(*sessions.Delta)
+	if !isDelta {
 		return "", "", "", false
 	}
-	turn, ok1 := p["turn_id"].(string)
-	text, ok2 := p["text"].(string)
-	return ev.SessionID, turn, text, ok1 && ok2 && len(p) == 2
+	return ev.SessionID, d.TurnID, d.Text, true
 }
 
 // mergeDeltas merges, in place, each run of message.delta events of one
@@ -463,8 +472,7 @@ func mergeDeltas(frames []any) []any {
 	}
 	for _, r := range runs {
 		if r.n > 1 {
-			out[r.at] = &sessions.Event{Type: "message.delta", SessionID: r.last.SessionID, Seq: r.last.Seq,
-				Payload: map[string]any{"turn_id": r.turn, "text": r.text.String()}}
+			out[r.at] = sessions.NewDeltaEvent(r.last.SessionID, r.last.Seq, r.turn, r.text.String())
 		}
 	}
 	return out

@@ -9,7 +9,7 @@ import (
 )
 
 func delta(sid, turn, text string, seq uint64) *sessions.Event {
-	return sessions.NewEvent("message.delta", sid, seq, map[string]any{"turn_id": turn, "text": text})
+	return sessions.NewDeltaEvent(sid, seq, turn, text)
 }
 
 // describe is frames as "type sid seq text" lines, a reply as its bytes.
@@ -18,8 +18,8 @@ func describe(frames []any) string {
 	for _, f := range frames {
 		if ev, ok := f.(*sessions.Event); ok {
 			text := ""
-			if p, ok := ev.Payload.(map[string]any); ok {
-				text, _ = p["text"].(string)
+			if p, ok := ev.Payload.(*sessions.Delta); ok {
+				text = p.Text
 			}
 			fmt.Fprintf(&b, "%s %s %d %s\n", ev.Type, ev.SessionID, ev.Seq, text)
 		} else {

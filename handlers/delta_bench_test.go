@@ -107,7 +107,7 @@ type benchDeltaViewer struct {
 }
 
 func (v *benchDeltaViewer) Deliver(ev *sessions.Event) {
-	if len(frameBytes(ev)) == 0 {
+	if len(v.c.frameBytes(ev)) == 0 {
 		panic("event " + ev.Type + " did not encode")
 	}
 	switch ev.Type {

@@ -30,6 +30,7 @@ func TestEncodeEventAsMarshal(t *testing.T) {
 	for _, s := range texts {
 		evs = append(evs,
 			sessions.Event{Type: "message.delta", SessionID: "0123456789abcdef01234567", Seq: 17, Payload: map[string]any{"turn_id": "t1", "text": s}},
+			*sessions.NewDeltaEvent("0123456789abcdef01234567", 17, s, s),
 			sessions.Event{Type: s, SessionID: s, Seq: 1, Payload: map[string]any{s: s, "a": "b"}},
 		)
 	}
@@ -40,6 +41,7 @@ func TestEncodeEventAsMarshal(t *testing.T) {
 		sessions.Event{Type: "approval.resolved", SessionID: "s", Seq: 4, Payload: map[string]string{"request_id": "r", "choice": "once", "by": "viewer"}},
 		sessions.Event{Type: "nil map", Payload: map[string]any(nil)},
 		sessions.Event{Type: "nil", Payload: nil},
+		sessions.Event{Type: "message.delta", Payload: (*sessions.Delta)(nil)},
 		sessions.Event{Type: "empty", Payload: map[string]any{}},
 		sessions.Event{Type: "raw", Payload: json.RawMessage(` { "b" : 1 , "a" : "<" } `)},
 		sessions.Event{Type: "nine", Payload: map[string]any{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6", "g": "7", "h": "8", "i": "9"}},
@@ -87,4 +89,29 @@ func FuzzAppendJSONString(f *testing.F) {
 			t.Fatalf("appendJSONString(%q) = %s, want x%s", s, got, want)
 		}
 	})
+}
+
+// TestDeltaFrameAsMap: a message.delta's frame is byte for byte the one
+// its map payload gave ({"turn_id","text"} as json.Marshal orders it),
+// and the writer encodes it (appendEvent into its buffer) without an
+// allocation.
+func TestDeltaFrameAsMap(t *testing.T) {
+	sid, turn, text := "0123456789abcdef01234567", "89abcdef0123456701234567", "a \"quoted\"\n<line> \u2028"
+	ev := sessions.NewDeltaEvent(sid, 17, turn, text)
+	want := EncodeEvent(sessions.Event{Type: "message.delta", SessionID: sid, Seq: 17, Payload: map[string]any{"turn_id": turn, "text": text}})
+	if got := EncodeEvent(*ev); !bytes.Equal(got, want) {
+		t.Fatalf("delta frame\n got %s\nwant %s", got, want)
+	}
+	c := &chatConn{}
+	if got := c.frameBytes(ev); !bytes.Equal(got, want) {
+		t.Fatalf("writer's delta frame\n got %s\nwant %s", got, want)
+	}
+	evs := make([]*sessions.Event, 101) // AllocsPerRun's warm-up and runs: each a new event, not encoded yet
+	for i := range evs {
+		evs[i] = sessions.NewDeltaEvent(sid, uint64(i), turn, text)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(100, func() { c.frameBytes(evs[i]); i++ }); n != 0 {
+		t.Fatalf("the writer's encoding of a delta: %v allocations, want 0", n)
+	}
 }

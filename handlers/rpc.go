@@ -263,12 +263,18 @@ type eventParams struct {
 // EncodeEvent renders an event notification: the bytes json.Marshal
 // gives {"jsonrpc":"2.0","method":"event","params":eventParams{...}}
 // (keys in that order, HTML escaped), nil when the payload does not
-// marshal. It is written out by hand, a payload of string values (a
-// message.delta's) too, without reflection: json.Marshal of the maps was a
-// fifth of a loaded gateway's CPU, once per delta (BENCHMARKS.md, issue
-// 28). TestEncodeEventAsMarshal holds it to json.Marshal.
+// marshal. It is written out by hand, a message.delta's payload
+// (*sessions.Delta) and a map of string values too, without reflection:
+// json.Marshal of the maps was a fifth of a loaded gateway's CPU, once
+// per delta (BENCHMARKS.md, issue 28). TestEncodeEventAsMarshal holds it
+// to json.Marshal.
 func EncodeEvent(ev sessions.Event) []byte {
-	b := make([]byte, 0, 256) // a delta's frame in one allocation
+	return appendEvent(make([]byte, 0, 256), &ev) // a delta's frame in one allocation
+}
+
+// appendEvent appends EncodeEvent(*ev) to b; a message.delta's payload
+// (*sessions.Delta) without allocating.
+func appendEvent(b []byte, ev *sessions.Event) []byte {
 	b = append(b, `{"jsonrpc":"2.0","method":"event","params":{"type":`...)
 	b = appendJSONString(b, ev.Type)
 	if ev.SessionID != "" {
@@ -278,7 +284,16 @@ func EncodeEvent(ev sessions.Event) []byte {
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, ev.Seq, 10)
 	b = append(b, `,"payload":`...)
-	b, ok := appendStringMap(b, ev.Payload)
+	ok := false
+	if d, isDelta := ev.Payload.(*sessions.Delta); isDelta && d != nil {
+		b = append(b, `{"text":`...) // json.Marshal's order of its fields
+		b = appendJSONString(b, d.Text)
+		b = append(b, `,"turn_id":`...)
+		b = appendJSONString(b, d.TurnID)
+		b, ok = append(b, '}'), true
+	} else {
+		b, ok = appendStringMap(b, ev.Payload)
+	}
 	if !ok {
 		p, err := json.Marshal(ev.Payload)
 		if err != nil {

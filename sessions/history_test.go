@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -583,6 +584,39 @@ func lockAfterFirstDelta(t *testing.T, h *harness, v *recViewer) (unlock func())
 	unlock = func() { once.Do(h.r.mu.Unlock) }
 	t.Cleanup(unlock)
 	return unlock
+}
+
+// TestDeltaEventsCarryTheirText: each message.delta carries its own
+// delta's text (a *Delta, the tail of the reply so far, which stays
+// itself while the reply grows past it), and message.complete the whole.
+func TestDeltaEventsCarryTheirText(t *testing.T) {
+	t.Parallel()
+	h, v, _ := streamingTurn(t)
+	deltas := []string{"first", " sec\"ond\n", strings.Repeat("long ", 300), "é🙂", "", " last"}
+	for _, d := range deltas {
+		h.sp.stream <- d
+	}
+	close(h.sp.stream)
+	h.r.Wait()
+	var got []string
+	for _, ev := range v.ofType("message.delta") {
+		got = append(got, ev.Payload.(*Delta).Text)
+	}
+	if !slices.Equal(got, deltas) {
+		t.Fatalf("message.delta texts %q, want %q", got, deltas)
+	}
+	if evs := v.ofType("message.complete"); len(evs) != 1 || evs[0].Payload.(map[string]any)["text"] != strings.Join(deltas, "") {
+		t.Fatalf("message.complete: %+v", evs)
+	}
+}
+
+// TestDeltaEventOneAllocation: a message.delta event is one allocation
+// (an event, its encoding and a map payload were five).
+func TestDeltaEventOneAllocation(t *testing.T) {
+	var ev *Event
+	if n := testing.AllocsPerRun(100, func() { ev = NewDeltaEvent("sid", 1, "turn", "text") }); n != 1 || ev.Payload.(*Delta).Text != "text" {
+		t.Fatalf("NewDeltaEvent: %v allocations, want 1", n)
+	}
 }
 
 // TestCheckpointNotBehindRegistryLock: a streaming reply's checkpoint

@@ -77,6 +77,26 @@ func NewEvent(typ, sid string, seq uint64, payload any) *Event {
 	return &Event{Type: typ, SessionID: sid, Seq: seq, Payload: payload, enc: &encoding{}}
 }
 
+// Delta is the payload of a message.delta event (PROTOCOL.md §2):
+// {"text","turn_id"}, in the order json.Marshal gave the map it replaced.
+type Delta struct {
+	Text   string `json:"text"`
+	TurnID string `json:"turn_id"`
+}
+
+// NewDeltaEvent returns the message.delta event of text for turn, its
+// payload a *Delta, in one allocation (an event, its encoding and a map
+// payload were five a delta; issue 43).
+func NewDeltaEvent(sid string, seq uint64, turn, text string) *Event {
+	d := &struct {
+		ev  Event
+		enc encoding
+		p   Delta
+	}{p: Delta{Text: text, TurnID: turn}}
+	d.ev = Event{Type: "message.delta", SessionID: sid, Seq: seq, Payload: &d.p, enc: &d.enc}
+	return &d.ev
+}
+
 // Encode returns encode(*e), computed once for every viewer of e (the
 // first viewer's writer encodes, the others reuse its bytes, which must not
 // be modified). It is called by writers, never under the registry's lock.

@@ -591,7 +591,7 @@ func (t *turn) appendStreamLocked(text []byte) {
 	s := t.s
 	t.text.Write(text)
 	all := t.text.String()
-	s.emitStreamLocked("message.delta", map[string]any{"turn_id": t.id, "text": all[len(all)-len(text):]})
+	s.emitDeltaStreamLocked(t.id, all[len(all)-len(text):])
 	if t.ckpt == nil && !s.terminalOnly {
 		t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
 	}

@@ -123,7 +123,17 @@ func (r *Registry) emitLocked(s *Session, typ string, payload any) {
 // emitStreamLocked is emitLocked for a caller holding s.stream.
 func (s *Session) emitStreamLocked(typ string, payload any) {
 	s.seq++
-	ev := NewEvent(typ, s.id, s.seq, payload)
+	s.deliverStreamLocked(NewEvent(typ, s.id, s.seq, payload))
+}
+
+// emitDeltaStreamLocked is emitStreamLocked of a message.delta of text
+// for turn (NewDeltaEvent). s.stream must be held.
+func (s *Session) emitDeltaStreamLocked(turn, text string) {
+	s.seq++
+	s.deliverStreamLocked(NewDeltaEvent(s.id, s.seq, turn, text))
+}
+
+func (s *Session) deliverStreamLocked(ev *Event) {
 	for v := range s.viewers {
 		v.Deliver(ev)
 	}
