@@ -28,10 +28,10 @@ const pageExpiry = 5 * time.Second
 // does (store, node id, the suite's token, state directory) with the agent
 // on the model server m (startAgent's flags and key) and leases of expiry
 // (heartbeat every second: --node-expiry must be longer than
-// --node-heartbeat, 5 s by default).
-func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string, expiry time.Duration) *dashgate {
+// --node-heartbeat, 5 s by default), and extra flags after those.
+func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string, expiry time.Duration, extra ...string) *dashgate {
 	t.Helper()
-	return launch(t, testkit.Options{Sub: "serve", Dir: t.TempDir(), Env: append(testkit.CleanEnv(), "E2E_MODEL_KEY="+agentKey), Args: []string{
+	return launch(t, testkit.Options{Sub: "serve", Dir: t.TempDir(), Env: append(testkit.CleanEnv(), "E2E_MODEL_KEY="+agentKey), Args: append([]string{
 		"--worker-grace", workerGrace.String(),
 		"--log-level", "debug",
 		"--pty-cmd", "/bin/bash --noprofile --norc",
@@ -42,7 +42,7 @@ func startAgentNode(t *testing.T, m *modelServer, storeURL, id, state string, ex
 		"--node-expiry", expiry.String(),
 		"--node-heartbeat", "1s",
 		"--llm-url", m.URL + "/v1", "--llm-api-key-env", "E2E_MODEL_KEY",
-	}})
+	}, extra...)})
 }
 
 // failoverRecorder is installed in the page before the kill: a
@@ -186,43 +186,9 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 	a.kill()
 	killed := time.Now()
 
-	// poll reads the page and the store until done holds for them, for at
-	// most until; on the way, a new session (in the store, the page's list,
-	// or as the current one) or a reload fails the test at once.
-	var now pageNow
-	poll := func(what string, until time.Time, done func(pageNow) bool) {
-		t.Helper()
-		var bad string
-		ok := testkit.Until(time.Until(until), func() bool {
-			p, err := eval[pageNow](tb, pageNowJS)
-			if err != nil {
-				return false
-			}
-			now = p
-			switch s := p.Seen; {
-			case s == nil:
-				bad = "the page was loaded again (its recorder is gone)"
-			case slices.ContainsFunc(s.Currents, func(c string) bool { return c != sid }):
-				bad = fmt.Sprintf("the page's current session was %v, want only %s", s.Currents, sid)
-			case s.MaxLive > 1 || slices.ContainsFunc(s.Listed, func(c string) bool { return c != sid }):
-				bad = fmt.Sprintf("the page listed %v (up to %d at once), want only %s", s.Listed, s.MaxLive, sid)
-			case s.MovingOutside:
-				bad = "the moving line was shown outside the chat pane"
-			}
-			if bad == "" {
-				if c := storedSessions(t, storeURL); c > 1 {
-					bad = fmt.Sprintf("%d sessions in PostgreSQL, want 1 (no session made by the page)", c)
-				}
-			}
-			return bad != "" || done(p)
-		})
-		if bad != "" {
-			t.Fatalf("%s, %.1f s after the kill: %s\npage: %s\n%s", what, time.Since(killed).Seconds(), bad, pageJSON(now), pageDiag(tb))
-		}
-		if !ok {
-			t.Fatalf("%s: not within %.0f s of the kill\npage: %s\n%s", what, until.Sub(killed).Seconds(), pageJSON(now), pageDiag(tb))
-		}
-	}
+	w := &failoverWatch{t: t, tb: tb, storeURL: storeURL, killed: killed, current: sid, mayList: []string{sid}, stored: 1}
+	poll := w.poll
+	now := &w.now
 
 	// While a's lease lives, b answers the resume 4010: the page says so.
 	poll("the page says the conversation is moving", killed.Add(pageExpiry+5*time.Second), func(p pageNow) bool {
@@ -274,6 +240,60 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 	}
 	if _, ok := b.Worker(sid, "chat"); !ok {
 		t.Errorf("node b lists no chat worker for %s after it answered the draft", sid)
+	}
+}
+
+// failoverWatch polls a page through a failover (after failoverRecorder
+// was installed and the node killed at killed): the page's current
+// session must stay current, it may list only mayList (never more of them
+// at once than listed there), it must not be loaded again, and the store
+// must never hold more than stored sessions (the page made none).
+type failoverWatch struct {
+	t        *testing.T
+	tb       *tab
+	storeURL string
+	killed   time.Time
+	current  string
+	mayList  []string
+	stored   int
+	now      pageNow // the page's state at the last poll
+}
+
+// poll reads the page and the store until done holds for them, for at
+// most until; on the way, a new session (in the store, the page's list, or
+// as the current one) or a reload fails the test at once.
+func (w *failoverWatch) poll(what string, until time.Time, done func(pageNow) bool) {
+	t := w.t
+	t.Helper()
+	var bad string
+	ok := testkit.Until(time.Until(until), func() bool {
+		p, err := eval[pageNow](w.tb, pageNowJS)
+		if err != nil {
+			return false
+		}
+		w.now = p
+		switch s := p.Seen; {
+		case s == nil:
+			bad = "the page was loaded again (its recorder is gone)"
+		case slices.ContainsFunc(s.Currents, func(c string) bool { return c != w.current }):
+			bad = fmt.Sprintf("the page's current session was %v, want only %s", s.Currents, w.current)
+		case s.MaxLive > len(w.mayList) || slices.ContainsFunc(s.Listed, func(c string) bool { return !slices.Contains(w.mayList, c) }):
+			bad = fmt.Sprintf("the page listed %v (up to %d at once), want only %v", s.Listed, s.MaxLive, w.mayList)
+		case s.MovingOutside:
+			bad = "the moving line was shown outside the chat pane"
+		}
+		if bad == "" {
+			if c := storedSessions(t, w.storeURL); c > w.stored {
+				bad = fmt.Sprintf("%d sessions in PostgreSQL, want %d (no session made by the page)", c, w.stored)
+			}
+		}
+		return bad != "" || done(p)
+	})
+	if bad != "" {
+		t.Fatalf("%s, %.1f s after the kill: %s\npage: %s\n%s", what, time.Since(w.killed).Seconds(), bad, pageJSON(w.now), pageDiag(w.tb))
+	}
+	if !ok {
+		t.Fatalf("%s: not within %.0f s of the kill\npage: %s\n%s", what, until.Sub(w.killed).Seconds(), pageJSON(w.now), pageDiag(w.tb))
 	}
 }
 

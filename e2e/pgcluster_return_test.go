@@ -119,12 +119,12 @@ func TestPostgresClusterBrowserStaysAfterNodeReturns(t *testing.T) {
 	a = startLeasedNode(t, storeURL, "a", stateA, a.Addr, flags...)
 	probe := probeClient(t, n, "a.0000000000000000")
 	testkit.WaitFor(t, 15*time.Second, "nginx routing a browser with an a-cookie to node a again", func() bool {
-		return servedBy(t, probe, n, true) == "a"
+		return servedBy(t, probe, n, testToken) == "a"
 	})
 
 	// The browser's next page load and chat socket go to b, which holds
 	// its session.
-	if node := servedBy(t, c.client, n, false); node != "b" {
+	if node := servedBy(t, c.client, n, ""); node != "b" {
 		t.Errorf("the browser's page load after node a returned was served by %q, want b (cookie %q)", node, nodeCookie(c, n))
 	}
 	back := openChat(t, "chat after a returned", n.WS("/ws/chat"), c.ws(n))
@@ -173,14 +173,15 @@ type noSetCookies struct{ http.CookieJar }
 
 func (noSetCookies) SetCookies(*url.URL, []*http.Cookie) {}
 
-// servedBy loads the dashboard through nginx with client's cookies (and
-// with bearer, the suite's token, for a client without a login cookie) and
-// returns the node that served it, "" if none did.
-func servedBy(t *testing.T, client *http.Client, n *nginx, bearer bool) string {
+// servedBy loads the dashboard through nginx with client's cookies (and,
+// when bearer is not empty, that token: the suite's or a user's, for a
+// client without a login cookie) and returns the node that served it, ""
+// if none did.
+func servedBy(t *testing.T, client *http.Client, n *nginx, bearer string) string {
 	t.Helper()
 	h := http.Header{"Accept": {"text/html"}}
-	if bearer {
-		h.Set("Authorization", "Bearer "+testToken)
+	if bearer != "" {
+		h.Set("Authorization", "Bearer "+bearer)
 	}
 	res, body := get(t, client, n.URL("/"), h)
 	m := nodeMeta.FindStringSubmatch(body)

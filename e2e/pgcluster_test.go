@@ -150,7 +150,7 @@ func TestPostgresClusterFailover(t *testing.T) {
 	// missing, it adopts nothing b holds.
 	probe := probeClient(t, n, "a.0000000000000000")
 	testkit.WaitFor(t, 15*time.Second, "nginx sending a browser with an a-cookie to node a again", func() bool {
-		return servedBy(t, probe, n, true) == "a"
+		return servedBy(t, probe, n, testToken) == "a"
 	})
 	back := openChat(t, "chat to a started again", n.WS("/ws/chat"), testkit.DialOptions{Token: testToken, Jar: probe.Jar})
 	if err := back.call("session.resume", map[string]any{"session_id": sid}, nil); err == nil {

@@ -181,6 +181,9 @@ func (d *dashgate) Workers() []apiWorker {
 	if err := d.getJSON("admin/api/workers?fresh=1", &r); err != nil {
 		d.t.Fatalf("list workers: %v", err)
 	}
+	// This node's alone: on a node of a cluster the admin lists the other
+	// nodes' workers too, which this node's stop does not end.
+	r.Workers = slices.DeleteFunc(r.Workers, func(w apiWorker) bool { return w.Remote })
 	for _, w := range r.Workers {
 		d.remember(w.PID)
 		for _, c := range w.Children {
@@ -290,6 +293,9 @@ func (d *dashgate) stopAndCheck() {
 	}
 	if err := d.getJSON("admin/api/workers?fresh=1", &api); err == nil {
 		for _, w := range api.Workers {
+			if w.Remote {
+				continue // another node's: not this one's to end
+			}
 			d.remember(w.PID)
 			for _, c := range w.Children {
 				d.remember(c)

@@ -161,6 +161,8 @@ type WorkerJSON struct {
 	// started_at and user only (state "", the figures zero).
 	Node string `json:"node,omitempty"`
 	User string `json:"user,omitempty"`
+	// Remote marks another node's worker (true), as SessionJSON's does.
+	Remote bool `json:"remote,omitempty"`
 }
 
 // workersJSON is this node's workers, by pid, then (on a node of a
@@ -187,7 +189,7 @@ func (h *Admin) workersJSON(ctx context.Context, fresh bool) ([]WorkerJSON, erro
 			continue
 		}
 		for _, w := range n.Load.List {
-			out = append(out, WorkerJSON{PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, StartedAt: w.StartedAt.UTC(), Children: []int{}, Node: n.ID, User: w.User})
+			out = append(out, WorkerJSON{PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, StartedAt: w.StartedAt.UTC(), Children: []int{}, Node: n.ID, User: w.User, Remote: true})
 		}
 	}
 	return out, err

@@ -191,12 +191,13 @@ func TestAdminClusterLists(t *testing.T) {
 			SessionID string `json:"session_id"`
 			Node      string `json:"node"`
 			User      string `json:"user"`
+			Remote    bool   `json:"remote"`
 		} `json:"workers"`
 	}
 	if err := json.Unmarshal([]byte(fetch(t, srv, "/admin/api/workers")), &ws); err != nil {
 		t.Fatal(err)
 	}
-	if len(ws.Workers) != 1 || ws.Workers[0].PID != 4242 || ws.Workers[0].Node != "a" || ws.Workers[0].User != "alice" {
+	if len(ws.Workers) != 1 || ws.Workers[0].PID != 4242 || ws.Workers[0].Node != "a" || ws.Workers[0].User != "alice" || !ws.Workers[0].Remote {
 		t.Fatalf("/admin/api/workers = %+v; want a's 4242 only", ws)
 	}
 	page := fetch(t, srv, "/admin")

@@ -403,7 +403,14 @@ func (c *chatConn) sessionList(ctx context.Context, raw json.RawMessage) (any, f
 	if err := readParams(raw, &p); err != nil {
 		return nil, nil, err
 	}
-	live := c.h.Registry.List(c.who)
+	// A user's own list, an admin user's too: listed as the owner (not
+	// as an admin, whose list is everyone's and adopts nothing), a node of
+	// a cluster adopts the sessions a dead node let go before it lists.
+	owner := c.who
+	if owner != sessions.AdminPrincipal {
+		owner.Admin = false
+	}
+	live := c.h.Registry.List(owner)
 	list := make([]any, 0, len(live))
 	for _, in := range live {
 		if c.who.Owns(in.Owner) {

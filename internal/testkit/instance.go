@@ -379,6 +379,7 @@ type APIWorker struct {
 	RSSBytes  uint64 `json:"rss_bytes"`
 	Children  []int  `json:"children"` // its descendants and group members (its cgroup's members in cgroup mode)
 	Cgroup    string `json:"cgroup"`   // its cgroup directory; "" in the fallback
+	Remote    bool   `json:"remote"`   // another node's worker (Workers leaves those out)
 }
 
 // APISession is a row of /admin/api/sessions (PROTOCOL.md §5).
@@ -395,13 +396,14 @@ type APISession struct {
 	Agent     string `json:"agent"`      // the --agent it talks to; "" the built-in worker
 }
 
-// Workers reads /admin/api/workers.
+// Workers reads /admin/api/workers: this instance's workers (on a node of
+// a cluster, the other nodes' rows are left out).
 func (in *Instance) Workers(ctx context.Context) ([]APIWorker, error) {
 	var r struct {
 		Workers []APIWorker `json:"workers"`
 	}
 	err := in.GetJSON(ctx, "admin/api/workers", &r)
-	return r.Workers, err
+	return slices.DeleteFunc(r.Workers, func(w APIWorker) bool { return w.Remote }), err
 }
 
 // Sessions reads /admin/api/sessions: this instance's sessions (on a node

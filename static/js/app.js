@@ -566,6 +566,7 @@ function onReady(payload) {
 	agentsLoaded = loadAgents();
 	settings.load();
 	serial(async () => {
+		const before = sessions; // what the page listed before this socket
 		await refresh();
 		const want = current ?? localStorage.getItem(SESSION_KEY);
 		const s = sessions.find((x) => x.session_id === want);
@@ -580,6 +581,7 @@ function onReady(payload) {
 				return;
 			} catch (err) {
 				if (err instanceof RpcError && err.code === HELD_ELSEWHERE) {
+					keepMoving(before);
 					showMoving(want, err.data);
 					return;
 				}
@@ -629,6 +631,23 @@ function showMoving(id, data) {
 	els.moving.hidden = false;
 	movingTick = setInterval(say, 1000);
 	movingTimer = setTimeout(() => serial(() => followMoving(id)), wait + 300);
+}
+
+/**
+ * Keeps in the session list, marked moving, the sessions the page listed
+ * before its socket went that this node does not list (yet): while their
+ * dead node's leases run, no node lists them, and the list would say
+ * there are none. The next list once the moving session is back (this
+ * node adopts them as it lists) replaces them.
+ */
+function keepMoving(before) {
+	const listed = new Set(sessions.map((s) => s.session_id));
+	const kept = before
+		.filter((s) => !listed.has(s.session_id) && !isGone(s))
+		.map((s) => ({ ...s, state: 'moving', running: false }));
+	if (kept.length === 0) return;
+	sessions = [...sessions, ...kept];
+	renderLists();
 }
 
 function clearMoving() {

@@ -80,21 +80,24 @@ const LIVE = {
 	},
 	actions(s, current, name) {
 		const out = [];
+		// A session moving to another node (app.js keepMoving) waits, as a
+		// gone one does: its node answers for it once it is adopted.
+		const idle = isGone(s) || s.state === 'moving';
 		// The current session is not offered to itself.
 		if (!current) {
 			const resume = button('Resume', 'session-resume', 'btn');
-			resume.disabled = isGone(s);
+			resume.disabled = idle;
 			resume.setAttribute('aria-label', `Resume ${name}`);
 			out.push(resume);
 		}
 		// Rename in place: this button or a double-click on the title
 		// (app.js turns the title into an input).
 		const rename = button('Rename', 'session-rename', 'btn');
-		rename.disabled = isGone(s);
+		rename.disabled = idle;
 		rename.setAttribute('aria-label', `Rename ${name}`);
 		out.push(rename);
 		const close = button('Close', 'session-close', 'btn btn-danger');
-		close.disabled = isGone(s);
+		close.disabled = idle;
 		close.setAttribute('aria-label', `Close ${name}`);
 		out.push(close);
 		return out;
