@@ -180,7 +180,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(getenv), "the login token, instance locks (for the startup sweep) and the default store; made 0700, refused when a symlink, another user's or writable by others (default: $XDG_STATE_HOME/dashgate, else $HOME/.local/state/dashgate)")
 	fs.StringVar(&c.Store, "store", "", "SQLite file that keeps conversations (default: <state-dir>/dashgate.db), or a postgres:// URL shared by the nodes of a cluster (--node-id defaults to the id kept in the state dir then); none: memory only, nothing survives a restart")
 	fs.DurationVar(&c.StoreWait, "store-wait", 0, "with a postgres:// --store, how long to keep trying to reach the server at start (0: refuse to start at once)")
-	fs.DurationVar(&c.NodeHeartbeat, "node-heartbeat", 5*time.Second, "with a postgres:// --store, how often the node writes its heartbeat")
+	fs.DurationVar(&c.NodeHeartbeat, "node-heartbeat", 5*time.Second, "with a postgres:// --store, how often the node writes its heartbeat (default: 5s, or a third of --node-expiry when that is shorter)")
 	fs.DurationVar(&c.NodeExpiry, "node-expiry", sessions.DefaultLeaseTTL, "the ttl of the node's leases on its sessions (every node, a node alone too renewed every third of it): a dead node's sessions can be adopted this long after its death, and a node that could not renew them for this long takes no new work for them (error 5006) until the store is back; with a postgres:// --store also the age past which a node's heartbeat shows it gone")
 	fs.IntVar(&c.StoreBacklog, "store-backlog", 100_000, "history entries queued for the store while it fails; beyond it new entries are kept in memory only and their loss is counted in one ERROR record when the store is back")
 	fs.DurationVar(&c.HistoryRetention, "history-retention", 30*24*time.Hour, "closed conversations older than this are deleted (0: kept forever)")
@@ -288,6 +288,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if !explicit["max-terminals-per-user"] {
 			c.MaxTerminalsUser = t
 		}
+	}
+	// A shorter --node-expiry brings the heartbeat with it when that is
+	// not given: a third of the lease (as its renewal), never more than
+	// the 5 s default; a heartbeat given stays, and must be shorter.
+	if !explicit["node-heartbeat"] {
+		c.NodeHeartbeat = min(c.NodeHeartbeat, c.NodeExpiry/3)
 	}
 	c.TokenExplicit = c.Token != ""
 	fs.Visit(func(f *flag.Flag) {

@@ -163,6 +163,47 @@ func TestConfigStoreOutage(t *testing.T) {
 	}
 }
 
+// TestConfigHeartbeatFollowsExpiry: --node-expiry 5s alone (the failover
+// docs' advice) starts, the heartbeat a third of it; the 15 s default
+// keeps the 5 s heartbeat; a heartbeat given, on the command line or in
+// DASHGATE_NODE_HEARTBEAT, stays, and one not shorter than the expiry is
+// refused.
+func TestConfigHeartbeatFollowsExpiry(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			if k == "HOME" {
+				return "/home/t"
+			}
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want time.Duration
+	}{
+		{nil, nil, 5 * time.Second},
+		{[]string{"--node-expiry", "5s"}, nil, 5 * time.Second / 3},
+		{nil, []string{"DASHGATE_NODE_EXPIRY", "6s"}, 2 * time.Second},
+		{[]string{"--node-expiry", "1m"}, nil, 5 * time.Second},
+		{[]string{"--node-expiry", "5s", "--node-heartbeat", "4s"}, nil, 4 * time.Second},
+		{[]string{"--node-expiry", "5s"}, []string{"DASHGATE_NODE_HEARTBEAT", "2s"}, 2 * time.Second},
+	} {
+		cfg, err := parseConfig(c.args, env(c.env...), io.Discard)
+		if err != nil || cfg.NodeHeartbeat != c.want {
+			t.Errorf("%v %v: heartbeat %v, %v; want %v", c.args, c.env, cfg.NodeHeartbeat, err, c.want)
+		}
+	}
+	if _, err := parseConfig([]string{"--node-expiry", "5s", "--node-heartbeat", "5s"}, env(), io.Discard); err == nil || !strings.Contains(err.Error(), "--node-expiry longer") {
+		t.Errorf("--node-expiry 5s --node-heartbeat 5s: %v; want refused", err)
+	}
+}
+
 // TestConfigSecretsOutOfArgv: a secret given in the environment or a file
 // is not in argv (no refusal with --unix-users, no warning); given on the
 // command line it is named in ArgvSecrets (one WARN at start without
