@@ -192,6 +192,32 @@ func TestCheckpointSurvivesCrash(t *testing.T) {
 	})
 }
 
+// TestCheckpointEvery250ms: a long reply is checkpointed again every
+// 250 ms while it streams, not once: the store holds what streamed up to
+// the last checkpoint.
+func TestCheckpointEvery250ms(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Store = store.NewMemory() })
+		h.sp.stream = make(chan string)
+		v := &recViewer{}
+		in, _ := h.r.Create(v, NewSession{Title: "t"})
+		_, start, _ := h.r.Prompt(v, in.ID, "tell me")
+		start()
+		text := "once"
+		h.sp.stream <- text
+		for _, d := range []string{" upon", " a", " time"} {
+			h.sp.stream <- d
+			text += d
+			h.advance(250 * time.Millisecond)
+			if es := stored(t, h, in.ID); len(es) != 2 || es[1].Text != text || !es[1].Partial {
+				t.Fatalf("after %q and 250 ms, the store holds %+v; want the partial reply %q", d, es, text)
+			}
+		}
+		close(h.sp.stream)
+	})
+}
+
 // copyStore copies every session (live and closed) and entry of src to dst.
 func copyStore(t *testing.T, src, dst *store.Memory) {
 	t.Helper()
@@ -616,6 +642,31 @@ func TestDeltaEventOneAllocation(t *testing.T) {
 	var ev *Event
 	if n := testing.AllocsPerRun(100, func() { ev = NewDeltaEvent("sid", 1, "turn", "text") }); n != 1 || ev.Payload.(*Delta).Text != "text" {
 		t.Fatalf("NewDeltaEvent: %v allocations, want 1", n)
+	}
+}
+
+// TestLateCheckpointKeepsTheCompleteReply: a checkpoint whose timer
+// fired as the turn completed, its goroutine running after the
+// completion, leaves the complete reply in the store: a partial reply
+// never replaces it.
+func TestLateCheckpointKeepsTheCompleteReply(t *testing.T) {
+	t.Parallel()
+	h, v, in := streamingTurn(t)
+	h.sp.stream <- "first"
+	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
+	h.r.mu.Lock()
+	tr := h.r.sessions[in.ID].turn
+	h.r.mu.Unlock()
+	h.sp.stream <- " second"
+	close(h.sp.stream)
+	h.r.Wait()
+	if es := stored(t, h, in.ID); len(es) != 2 || es[1].Partial || es[1].Text != "first second" {
+		t.Fatalf("stored before the late checkpoint: %+v", es)
+	}
+	tr.checkpoint() // the timer's, late
+	es := stored(t, h, in.ID)
+	if r := es[len(es)-1]; r.Text != "first second" || r.Partial || r.Interrupted || r.Status != "complete" {
+		t.Fatalf("the stored reply after a late checkpoint: %+v", r)
 	}
 }
 

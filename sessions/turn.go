@@ -163,7 +163,11 @@ func (t *turn) checkpoint() {
 	s := t.s
 	s.stream.Lock()
 	defer s.stream.Unlock()
-	t.ckpt = nil
+	t.ckptArmed = false
+	// A checkpoint whose timer fired as the turn completed runs after it:
+	// done, under this lock, keeps its partial reply from replacing the
+	// complete one (completeLocked sets done under it before it queues
+	// the reply; TestLateCheckpointKeepsTheCompleteReply).
 	if !t.done {
 		// A turn not done has no status of the worker's and has not
 		// failed yet: its reply is interrupted (replyStatus).
@@ -273,8 +277,8 @@ func (t *turn) completeLocked(output string, interrupted bool) {
 	t.done = true // no delta is relayed after this (onDelta)
 	t.idle.Stop()
 	if t.ckpt != nil {
-		t.ckpt.Stop()
-		t.ckpt = nil
+		t.ckpt.Stop() // one that fired already finds t done (checkpoint)
+		t.ckptArmed = false
 	}
 	text := t.text.String()
 	s.stream.Unlock()
@@ -592,8 +596,15 @@ func (t *turn) appendStreamLocked(text []byte) {
 	t.text.Write(text)
 	all := t.text.String()
 	s.emitDeltaStreamLocked(t.id, all[len(all)-len(text):])
-	if t.ckpt == nil && !s.terminalOnly {
-		t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
+	if !t.ckptArmed && !s.terminalOnly {
+		// One timer a turn, armed again after each checkpoint: a
+		// time.AfterFunc each time was two allocations (issue 43).
+		if t.ckpt == nil {
+			t.ckpt = time.AfterFunc(checkpointEvery, t.checkpoint)
+		} else {
+			t.ckpt.Reset(checkpointEvery)
+		}
+		t.ckptArmed = true
 	}
 }
 
@@ -781,7 +792,8 @@ type turn struct {
 	done      bool
 	paused    bool                  // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
 	finished  chan struct{}         // closed when done is set
-	ckpt      *time.Timer           // the pending checkpoint of the streamed text, nil when none
+	ckpt      *time.Timer           // the checkpoint of the streamed text (nil until the reply's first delta), reused
+	ckptArmed bool                  // ckpt is pending
 	idle      *time.Timer           // ends the turn after WorkerTimeout of silence (see Prompt)
 	tools     int                   // tool runs started and not complete
 	usage     *store.Usage          // reported by the worker with its reply
