@@ -91,6 +91,7 @@ type pageNow struct {
 	Live      []string      `json:"live"`   // the live sessions listed
 	Entries   []entry       `json:"entries"`
 	Streaming bool          `json:"streaming"`
+	Terminal  string        `json:"terminal"` // the terminal's status line while shown
 }
 
 const pageNowJS = `({
@@ -103,6 +104,7 @@ const pageNowJS = `({
 	live: [...document.querySelectorAll('[data-testid="session-item"]:not(.closed)')].map(e => e.dataset.sessionId),
 	entries: ` + entriesJS + `,
 	streaming: !!document.querySelector('[data-testid="chat-message"][data-streaming="true"]'),
+	terminal: (e => e && e.checkVisibility() ? e.textContent.trim() : '')(document.querySelector('[data-testid="terminal-status-text"]')),
 })`
 
 // movingWithin reads the N of the moving line's "... within N s".

@@ -92,9 +92,11 @@ func TestClusterFailoverWithLoginsKeepsTheList(t *testing.T) {
 	both := []string{other, sid}
 	slices.Sort(both)
 	// While it moves, the list keeps both sessions (marked moving), not
-	// "No sessions".
-	w.poll("the page says the conversation is moving, both sessions still listed", w.killed.Add(pageExpiry+5*time.Second), func(p pageNow) bool {
-		return len(p.Seen.Moving) > 0 && p.Moving != "" && slices.Equal(slices.Sorted(slices.Values(p.Live)), both)
+	// "No sessions", and the terminal says it waits for its session, not
+	// that it could not start.
+	w.poll("the page says the conversation is moving, both sessions still listed, the terminal waiting", w.killed.Add(pageExpiry+5*time.Second), func(p pageNow) bool {
+		return len(p.Seen.Moving) > 0 && p.Moving != "" && slices.Equal(slices.Sorted(slices.Values(p.Live)), both) &&
+			strings.Contains(p.Terminal, "waits for its session")
 	})
 	want := []entry{{"prompt", "hold on"}, {"reply", "Cut short [interrupted]"}}
 	conversation := func(es []entry) []entry {

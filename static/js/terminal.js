@@ -52,6 +52,9 @@
 import { Backoff, socketState, wsURL } from './net.js';
 import { DISCONNECTED } from './notices.js';
 
+// #refusal's answer for a session this server does not serve (404).
+const MISSING = Symbol('missing');
+
 export const PTY_STORAGE_PREFIX = 'dashgate.pty.';
 // The id of a session's first terminal: the one /ws/pty attaches without
 // ?terminal= (sessions.DefaultTerminal).
@@ -508,16 +511,24 @@ export class TerminalPane {
 				// account, which no retry mends until an administrator does.
 				const refusal = up ? await this.#refusal(sid) : '';
 				if (!still()) return;
-				if (refusal) this.#status('error', `The terminal cannot start: ${refusal}`);
+				if (refusal === MISSING) {
+					// Not served here (yet): on a node of a cluster, a session
+					// moving from a dead node until this one adopts it.
+					this.#status('starting', 'The terminal waits for its session on this server; retrying…');
+				} else if (refusal) this.#status('error', `The terminal cannot start: ${refusal}`);
 				else if (up) this.#status('error', 'The terminal could not start; retrying…');
 				else this.#status('disconnected', DISCONNECTED);
 			});
 	}
 
-	/** Why session sid's terminal is refused (GET terminal/refusal), "" when not known. */
+	/**
+	 * Why session sid's terminal is refused (GET terminal/refusal), "" when
+	 * not known, MISSING when this server does not serve the session (404).
+	 */
 	async #refusal(sid) {
 		try {
 			const r = await fetch(this.#base + 'terminal/refusal?' + new URLSearchParams({ session_id: sid }), { cache: 'no-store' });
+			if (r.status === 404) return MISSING;
 			if (!r.ok) return '';
 			const body = await r.json();
 			return typeof body?.refusal === 'string' ? body.refusal : '';
