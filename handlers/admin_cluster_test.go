@@ -166,7 +166,7 @@ func TestAdminClusterForwardsReaps(t *testing.T) {
 // /admin/api/workers and its page list node a's live session (from the
 // store) and worker (from a's heartbeat) with node a, never a lapsed
 // node's; the nodes table counts each node's load; the rows' reap forms
-// name the node.
+// name the node; the page says it is node b's.
 func TestAdminClusterLists(t *testing.T) {
 	t.Parallel()
 	h, _, _ := clusterAdmin(t)
@@ -210,6 +210,8 @@ func TestAdminClusterLists(t *testing.T) {
 		`<td class="mono">s-on-a</td><td data-testid="worker-user" class="">alice</td>`,
 		`<td class="mono">4242</td><td class="mono">–</td><td>`, // s-on-a's worker column, from a's heartbeat
 		`<td data-testid="node-live">yes</td><td data-testid="node-sessions">1</td><td data-testid="node-workers">1</td>`,
+		// which node the page is from (a trial could not tell)
+		`<span data-testid="this-node" title="the node of the cluster this page comes from">node <b>b</b></span>`,
 	} {
 		if !strings.Contains(page, w) {
 			t.Errorf("the page lacks %s", w)
