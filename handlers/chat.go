@@ -127,6 +127,7 @@ type chatConn struct {
 	// (frameBytes), kept between writes.
 	frame []byte
 	sock  *socket
+	wt    writeTimer         // the writer's write timeout
 	held  *heldConn          // the connection under conn: the writer sends what is queued together (writeQueued)
 	done  chan struct{}      // closed when the socket is gone, before DetachViewer
 	page  string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
@@ -183,7 +184,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(h.MaxFrame)
 	sock := newSocket(r.Context(), conn)
 	c := &chatConn{
-		h: h, conn: conn, sock: sock, held: hw.conn,
+		h: h, conn: conn, sock: sock, wt: writeTimer{s: sock}, held: hw.conn,
 		log:  h.Log.With("conn_id", h.connSeq.Add(1), "endpoint", "chat", "remote_addr", r.RemoteAddr),
 		out:  make(chan any, h.SendQueue),
 		done: make(chan struct{}),
@@ -354,14 +355,16 @@ func (c *chatConn) writeLoop() {
 // merged (mergeDeltas; shared/PROTOCOL.md §10 allows both).
 func (c *chatConn) writeQueued(f any) error {
 	if c.held == nil || len(c.out) == 0 {
-		return writeFrame(c.sock, websocket.MessageText, c.frameBytes(f), c.h.Socket.WriteTimeout)
+		return c.wt.timed(c.h.Socket.WriteTimeout, func() error {
+			return c.conn.Write(c.sock.connCtx, websocket.MessageText, c.frameBytes(f))
+		})
 	}
 	frames := append(c.batch[:0], f)
 	for n := len(c.out); n > 0; n-- {
 		frames = append(frames, <-c.out)
 	}
 	frames = mergeDeltas(controlFirst(frames))
-	err := timed(c.sock, c.h.Socket.WriteTimeout, func() error {
+	err := c.wt.timed(c.h.Socket.WriteTimeout, func() error {
 		c.held.hold()
 		for _, f := range frames {
 			// Held: coder/websocket's flush of the message lands in the

@@ -1,9 +1,19 @@
 package handlers
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/sessions"
 )
@@ -71,5 +81,100 @@ message.delta b 4 new turn
 		if out[i] != one[i] {
 			t.Fatalf("frame %d was replaced: %s", i, describe(out))
 		}
+	}
+}
+
+// chatConnPair is a chatConn over a real WebSocket whose client end is
+// returned (read it, or not), with WriteTimeout timeout and no heldConn
+// (each frame its own write); the client's receive buffer is small, so
+// that writes block soon when it does not read.
+func chatConnPair(t *testing.T, timeout time.Duration) (*chatConn, *websocket.Conn) {
+	t.Helper()
+	got := make(chan *websocket.Conn, 1)
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		got <- conn
+		<-stop // the connection is the test's
+	}))
+	t.Cleanup(srv.Close)
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	client, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(srv.URL, "http"),
+		&websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := <-got
+	sock := newSocket(context.Background(), conn)
+	t.Cleanup(func() {
+		client.CloseNow()
+		sock.end(errors.New("test over"))
+		close(stop)
+	})
+	c := &chatConn{h: &Chat{Socket: SocketConfig{WriteTimeout: timeout}}, conn: conn, sock: sock, wt: writeTimer{s: sock}, out: make(chan any, 1)}
+	return c, client
+}
+
+// TestChatWriterDeltaNoAllocation: the chat writer writes a delta's frame
+// without an allocation (its encoding in its buffer, its write timeout
+// one timer armed again), and the timer is stopped after each write.
+func TestChatWriterDeltaNoAllocation(t *testing.T) {
+	c, client := chatConnPair(t, time.Minute)
+	go func() { // reads, as a browser does
+		for {
+			_, r, err := client.Reader(context.Background())
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, r)
+		}
+	}()
+	evs := make([]*sessions.Event, 101) // AllocsPerRun's warm-up and runs
+	for i := range evs {
+		evs[i] = delta("0123456789abcdef01234567", "89abcdef0123456701234567", "a \"word\"\n", uint64(i))
+	}
+	i := 0
+	n := testing.AllocsPerRun(100, func() {
+		if err := c.writeQueued(evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	})
+	if n != 0 {
+		t.Fatalf("the writer's write of a delta: %v allocations, want 0", n)
+	}
+	if c.wt.t.Stop() {
+		t.Fatal("the write timeout is still armed after the write")
+	}
+}
+
+// TestChatWriterTimeout: a chat write blocked for the write timeout (the
+// client does not read) ends the socket with errWriteTimeout, with the
+// writer's one timer as with a timer a write.
+func TestChatWriterTimeout(t *testing.T) {
+	c, _ := chatConnPair(t, 100*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		big := delta("s", "t", strings.Repeat("x", 64<<10), 1)
+		for range 4096 { // 256 MiB: far beyond any socket buffer
+			if err := c.writeQueued(big); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errWriteTimeout) || !errors.Is(c.sock.cause(), errWriteTimeout) {
+			t.Fatalf("write error %v, socket's cause %v; want the write timeout", err, c.sock.cause())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a blocked write was not ended by the write timeout in 20 s")
 	}
 }

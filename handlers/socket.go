@@ -158,6 +158,32 @@ func timed(s *socket, timeout time.Duration, write func() error) error {
 	return err
 }
 
+// writeTimer is timed for one writer goroutine: one timer, made at its
+// first write and armed again for each (timed makes a timer and its func
+// a write: two allocations a frame, a delta's on a chat socket; issue
+// 43). Only that goroutine uses it.
+type writeTimer struct {
+	s *socket
+	t *time.Timer
+}
+
+// timed runs write as timed(w.s, timeout, write) does.
+func (w *writeTimer) timed(timeout time.Duration, write func() error) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	if w.t == nil {
+		w.t = time.AfterFunc(timeout, func() { w.s.abort(errWriteTimeout) })
+	} else {
+		w.t.Reset(timeout)
+	}
+	err := write()
+	if !w.t.Stop() {
+		return errWriteTimeout
+	}
+	return err
+}
+
 // pingLoop pings every interval, whether or not earlier pings were
 // answered: each ping is traffic, so a proxy's read timeout shorter than
 // the ping timeout never cuts a socket dashgate would keep (a client not
