@@ -670,6 +670,47 @@ func TestLateCheckpointKeepsTheCompleteReply(t *testing.T) {
 	}
 }
 
+// TestCheckpointRacingCompletion: a checkpoint that found the turn not
+// done, and queues its partial reply after letting go of the stream lock,
+// is queued before the complete reply: the turn's completion waits for
+// it, and the store keeps the complete reply.
+func TestCheckpointRacingCompletion(t *testing.T) {
+	t.Parallel()
+	h, v, in := streamingTurn(t)
+	decided, release := make(chan struct{}), make(chan struct{})
+	h.sp.stream <- "first"
+	testkit.WaitFor(t, 5*time.Second, "the first delta", func() bool { return len(v.ofType("message.delta")) == 1 })
+	h.r.mu.Lock()
+	s := h.r.sessions[in.ID]
+	tr := s.turn
+	s.stream.Lock()
+	tr.ckptDecided = func() { close(decided); <-release } // the checkpoint armed by the first delta
+	s.stream.Unlock()
+	h.r.mu.Unlock()
+	select {
+	case <-decided:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no checkpoint in 5 s")
+	}
+	h.sp.stream <- " second"
+	close(h.sp.stream) // the turn completes while the checkpoint has yet to queue
+	waited := make(chan struct{})
+	go func() { h.r.Wait(); close(waited) }()
+	// The completion waits for the checkpoint; without that order it
+	// would be done, its reply queued, within this bound, and the
+	// checkpoint's partial reply queued over it when it is released.
+	select {
+	case <-waited:
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	es := stored(t, h, in.ID)
+	if r := es[len(es)-1]; r.Text != "first second" || r.Partial || r.Interrupted || r.Status != "complete" {
+		t.Fatalf("the stored reply after a checkpoint raced the completion: %+v", r)
+	}
+}
+
 // TestCheckpointNotBehindRegistryLock: a streaming reply's checkpoint
 // reaches the store while another call holds the registry's lock (it
 // takes only the session's stream lock), as the interrupted reply with

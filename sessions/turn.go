@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dashgate/dashgate/store"
@@ -154,26 +155,42 @@ func (t *turn) run(ctx context.Context, text string) {
 }
 
 // checkpoint queues the text t streamed so far as its (interrupted)
-// reply. It holds only the session's stream lock (1,200 checkpoints a
-// second of 300 streams on r.mu held up every other call; BENCHMARKS.md,
-// issue 28): what it reads is the stream's, or set before the turn's
-// first delta (seq, at, id), or changed under the stream lock too (the
-// session's journal, see leaseLost).
+// reply. It reads under the session's stream lock alone (1,200
+// checkpoints a second of 300 streams on r.mu held up every other call;
+// BENCHMARKS.md, issue 28): what it reads is the stream's, or set before
+// the turn's first delta (seq, at, id), or changed under the stream lock
+// too (the session's journal, see leaseLost). It queues after letting go
+// of it: the journal's lock, which every session's checkpoints take, no
+// longer holds up the session's deltas (75 % of a loaded gateway's mutex
+// waiting was on the two together; BENCHMARKS.md, issue 43).
+//
+// Its put and the complete reply's are ordered by t.ckptMu: a checkpoint
+// decides (t not done) and queues under it, and completeLocked sets done
+// before it queues the reply under it. So a partial reply never replaces
+// the complete one, whether its timer fired as the turn completed
+// (TestLateCheckpointKeepsTheCompleteReply) or it decided just before
+// (TestCheckpointRacingCompletion).
 func (t *turn) checkpoint() {
 	s := t.s
+	t.ckptMu.Lock()
+	defer t.ckptMu.Unlock()
 	s.stream.Lock()
-	defer s.stream.Unlock()
 	t.ckptArmed = false
-	// A checkpoint whose timer fired as the turn completed runs after it:
-	// done, under this lock, keeps its partial reply from replacing the
-	// complete one (completeLocked sets done under it before it queues
-	// the reply; TestLateCheckpointKeepsTheCompleteReply).
-	if !t.done {
-		// A turn not done has no status of the worker's and has not
-		// failed yet: its reply is interrupted (replyStatus).
-		s.putEntry(Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text.String(), At: t.at,
-			TurnID: t.id, Interrupted: true, Status: "interrupted", Partial: true})
+	if t.done || s.journal == nil { // a terminal-only session, or one whose lease was lost, stores nothing
+		s.stream.Unlock()
+		return
 	}
+	// A turn not done has no status of the worker's and has not failed
+	// yet: its reply is interrupted (replyStatus).
+	m := Message{Seq: t.seq, Role: store.RoleAssistant, Kind: store.KindReply, Text: t.text.String(), At: t.at,
+		TurnID: t.id, Interrupted: true, Status: "interrupted", Partial: true}
+	j, epoch := s.journal, s.epoch
+	hook := t.ckptDecided
+	s.stream.Unlock()
+	if hook != nil {
+		hook()
+	}
+	j.putEntry(s.sid, epoch, m)
 }
 
 // StatusStreaming is the status of a reply still being written, as
@@ -294,7 +311,11 @@ func (t *turn) completeLocked(output string, interrupted bool) {
 	if !t.failed || t.refused || output != "" || t.seq != 0 {
 		// A turn that failed before any text is its error entry alone:
 		// no empty reply beside it (nothing of one was stored either).
+		// After any checkpoint's put (checkpoint): t is done, so none
+		// comes after.
+		t.ckptMu.Lock()
 		r.appendLocked(s, reply)
+		t.ckptMu.Unlock()
 	}
 	payload := map[string]any{"turn_id": t.id, "text": output, "interrupted": interrupted, "status": reply.Status}
 	if t.usage != nil {
@@ -790,17 +811,23 @@ type turn struct {
 	text      strings.Builder // streamed so far: a Builder, so a long reply's deltas cost their own length, not the reply's (String shares its bytes)
 	cancel    func()
 	done      bool
-	paused    bool                  // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
-	finished  chan struct{}         // closed when done is set
-	ckpt      *time.Timer           // the checkpoint of the streamed text (nil until the reply's first delta), reused
-	ckptArmed bool                  // ckpt is pending
-	idle      *time.Timer           // ends the turn after WorkerTimeout of silence (see Prompt)
-	tools     int                   // tool runs started and not complete
-	usage     *store.Usage          // reported by the worker with its reply
-	status    string                // the worker's status of its reply ("": derived)
-	files     []store.AttachmentRef // the attachments its prompt sends
-	failed    bool                  // the turn ended with an error
-	refused   bool                  // ... the refusal of its owner's account (a notice, not an error entry)
+	paused    bool          // waits for an approval or a tool run: deltas leave the idle timer stopped (idleLocked)
+	finished  chan struct{} // closed when done is set
+	ckpt      *time.Timer   // the checkpoint of the streamed text (nil until the reply's first delta), reused
+	ckptArmed bool          // ckpt is pending
+	// ckptMu orders a checkpoint's put before the complete reply's (see
+	// checkpoint). Lock order: r.mu, ckptMu, s.stream.
+	ckptMu sync.Mutex
+	// ckptDecided, set by tests, runs between a checkpoint's decision and
+	// its put.
+	ckptDecided func()
+	idle        *time.Timer           // ends the turn after WorkerTimeout of silence (see Prompt)
+	tools       int                   // tool runs started and not complete
+	usage       *store.Usage          // reported by the worker with its reply
+	status      string                // the worker's status of its reply ("": derived)
+	files       []store.AttachmentRef // the attachments its prompt sends
+	failed      bool                  // the turn ended with an error
+	refused     bool                  // ... the refusal of its owner's account (a notice, not an error entry)
 }
 
 // acpTool is what an ACP agent's worker adds to tool_start and
