@@ -171,8 +171,10 @@ func TestClusterFailoverPageFollowsItsSession(t *testing.T) {
 	}
 	// The journal writes behind, and a streaming reply is stored (as
 	// interrupted) every 250 ms: wait until the prompt and the reply so
-	// far are in PostgreSQL, so the kill tests the page, not that window.
-	testkit.WaitFor(t, 10*time.Second, "node a's session row, the prompt and the streamed reply in PostgreSQL", func() bool {
+	// far are in PostgreSQL, so the kill tests the page, not that window
+	// (bounded generously: CI once took over 10 s there, its PostgreSQL
+	// and the nodes' renewals slow on a machine at load 50).
+	testkit.WaitFor(t, 30*time.Second, "node a's session row, the prompt and the streamed reply in PostgreSQL", func() bool {
 		row, err := storedSession(t, storeURL, sid)
 		if err != nil || row.node != "a" || row.entries != 2 {
 			return false

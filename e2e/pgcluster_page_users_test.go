@@ -74,7 +74,7 @@ func TestClusterFailoverWithLoginsKeepsTheList(t *testing.T) {
 	tb.mustWaitJS(15*time.Second, "the reply streams", streamingReply+`.startsWith('Cut short')`, entriesState)
 	const draft = "and then?"
 	tb.Do("type a draft", chromedp.SendKeys(chromedp.CSS(`[data-testid="chat-input"]`), draft))
-	testkit.WaitFor(t, 10*time.Second, "both sessions and the streamed reply in PostgreSQL", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "both sessions and the streamed reply in PostgreSQL", func() bool {
 		row, err := storedSession(t, storeURL, sid)
 		if err != nil || row.node != "a" || row.entries != 2 {
 			return false
