@@ -137,37 +137,43 @@ var (
 	errPingTimeout  = sessions.ErrViewerPingTimeout
 )
 
-// writeFrame writes one frame within timeout; past it the socket is aborted
-// with errWriteTimeout. The timer records the cause before the connection
-// closes, so the read loop's error never masks it.
-func writeFrame(s *socket, typ websocket.MessageType, b []byte, timeout time.Duration) error {
-	return timed(s, timeout, func() error { return s.conn.Write(s.connCtx, typ, b) })
+// frameWriter writes a socket's frames from any of its goroutines (a
+// terminal's: the pty's reader, its pump, its input loop's error
+// replies), one at a time, each within timeout (10 s when not set): one
+// timer for them all, armed again for each. A time.AfterFunc a frame was
+// three allocations a keystroke's echo (issue 43).
+type frameWriter struct {
+	mu      sync.Mutex
+	wt      writeTimer
+	timeout time.Duration
 }
 
-// timed runs write within timeout (10 s when not set); past it the socket
-// is aborted with errWriteTimeout, which it returns.
-func timed(s *socket, timeout time.Duration, write func() error) error {
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	t := time.AfterFunc(timeout, func() { s.abort(errWriteTimeout) })
-	err := write()
-	if !t.Stop() {
-		return errWriteTimeout
-	}
-	return err
+func newFrameWriter(s *socket, timeout time.Duration) *frameWriter {
+	return &frameWriter{wt: writeTimer{s: s}, timeout: timeout}
 }
 
-// writeTimer is timed for one writer goroutine: one timer, made at its
-// first write and armed again for each (timed makes a timer and its func
-// a write: two allocations a frame, a delta's on a chat socket; issue
-// 43). Only that goroutine uses it.
+// write writes one frame; past the timeout the socket is aborted with
+// errWriteTimeout, which it returns. The timer records the cause before
+// the connection closes, so the read loop's error never masks it. A
+// write waits for another goroutine's to end.
+func (w *frameWriter) write(typ websocket.MessageType, b []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.wt.s
+	return w.wt.timed(w.timeout, func() error { return s.conn.Write(s.connCtx, typ, b) })
+}
+
+// writeTimer bounds the writes of one writer at a time (a goroutine, or
+// frameWriter's holder of its lock): one timer, made at its first write
+// and armed again for each (a timer and its func a write were two
+// allocations a frame, a delta's on a chat socket; issue 43).
 type writeTimer struct {
 	s *socket
 	t *time.Timer
 }
 
-// timed runs write as timed(w.s, timeout, write) does.
+// timed runs write within timeout (10 s when not set); past it the
+// socket is aborted with errWriteTimeout, which it returns.
 func (w *writeTimer) timed(timeout time.Duration, write func() error) error {
 	if timeout <= 0 {
 		timeout = 10 * time.Second

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,11 +137,12 @@ func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sock := newSocket(r.Context(), conn)
+	fw := newFrameWriter(sock, h.Socket.WriteTimeout)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); h.pump(sock, att) }()
+	go func() { defer wg.Done(); h.pump(sock, fw, att) }()
 	go func() { defer wg.Done(); pingLoop(sock, h.Socket) }()
-	sock.end(h.readInput(sock, att))
+	sock.end(h.readInput(sock, fw, att))
 	wg.Wait()
 
 	cause := sock.cause()
@@ -162,7 +164,7 @@ func (h *Terminal) logger() *slog.Logger {
 // the code that says why (1000 exit, 4409 takeover). A socket that shares
 // the terminal also gets {"type":"attached","count":N} whenever the number
 // of sockets attached to it changes.
-func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
+func (h *Terminal) pump(sock *socket, fw *frameWriter, att *sessions.Attachment) {
 	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "terminal": att.Terminal, "offset": att.Offset, "replay_end": att.ReplayEnd}
 	if att.ResumeToken != "" {
 		hello["resume_token"] = att.ResumeToken
@@ -173,12 +175,12 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 	if att.Recorded {
 		hello["recorded"] = true
 	}
-	if err := h.writeJSON(sock, hello); err != nil {
+	if err := h.writeJSON(fw, hello); err != nil {
 		sock.abort(err)
 		return
 	}
 	if att.Reset {
-		if err := h.writeJSON(sock, map[string]any{"type": "reset"}); err != nil {
+		if err := h.writeJSON(fw, map[string]any{"type": "reset"}); err != nil {
 			sock.abort(err)
 			return
 		}
@@ -186,7 +188,7 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 	// Output that comes while the socket is caught up goes out from the
 	// terminal's reader, without waking this goroutine (an echo).
 	att.SetDirect(func(p []byte) {
-		if err := writeFrame(sock, websocket.MessageBinary, p, h.Socket.WriteTimeout); err != nil {
+		if err := fw.write(websocket.MessageBinary, p); err != nil {
 			sock.abort(err) // Next returns: the socket ended
 		}
 	})
@@ -197,14 +199,14 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 		var exit *sessions.ExitError
 		switch {
 		case err == nil && n == 0: // a shared terminal's attachments changed
-			if err := h.writeJSON(sock, map[string]any{"type": "attached", "count": att.Attached()}); err != nil {
+			if err := h.writeJSON(fw, map[string]any{"type": "attached", "count": att.Attached()}); err != nil {
 				sock.abort(err)
 				return
 			}
 			continue
 		case err == nil:
 		case errors.As(err, &exit):
-			if werr := h.writeJSON(sock, map[string]any{"type": "exit", "exit_code": exit.Code}); werr != nil {
+			if werr := h.writeJSON(fw, map[string]any{"type": "exit", "exit_code": exit.Code}); werr != nil {
 				sock.abort(werr)
 				return
 			}
@@ -222,27 +224,37 @@ func (h *Terminal) pump(sock *socket, att *sessions.Attachment) {
 		default:
 			return // the socket ended
 		}
-		if err := writeFrame(sock, websocket.MessageBinary, buf[:n], h.Socket.WriteTimeout); err != nil {
+		if err := fw.write(websocket.MessageBinary, buf[:n]); err != nil {
 			sock.abort(err)
 			return
 		}
 	}
 }
 
-func (h *Terminal) writeJSON(sock *socket, v any) error {
+func (h *Terminal) writeJSON(fw *frameWriter, v any) error {
 	b, _ := json.Marshal(v)
-	return writeFrame(sock, websocket.MessageText, b, h.Socket.WriteTimeout)
+	return fw.write(websocket.MessageText, b)
 }
 
 // readInput writes binary frames to the pty and applies control frames
 // until the socket ends. A pty that does not take input within InputWrite
 // holds the socket's reading (the client is slowed, nothing is buffered).
-func (h *Terminal) readInput(sock *socket, att *sessions.Attachment) error {
+//
+// Each frame is read into one buffer, kept for the socket's life (at most
+// MaxInputFrame): a buffer a frame (Conn.Read's io.ReadAll) was 512 bytes
+// a keystroke for the collector.
+func (h *Terminal) readInput(sock *socket, fw *frameWriter, att *sessions.Attachment) error {
+	var in bytes.Buffer
 	for {
-		typ, frame, err := sock.conn.Read(sock.connCtx)
+		typ, r, err := sock.conn.Reader(sock.connCtx)
 		if err != nil {
 			return err
 		}
+		in.Reset()
+		if _, err := in.ReadFrom(r); err != nil {
+			return err
+		}
+		frame := in.Bytes()
 		if typ == websocket.MessageBinary {
 			if err := att.WriteWithin(sock.ctx, frame, h.inputWrite()); err != nil {
 				h.logger().Debug("pty input dropped", "sid", att.SessionID, "err", err)
@@ -258,7 +270,7 @@ func (h *Terminal) readInput(sock *socket, att *sessions.Attachment) error {
 			err = att.Resize(uint16(m.Cols), uint16(m.Rows))
 		}
 		if err != nil {
-			if werr := h.writeJSON(sock, map[string]any{"type": "error", "message": err.Error()}); werr != nil {
+			if werr := h.writeJSON(fw, map[string]any{"type": "error", "message": err.Error()}); werr != nil {
 				sock.abort(werr)
 			}
 		}

@@ -33,7 +33,7 @@ func rawCat(src string) []string {
 }
 
 // ptyServer serves /ws/pty over a registry whose terminals run cmd.
-func ptyServer(b *testing.B, cmd []string, opts ...func(*sessions.Config)) (url string) {
+func ptyServer(b testing.TB, cmd []string, opts ...func(*sessions.Config)) (url string) {
 	b.Helper()
 	mgr := workers.NewManager(workers.Config{Grace: 300 * time.Millisecond, Instance: "bench"})
 	cfg := sessions.Config{
@@ -55,7 +55,7 @@ func ptyServer(b *testing.B, cmd []string, opts ...func(*sessions.Config)) (url 
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws/pty"
 }
 
-func dialPTY(b *testing.B, url string) (*websocket.Conn, context.CancelFunc) {
+func dialPTY(b testing.TB, url string) (*websocket.Conn, context.CancelFunc) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, _, err := websocket.Dial(ctx, url, nil)
