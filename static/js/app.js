@@ -830,6 +830,11 @@ function showRestarting() {
 	els.status.dataset.state = 'restarting';
 }
 
+// The error of a node that cannot prove it still holds the session (the
+// conversation store is unreachable): nothing was done, and the line is
+// not kept (docs/PROTOCOL.md, 5006).
+const NOTHING_DONE = 5006;
+
 /**
  * Whether a failed slash.exec is kept in the session's history (as the
  * command and an error entry): yes when the command reached the session
@@ -839,7 +844,7 @@ function showRestarting() {
  */
 function storedFailure(err) {
 	if (!(err instanceof RpcError) || err.code == null) return false;
-	if (err.code === 4001 || err.code === -32603 || (err.code >= -32700 && err.code <= -32600)) return false;
+	if (err.code === 4001 || err.code === NOTHING_DONE || err.code === -32603 || (err.code >= -32700 && err.code <= -32600)) return false;
 	if (err.code === 4029 && /^this socket views/.test(err.message)) return false;
 	return true;
 }
@@ -898,6 +903,10 @@ async function submit(line, files) {
 		} else {
 			chat.demote(mine);
 			chat.addError(err);
+			// Nothing was done with it: the line goes back into the input,
+			// to send again once the store is back (unless a new one is
+			// being typed).
+			if (err instanceof RpcError && err.code === NOTHING_DONE && sid === current && !els.input.value) setInput(line);
 			return;
 		}
 	}
