@@ -267,7 +267,14 @@ export class AttachmentTray {
 			return;
 		}
 		for (const c of chips) c.dataset.sid = sid;
-		const all = Promise.all(ok.map((f, i) => this.#upload(sid, f, chips[i])));
+		// One after another, in the order picked: the server keeps a
+		// session's files in the order their uploads end, and a reload
+		// shows them (and the prompt sends them) in that order. Side by
+		// side, the smaller file could end first, and a reload reorder
+		// the chips.
+		const all = (async () => {
+			for (const [i, f] of ok.entries()) await this.#upload(sid, f, chips[i]);
+		})();
 		this.#inflight.add(all);
 		try {
 			await all;
