@@ -84,25 +84,41 @@ func (e *echoer) stop() (int, []string) {
 // outage stops the suite's PostgreSQL for pgOutage and starts it again.
 func outage(t *testing.T) {
 	t.Helper()
+	resume := pausePostgres(t)
+	select {
+	case <-time.After(pgOutage): // the outage's length: the scenario, not a wait for an event
+	case <-t.Context().Done():
+	}
+	resume()
+}
+
+// pausePostgres stops the suite's PostgreSQL (each step bounded by a
+// minute) and returns what starts it again, which fails the test if it
+// cannot; a test that ends before calling it (a failure) has it started
+// again by its cleanup, so the server is never left stopped.
+func pausePostgres(t *testing.T) (resume func()) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := testkit.PausePostgres(ctx); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	defer func() {
-		if !resumed { // a failure below must not leave the server stopped
-			testkit.ResumePostgres(context.Background())
+	var once sync.Once
+	var err error
+	start := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err = testkit.ResumePostgres(ctx)
+		})
+	}
+	t.Cleanup(start)
+	return func() {
+		t.Helper()
+		if start(); err != nil {
+			t.Fatal(err)
 		}
-	}()
-	select {
-	case <-time.After(pgOutage): // the outage's length: the scenario, not a wait for an event
-	case <-t.Context().Done():
 	}
-	if err := testkit.ResumePostgres(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
 }
 
 // storedEntries is the count and the largest seq of sid's entries in
@@ -245,17 +261,7 @@ func TestPostgresOutageRefusesNewWork(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := testkit.PausePostgres(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			testkit.ResumePostgres(context.Background())
-		}
-	}()
+	resume := pausePostgres(t)
 	stopped := time.Now()
 	var refused *testkit.RPCError
 	if !testkit.Until(pgOutage-time.Second, func() bool {
@@ -278,10 +284,7 @@ func TestPostgresOutageRefusesNewWork(t *testing.T) {
 	case <-time.After(time.Until(stopped.Add(pgOutage))): // the outage's length
 	case <-t.Context().Done():
 	}
-	if err := testkit.ResumePostgres(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 
 	var last error
 	if !testkit.Until(30*time.Second, func() bool { last = prompt(); return last == nil }) {

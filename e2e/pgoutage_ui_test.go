@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,17 +30,7 @@ func TestRefusedLineBackInTheInput(t *testing.T) {
 	sendChat(t, tb, "/echo before")
 	waitAssistant(t, tb, "before", 1)
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := testkit.PausePostgres(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			testkit.ResumePostgres(context.Background())
-		}
-	}()
+	resume := pausePostgres(t)
 	chatSays := func(s string) string {
 		return `document.querySelector('[data-testid="chat-log"]').textContent.includes(` + js(s) + `)`
 	}
@@ -55,10 +44,7 @@ func TestRefusedLineBackInTheInput(t *testing.T) {
 		t.Errorf("the refused %q is shown as %d entries of the history, want none (it was not kept)", line, n)
 	}
 
-	if err := testkit.ResumePostgres(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	tb.mustWaitJS(30*time.Second, "the chat says new work is taken again", chatSays("takes new work again"), dashboardState)
 	tb.Do("send the line again", chromedp.SendKeys(chromedp.CSS(`[data-testid="chat-input"]`), "\r"))
 	waitAssistant(t, tb, "again", 1)
