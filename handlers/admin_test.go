@@ -162,10 +162,15 @@ func TestAdminRefusals(t *testing.T) {
 	sid := cc.create()
 	cc.call("slash.exec", map[string]any{"session_id": sid, "command": "/echo hi"})
 	pid := s.mgr.Procs()[0].PID()
-	// a process that is not ours: must never be signalled
+	// a process that is not ours: must never be signalled (started through
+	// workers.Start, so that no worker's close in a parallel test takes it
+	// for an escapee between its fork and its exec)
 	outsider := exec.Command("sleep", "60")
-	outsider.Start()
-	t.Cleanup(func() { outsider.Process.Kill(); outsider.Wait() })
+	wait, err := workers.Start(outsider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outsider.Process.Kill(); wait() })
 	tests := []struct {
 		name string
 		path string

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -235,14 +234,15 @@ func (e *env) workerRecords(pid int) []map[string]any {
 
 // startOrphan starts `sleep secs` in a session of its own through a shell
 // that exits at once, so that the sleep is reparented to this process (the
-// subreaper) and no worker owns it; it returns the sleep's pid. Another
-// test's orphan reaper (workers.Manager.RunReaper, in parallel in this
-// process) may reap the exited shell before exec's Wait does: its
-// "waitid: no child processes" (ECHILD) is no failure, its output was read.
+// subreaper) and no worker owns it; it returns the sleep's pid. The shell
+// runs through workers.Output, as the gateway's own helpers do: another
+// test's worker close (in parallel in this process) would take a plain
+// fork for its worker's escapee, and its orphan reaper the shell's exit
+// status.
 func startOrphan(t *testing.T, secs int) int {
 	t.Helper()
-	out, err := exec.Command("/bin/sh", "-c", fmt.Sprintf("setsid sleep %d </dev/null >/dev/null 2>&1 & echo $!", secs)).Output()
-	if err != nil && !errors.Is(err, syscall.ECHILD) {
+	out, err := workers.Output(exec.Command("/bin/sh", "-c", fmt.Sprintf("setsid sleep %d </dev/null >/dev/null 2>&1 & echo $!", secs)))
+	if err != nil {
 		t.Fatal(err)
 	}
 	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))

@@ -335,12 +335,7 @@ func TestAccountPdeathsig(t *testing.T) {
 	cmd.Env = append(helperEnviron(), helperEnv+"=as-account", pidFileEnv+"="+pidFile,
 		accountUIDEnv+"="+strconv.Itoa(int(alice.UID)), accountGIDEnv+"="+strconv.Itoa(int(alice.GID)))
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	reaped := make(chan struct{})
-	go func() { cmd.Wait(); close(reaped) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	reaped := startChild(t, cmd)
 	child := readPidFile(t, pidFile)
 	killOnCleanup(t, child)
 	uid := strconv.Itoa(int(alice.UID))
@@ -382,13 +377,8 @@ func TestUserCgroupSweep(t *testing.T) {
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd,
 		Credential: &syscall.Credential{Uid: alice.UID, Gid: alice.GID}}
-	err = cmd.Start()
+	startChild(t, cmd)
 	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go cmd.Wait()
-	killOnCleanup(t, cmd.Process.Pid)
 
 	log, lb := testkit.NewLogger()
 	res, err := Sweep(state, self.ID, testGrace, &Cgroups{Base: root}, log)
@@ -551,13 +541,8 @@ func TestUserCgroupClose(t *testing.T) {
 	cmd := exec.Command("/bin/sleep", "300")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd,
 		Credential: &syscall.Credential{Uid: alice.UID, Gid: alice.GID}}
-	err = cmd.Start()
+	startChild(t, cmd)
 	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go cmd.Wait()
-	killOnCleanup(t, cmd.Process.Pid)
 	if err := cg.Close(); err != nil {
 		t.Fatalf("Cgroups.Close: %v", err)
 	}

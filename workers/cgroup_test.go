@@ -305,11 +305,7 @@ func TestCgroupSweep(t *testing.T) {
 		cmd := exec.Command("/bin/sleep", "300")
 		cmd.Env = []string{}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: fd}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go cmd.Wait()
-		killOnCleanup(t, cmd.Process.Pid)
+		startChild(t, cmd)
 		return cmd.Process.Pid, leaf
 	}
 	deadPid, deadLeaf := inCgroup(deadID)

@@ -389,6 +389,7 @@ func TestReaperReadsOnlyUnknownChildren(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Close(ReasonShutdown) })
 	other := exec.Command("sleep", "30")
+	// A plain fork, not startChild: the reaper must find it unknown.
 	if err := other.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -407,6 +407,24 @@ func readPidFile(t testing.TB, path string) int {
 	return pid
 }
 
+// startChild starts cmd, a child of the test process, through Start: a
+// Manager's close in a parallel test would otherwise take a plain fork,
+// between its fork and its exec, for that worker's escapee (it holds a
+// copy of the worker's pipes) and SIGKILL it, and the orphan reaper would
+// take its exit status. It returns a channel closed once cmd was waited
+// for; a cleanup SIGKILLs cmd's process and waits for that.
+func startChild(t testing.TB, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	wait, err := Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { wait(); close(reaped) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	return reaped
+}
+
 // killOnCleanup SIGKILLs pid at the end of the test if it still runs (a
 // safety net for failing tests; the reaper or tree reaps it).
 func killOnCleanup(t testing.TB, pid int) {

@@ -32,27 +32,46 @@ func Output(cmd *exec.Cmd) ([]byte, error) {
 // out as a Unix account, workers/files). cmd must not have been started;
 // the caller owns its streams.
 func Run(cmd *exec.Cmd) error {
+	wait, err := Start(cmd)
+	if err != nil {
+		return err
+	}
+	if outputStarted != nil {
+		outputStarted(cmd.Process.Pid)
+	}
+	return wait()
+}
+
+// Start starts cmd, as exec.Cmd.Start does, as a child of dashgate's own
+// that no worker claims: its fork is counted and its pid registered
+// before a worker's close lists dashgate's children, so the child, which
+// holds a copy of every descriptor of dashgate (other workers' pipes
+// among them) between its fork and its exec, is never taken for a
+// worker's escapee and killed; and the orphan reaper leaves its zombie to
+// wait. Every other fork of a process that runs a Manager must go through
+// Start, Run or Output. cmd must not have been started. The caller must
+// call wait exactly once (it returns cmd.Wait's error); until then the
+// pid stays registered.
+func Start(cmd *exec.Cmd) (wait func() error, err error) {
 	spawnMu.Lock()
 	beginFork()
-	err := cmd.Start()
-	if err != nil {
+	if err := cmd.Start(); err != nil {
 		endFork(nil)
 		spawnMu.Unlock()
-		return err
+		return nil, err
 	}
 	pid := cmd.Process.Pid
 	endFork(func() { unreaped[pid]++ })
 	spawnMu.Unlock()
-	if outputStarted != nil {
-		outputStarted(pid)
-	}
-	err = cmd.Wait()
-	regMu.Lock()
-	if unreaped[pid]--; unreaped[pid] <= 0 {
-		delete(unreaped, pid)
-	}
-	regMu.Unlock()
-	return err
+	return func() error {
+		err := cmd.Wait()
+		regMu.Lock()
+		if unreaped[pid]--; unreaped[pid] <= 0 {
+			delete(unreaped, pid)
+		}
+		regMu.Unlock()
+		return err
+	}, nil
 }
 
 // outputStarted, when set (by a test), runs between Output's Start and its

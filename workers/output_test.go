@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -37,5 +38,45 @@ func TestOutputSurvivesTheOrphanReaper(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 3 || strings.TrimSpace(string(ee.Stderr)) != "why" {
 		t.Fatalf("failing command: err = %v, want exit status 3 with stderr %q", err, "why")
+	}
+}
+
+// TestStartedChildIsNoEscapee: a child of dashgate's own started through
+// Start is never taken for a worker's escapee, although it holds a copy of
+// the worker's pipes, as every fork does between its fork and its exec (a
+// worker's close SIGKILLed a plain fork of a parallel test in that window:
+// TestSweep's helper never wrote its pid file, in CI). The same child
+// started by a plain exec is taken for one, as it should be: a process of
+// no worker that holds a worker's pipes is judged by them.
+func TestStartedChildIsNoEscapee(t *testing.T) {
+	t.Parallel()
+	m, _ := newTestManager(t, Config{})
+	for _, through := range []string{"Start", "exec"} {
+		p, err := m.Start(Spec{SessionID: "s-" + through, Path: "/bin/sh", Args: []string{"-c", "exec sleep 30"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(ReasonShutdown) })
+		child := exec.Command("/bin/sleep", "300")
+		child.ExtraFiles = []*os.File{p.stdin} // the worker's stdin pipe
+		var reaped <-chan struct{}
+		if through == "Start" {
+			reaped = startChild(t, child)
+		} else {
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { child.Wait(); close(done) }()
+			t.Cleanup(func() { child.Process.Kill(); <-done })
+			reaped = done
+		}
+		p.Close(ReasonShutdown)
+		switch {
+		case through == "Start" && (testkit.Gone(child.Process.Pid) || isClosed(reaped)):
+			t.Fatalf("a child started through Start was ended by the worker's close: %v", child.ProcessState)
+		case through == "exec":
+			testkit.WaitFor(t, 10*time.Second, "the plain exec holding the worker's pipe ended by its close", func() bool { return isClosed(reaped) })
+		}
 	}
 }

@@ -44,10 +44,11 @@ func TestReadStatOddComm(t *testing.T) {
 			cmd := exec.Command(link)
 			cmd.Env = append(os.Environ(), helperEnv+"=linger", pidFileEnv+"="+pidFile)
 			cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
+			wait, err := Start(cmd) // not startChild: waited for only at the end, to see its zombie
+			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			t.Cleanup(func() { cmd.Process.Kill(); wait() })
 			pid := readPidFile(t, pidFile)
 
 			comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
@@ -196,10 +197,7 @@ func TestListProcsAndLargeEnviron(t *testing.T) {
 	cmd := exec.Command(helperPath(t))
 	cmd.Env = append(os.Environ(), "DASHGATE_TEST_BIG="+big, helperEnv+"=linger", pidFileEnv+"="+pidFile, "DASHGATE_TEST_LAST=found")
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	startChild(t, cmd)
 	pid := readPidFile(t, pidFile)
 
 	var self, child procStat
@@ -262,10 +260,8 @@ func TestListSubtrees(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command("/bin/sh", "-c", "sleep 300 & (sleep 300 & wait) & wait")
 	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Kill(-cmd.Process.Pid, unix.SIGKILL); cmd.Wait() })
+	startChild(t, cmd)
+	t.Cleanup(func() { unix.Kill(-cmd.Process.Pid, unix.SIGKILL) })
 	root := cmd.Process.Pid
 	var want []int
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

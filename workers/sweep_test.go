@@ -26,12 +26,7 @@ func startInstanceProc(t *testing.T, inst string, ignoreTerm bool) (int, <-chan 
 	if ignoreTerm {
 		cmd.Env = append(cmd.Env, ignoreTermEnv+"=1")
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	reaped := make(chan struct{})
-	go func() { cmd.Wait(); close(reaped) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	reaped := startChild(t, cmd)
 	readPidFile(t, pidFile) // it ignores SIGTERM from here on
 	return cmd.Process.Pid, reaped
 }
@@ -243,12 +238,7 @@ func TestSweepEndsRecordedAdopted(t *testing.T) {
 	cmd := exec.Command(helperPath(t))
 	cmd.Env = append(helperEnviron(), helperEnv+"=instance", pidFileEnv+"="+ready,
 		stateDirEnv+"="+state, cgroupRootEnv+"="+root, dirEnv+"="+d)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	reaped := make(chan struct{})
-	go func() { cmd.Wait(); close(reaped) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	reaped := startChild(t, cmd)
 	var (
 		id               string
 		leaver, terminal int
@@ -273,12 +263,7 @@ func TestSweepEndsRecordedAdopted(t *testing.T) {
 	// An unrelated process with a pid the list names, started after the
 	// recorded one: the list says another start time.
 	decoy := exec.Command("/bin/sleep", "300")
-	if err := decoy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	decoyReaped := make(chan struct{})
-	go func() { decoy.Wait(); close(decoyReaped) }()
-	t.Cleanup(func() { decoy.Process.Kill(); <-decoyReaped })
+	startChild(t, decoy)
 	start, ok := startTime(decoy.Process.Pid)
 	if !ok {
 		t.Fatal("no start time of the decoy")
@@ -349,12 +334,7 @@ func TestSweepAdoptedListBoot(t *testing.T) {
 				t.Fatal(err)
 			}
 			proc := exec.Command("/bin/sleep", "300")
-			if err := proc.Start(); err != nil {
-				t.Fatal(err)
-			}
-			reaped := make(chan struct{})
-			go func() { proc.Wait(); close(reaped) }()
-			t.Cleanup(func() { proc.Process.Kill(); <-reaped })
+			startChild(t, proc)
 			start, ok := startTime(proc.Process.Pid)
 			if !ok {
 				t.Fatal("no start time")

@@ -15,6 +15,7 @@ import (
 	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/store/sqlite"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // TestStoreLease: a store file is held by one dashgate at a time. With the
@@ -120,7 +121,7 @@ func TestStoreDamagedRefused(t *testing.T) {
 	cmd.Env = append(testkit.CleanEnv(), mainEnv+"=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err = workers.Run(cmd) // not a plain fork: TestNodeLoad's workers close in parallel
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
 		t.Fatalf("dashgate: %v; want exit code 2; stderr:\n%s", err, stderr.String())
