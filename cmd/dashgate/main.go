@@ -50,16 +50,34 @@ func main() {
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// workerProcs runs a worker process's Go code on one thread at a time
+// (GOMAXPROCS 1) unless its environment's GOMAXPROCS says otherwise. A
+// worker (the built-in one, the agent, the ACP bridge) waits on its pipes,
+// its model server and its tools, and each of its wake-ups is a few
+// microseconds of work; with Go's default of one P per CPU, a wake-up
+// also woke an idle thread to look for more work. Hundreds of streaming
+// workers made that the machine's load: on 2 cores, 300 streaming echo
+// agents at one P each left the gateway's quiet call p99 at 47 ms against
+// 81 (BENCHMARKS.md, issue 43).
+func workerProcs() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+}
+
 // Main runs dashgate with args (without the program name) and returns the
 // exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "worker" {
+		workerProcs()
 		return builtin.Main()
 	}
 	if len(args) > 0 && args[0] == "agent" {
+		workerProcs()
 		return agent.Main()
 	}
 	if len(args) > 0 && args[0] == "acp" {
+		workerProcs()
 		return runACP(args[1:])
 	}
 	if len(args) > 0 && args[0] == "file" {

@@ -149,7 +149,7 @@ func sysinfo(ctx context.Context) string {
 	if vm, err := mem.VirtualMemoryWithContext(ctx); err == nil {
 		fmt.Fprintf(&b, "memory: %d MiB total, %d MiB available\n", vm.Total>>20, vm.Available>>20)
 	}
-	fmt.Fprintf(&b, "cpus: %d, go: %s\n", runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(&b, "cpus: %d (Go code on %d at a time), go: %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	if p, err := process.NewProcessWithContext(ctx, int32(os.Getpid())); err == nil {
 		if mi, err := p.MemoryInfoWithContext(ctx); err == nil {
 			fmt.Fprintf(&b, "worker: pid %d, ppid %d, rss %d KiB, goroutines %d", os.Getpid(), os.Getppid(), mi.RSS>>10, runtime.NumGoroutine())
