@@ -97,6 +97,20 @@ func readStat(pid int) (procStat, bool) {
 // that a close under a subreaper never does.
 var scanProcs = listProcs
 
+// ownDescendants lists processes among which are all of dashgate's
+// descendants: with dashgate a subreaper, only the subtrees of its
+// children (an orphan goes to the nearest subreaper, prctl(2), so no
+// descendant is elsewhere; listSubtrees), else every process (scanProcs).
+// Either way descendantsOf(…, os.Getpid()) picks them out. With 300
+// workers on a shared machine the whole table was every other user's
+// processes too, read for each admin listing (issue 43).
+func ownDescendants() []procStat {
+	if isSubreaper() && taskChildrenFiles() {
+		return listSubtrees(childPIDs(nil, "self"))
+	}
+	return scanProcs()
+}
+
 // listProcs returns a snapshot of every process visible in /proc.
 func listProcs() []procStat {
 	dir, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -314,6 +314,51 @@ func TestCloseReadsOnlyOwnTree(t *testing.T) {
 	}
 }
 
+// The admin's listings under a subreaper, a child's tree (Table, without
+// cgroups) and the unowned descendants (Unowned), read the subtrees below
+// dashgate too, never the whole process table, and still find both.
+func TestAdminListingsReadOnlyOwnTree(t *testing.T) {
+	if !isSubreaper() {
+		t.Fatal("the test process is not a subreaper (TestMain enables it)")
+	}
+	var scans atomic.Int32
+	scanProcs = func() []procStat { scans.Add(1); return listProcs() }
+	t.Cleanup(func() { scanProcs = listProcs })
+	m, _ := newTestManager(t, Config{})
+	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-own", Path: "/bin/sh", Args: []string{"-c", "sleep 300 & exec sleep 300"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(ReasonShutdown) })
+	out, err := Output(exec.Command("/bin/sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("orphan pid %q: %v", out, err)
+	}
+	killOnCleanup(t, orphan)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := testkit.Poll(ctx, func() bool {
+		rows := m.Table(ctx)
+		return len(rows) == 1 && len(rows[0].Descendants) == 1
+	}); err != nil {
+		t.Fatalf("Table: the child with its background sleep: %v (%+v)", err, m.Table(ctx))
+	}
+	found := false
+	for _, u := range m.Unowned() {
+		found = found || u.PID == orphan
+	}
+	if !found {
+		t.Errorf("Unowned: %+v, want the orphan %d", m.Unowned(), orphan)
+	}
+	if n := scans.Load(); n != 0 {
+		t.Errorf("the listings scanned all of /proc %d times", n)
+	}
+}
+
 // BenchmarkListSubtrees is the listing a close does under a subreaper
 // (Proc.claimed), beside BenchmarkListProcs, the scan it replaced.
 func BenchmarkListSubtrees(b *testing.B) {

@@ -147,7 +147,7 @@ type Unowned struct {
 // Unowned lists the descendants of dashgate that belong to no live child.
 func (m *Manager) Unowned() []Unowned {
 	self := os.Getpid()
-	procs := listProcs()
+	procs := ownDescendants()
 	desc := descendantsOf(procs, self)
 	m.mu.Lock()
 	owners := make([]int, 0, len(m.procs))

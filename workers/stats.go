@@ -69,7 +69,7 @@ func (m *Manager) Table(ctx context.Context) []ProcInfo {
 	if m.cfg.Cgroups != nil {
 		return m.cgroupTable(ctx, procs)
 	}
-	all := listProcs() // one scan for every row
+	all := ownDescendants() // one listing for every row
 	// Descendants of dashgate that left their worker's group and parent are
 	// found by their marker; only those are read (/proc/<pid>/environ).
 	byMarker := make(map[string]int, len(procs))
