@@ -220,8 +220,45 @@ func StartT(tb testing.TB, o Options) *Instance {
 				return Gone(p.PID)
 			})
 		}
+		in.removeCgroups(tb)
 	})
 	return in
+}
+
+// removeCgroups removes the cgroup tree of a killed instance (the cgroup
+// key of its containment record), as the sweep of its next start would:
+// its state dir goes with the test, so no start ever sweeps it, and each
+// killed instance left a dashgate-<id> directory with its leaves in the
+// machine's cgroup2 root. A tree that is gone (a clean stop, or a later
+// instance swept it) is left alone; one that cannot be removed fails the
+// test.
+func (in *Instance) removeCgroups(tb testing.TB) {
+	var dir string
+	for _, rec := range in.Log.Records("containment") {
+		if d, ok := rec["cgroup"].(string); ok && rec["mode"] == "cgroup" {
+			dir = d
+		}
+	}
+	if dir == "" || !strings.Contains(filepath.Base(dir), in.ID) {
+		return
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) // whatever is left
+	var dirs []string
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	slices.Reverse(dirs) // the leaves first
+	for _, d := range dirs {
+		if !Until(5*time.Second, func() bool { err := os.Remove(d); return err == nil || errors.Is(err, os.ErrNotExist) }) {
+			tb.Errorf("the killed instance's cgroup %s could not be removed", d)
+		}
+	}
 }
 
 // Secrets are the tokens o gives dashgate: Token, and a dashboard or admin
