@@ -286,10 +286,13 @@ func TestListSubtrees(t *testing.T) {
 	}
 }
 
-// A close under a subreaper (as dashgate runs: EnableSubreaper in TestMain
-// too) reads the subtrees below dashgate, never the whole process table:
-// with 300 workers beside it a scan per close was 600 stat files.
-func TestCloseReadsOnlyOwnTree(t *testing.T) {
+// ownTreeSetup counts the scans of the whole process table (scanProcs)
+// until the test ends, and starts a chat child with a background sleep
+// under a fallback Manager (no cgroups). The test process must be a
+// subreaper, as dashgate is (TestMain enables it). Not for parallel
+// tests: scanProcs is the process's.
+func ownTreeSetup(t *testing.T) (*atomic.Int32, *Manager, *Proc) {
+	t.Helper()
 	if !isSubreaper() {
 		t.Fatal("the test process is not a subreaper (TestMain enables it)")
 	}
@@ -301,6 +304,14 @@ func TestCloseReadsOnlyOwnTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &scans, m, p
+}
+
+// A close under a subreaper (as dashgate runs: EnableSubreaper in TestMain
+// too) reads the subtrees below dashgate, never the whole process table:
+// with 300 workers beside it a scan per close was 600 stat files.
+func TestCloseReadsOnlyOwnTree(t *testing.T) {
+	scans, _, p := ownTreeSetup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := testkit.Poll(ctx, func() bool { return len(p.tree()) == 2 }); err != nil {
@@ -318,17 +329,7 @@ func TestCloseReadsOnlyOwnTree(t *testing.T) {
 // cgroups) and the unowned descendants (Unowned), read the subtrees below
 // dashgate too, never the whole process table, and still find both.
 func TestAdminListingsReadOnlyOwnTree(t *testing.T) {
-	if !isSubreaper() {
-		t.Fatal("the test process is not a subreaper (TestMain enables it)")
-	}
-	var scans atomic.Int32
-	scanProcs = func() []procStat { scans.Add(1); return listProcs() }
-	t.Cleanup(func() { scanProcs = listProcs })
-	m, _ := newTestManager(t, Config{})
-	p, err := m.Start(Spec{Kind: KindChat, SessionID: "s-own", Path: "/bin/sh", Args: []string{"-c", "sleep 300 & exec sleep 300"}, Env: []string{"PATH=" + os.Getenv("PATH")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	scans, m, p := ownTreeSetup(t)
 	t.Cleanup(func() { p.Close(ReasonShutdown) })
 	out, err := Output(exec.Command("/bin/sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!"))
 	if err != nil {
