@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestServe: requests run concurrently, a cancel request ends the one it
@@ -66,5 +68,33 @@ func TestServe(t *testing.T) {
 	outW.Close()
 	if !strings.Contains(diag.String(), "test worker: bad request line") {
 		t.Fatalf("diagnostics: %q", diag.String())
+	}
+}
+
+// awaitExit (the parent watchdog's wait) returns true once the process
+// exits, woken by its pidfd; a pid that is no longer the process meant
+// counts as gone at once.
+func TestAwaitExit(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	if !awaitExit(cmd.Process.Pid, func() bool { return false }) {
+		t.Fatal("awaitExit of a pid that is not the process meant: false, want true at once")
+	}
+	exited := make(chan bool, 1)
+	go func() { exited <- awaitExit(cmd.Process.Pid, func() bool { return true }) }()
+	cmd.Process.Kill()
+	select {
+	case ok := <-exited:
+		if !ok {
+			t.Fatal("awaitExit: false (no pidfd wait), want true once the process exited")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("awaitExit did not return within 10 s of the process's exit")
 	}
 }
