@@ -2,6 +2,8 @@ package sessions
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Session changes for every chat socket (event session.changed,
@@ -50,15 +52,30 @@ func (r *Registry) Watch(v Viewer) (stop func()) {
 	}
 }
 
+// tellEvery is the least time between two of the teller's passes: a
+// change after a quiet spell is told at once, and the changes that come
+// within a window of a pass wait for its end, so each socket gets them in
+// one wake-up and one write, not one each. Every change is still told, in
+// order; a dashboard's list refreshes at most that much later. With 300 sockets
+// of one user and 20 sessions a second made and closed, telling each
+// change at once woke the 300 socket writers about 60 times a second;
+// the gateway's run queue then held them all, and a quiet call waited
+// behind them (BENCHMARKS.md, the stall, issue 43).
+const tellEvery = 100 * time.Millisecond
+
 // teller tells the watchers the changes announced under r.mu, in their
 // order, on a goroutine of its own (started when there is something to
 // tell, gone when there is not): a change is one event for every chat
 // socket, and 300 of them woken under the registry's lock at every
 // create and close held every other call up (BENCHMARKS.md, issue 28).
+// It tells at most once per tellEvery.
 type teller struct {
-	qmu     sync.Mutex // guards queue and running; never held while telling
+	qmu     sync.Mutex // guards queue, running and quit; never held while telling
 	queue   []told
 	running bool
+	quit    chan struct{} // closed by stop: a loop waiting out its window tells nothing more
+	last    time.Time     // when the last pass began; only the running loop uses it
+	passes  atomic.Int64  // passes told so far (the tests read it)
 
 	wmu      sync.Mutex // guards watchers and stopped; held while telling, so stop and Watch's stop wait for a pass
 	watchers map[Viewer]struct{}
@@ -70,10 +87,24 @@ type told struct {
 	ev    *Event
 }
 
-// loop tells what is queued until the queue is empty. One loop runs at
-// a time (running), so the changes are told in their order.
-func (t *teller) loop() {
+// loop tells what is queued until the queue is empty or stop is called:
+// at once when the last pass was a window (tellEvery) ago or more, else
+// once it is. One loop runs at a time (running), so the changes are told
+// in their order.
+func (t *teller) loop(quit <-chan struct{}) {
 	for {
+		if d := time.Until(t.last.Add(tellEvery)); d > 0 {
+			wait := time.NewTimer(d)
+			select {
+			case <-wait.C:
+			case <-quit:
+				wait.Stop()
+				t.qmu.Lock()
+				t.running = false
+				t.qmu.Unlock()
+				return
+			}
+		}
 		t.qmu.Lock()
 		batch := t.queue
 		t.queue = nil
@@ -83,6 +114,8 @@ func (t *teller) loop() {
 			return
 		}
 		t.qmu.Unlock()
+		t.last = time.Now()
+		t.passes.Add(1)
 		t.wmu.Lock()
 		for _, c := range batch {
 			if t.stopped {
@@ -99,13 +132,22 @@ func (t *teller) loop() {
 }
 
 // stop drops what is queued and tells nothing more; it returns once no
-// change is being told. Shutdown calls it.
+// change is being told, and a loop waiting out its window returns at
+// once. Shutdown calls it.
 func (t *teller) stop() {
 	t.wmu.Lock()
 	t.stopped = true
 	t.wmu.Unlock()
 	t.qmu.Lock()
 	t.queue = nil
+	if t.quit == nil {
+		t.quit = make(chan struct{})
+	}
+	select {
+	case <-t.quit:
+	default:
+		close(t.quit)
+	}
 	t.qmu.Unlock()
 }
 
@@ -159,7 +201,11 @@ func (t *teller) queueLocked(owner string, c Change, goTracked func(func())) {
 	t.queue = append(t.queue, told{owner: owner, ev: NewEvent("session.changed", "", 0, c)})
 	if !t.running {
 		t.running = true
-		goTracked(t.loop)
+		if t.quit == nil {
+			t.quit = make(chan struct{})
+		}
+		quit := t.quit
+		goTracked(func() { t.loop(quit) })
 	}
 }
 

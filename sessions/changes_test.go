@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -188,4 +189,35 @@ func TestMemoryBusCloseAndDrops(t *testing.T) {
 	b.Publish(Announcement{Origin: "late"})
 	after()
 	stop()
+}
+
+// TestChangesToldInPasses: changes that come faster than one a window
+// (tellEvery) are told together, in their order, at most one pass a
+// window, so a burst wakes each socket's writer once, not once a change.
+func TestChangesToldInPasses(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	alice := Principal{User: "alice"}
+	v := &recViewer{p: alice}
+	defer h.r.Watch(v)()
+
+	// Changes back to back for a quarter of a window at most (busy, not a wait:
+	// a teller without a window tells them in many passes meanwhile).
+	n := 0
+	start := time.Now()
+	for n < 5000 && time.Since(start) < tellEvery/4 {
+		h.r.announce("alice", Change{SessionID: fmt.Sprint("s", n), State: StateAttached})
+		n++
+	}
+	testkit.WaitFor(t, 10*time.Second, "every change told", func() bool { return len(v.ofType("session.changed")) == n })
+	elapsed := time.Since(start)
+	for i, ev := range v.ofType("session.changed") {
+		if id := ev.Payload.(Change).SessionID; id != fmt.Sprint("s", i) {
+			t.Fatalf("change %d told is %s: out of order", i, id)
+		}
+	}
+	passes := h.r.tell.passes.Load()
+	if most := 1 + int64(elapsed/tellEvery); passes > most {
+		t.Fatalf("%d changes in %v were told in %d passes; want at most %d (one a window of %v)", n, elapsed, passes, most, tellEvery)
+	}
 }

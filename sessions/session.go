@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -67,10 +68,22 @@ type Event struct {
 	enc *encoding // shared by the copies delivered to each viewer; nil for an event made elsewhere
 }
 
+// encoding is an event's bytes, encoded once for all its viewers. A
+// writer that finds another one encoding encodes a copy of its own rather
+// than wait: a session.changed goes to every socket of its owner, and 300
+// writers waiting in turn on a lock (a sync.Once) were the gateway's
+// largest lock wait under load, each hand-off a scheduling delay
+// (BENCHMARKS.md, the stall, issue 43).
 type encoding struct {
-	once sync.Once
-	b    []byte
+	state atomic.Uint32 // encodingNone, encodingBusy, encodingDone; b is set before encodingDone
+	b     []byte
 }
+
+const (
+	encodingNone uint32 = iota
+	encodingBusy
+	encodingDone
+)
 
 // NewEvent returns an event whose encoding its viewers share.
 func NewEvent(typ, sid string, seq uint64, payload any) *Event {
@@ -99,13 +112,24 @@ func NewDeltaEvent(sid string, seq uint64, turn, text string) *Event {
 
 // Encode returns encode(*e), computed once for every viewer of e (the
 // first viewer's writer encodes, the others reuse its bytes, which must not
-// be modified). It is called by writers, never under the registry's lock.
+// be modified); a writer that comes while the first is encoding encodes
+// its own copy instead of waiting. It never blocks. It is called by
+// writers, never under the registry's lock.
 func (e *Event) Encode(encode func(Event) []byte) []byte {
 	if e.enc == nil {
 		return encode(*e)
 	}
-	e.enc.once.Do(func() { e.enc.b = encode(*e) })
-	return e.enc.b
+	switch e.enc.state.Load() {
+	case encodingDone:
+		return e.enc.b
+	case encodingNone:
+		if e.enc.state.CompareAndSwap(encodingNone, encodingBusy) {
+			e.enc.b = encode(*e)
+			e.enc.state.Store(encodingDone)
+			return e.enc.b
+		}
+	}
+	return encode(*e)
 }
 
 // Viewer is a socket viewing sessions. Deliver queues an event and must not

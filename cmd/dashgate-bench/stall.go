@@ -24,7 +24,8 @@ package main
 // With DASHGATE_BENCH_PROFILES=<dir> and --pprof-addr in the build's
 // --args-new/--args-old, a CPU profile (the loaded phase's middle 10 s at
 // most) and a mutex profile of dashgate are written there per run, as
-// <build>-<run>.cpu.pprof and .mutex.pprof.
+// <build>-<run>.cpu.pprof and .mutex.pprof, with an execution trace of
+// its first 3 s (.trace.pprof: `go tool trace`).
 
 import (
 	"bufio"
@@ -174,8 +175,10 @@ func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration) 
 	get("/debug/pprof/mutex?debug=0", "mutex-before") // the counts so far, for a -diff_base
 	done := make(chan error, 1)
 	go func() { done <- get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), "cpu") }()
+	traced := make(chan error, 1)
+	go func() { traced <- get("/debug/pprof/trace?seconds=3", "trace") }()
 	return func() error {
-		err := <-done
+		err := errors.Join(<-done, <-traced)
 		return errors.Join(err, get("/debug/pprof/mutex?debug=0", "mutex"))
 	}
 }
