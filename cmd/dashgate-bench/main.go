@@ -156,6 +156,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if len(args) == 3 && args[0] == "stall-trace" { // a stall run's calls split at the gateway (stalltrace.go)
+		if err := stallTrace(args[1], args[2], stdout); err != nil {
+			fmt.Fprintln(stderr, "dashgate-bench stall-trace:", err)
+			return 1
+		}
+		return 0
+	}
 	if helper, ok, err := stallHelper(args, stdout); ok { // the stall group's processes (stall.go)
 		if err != nil {
 			fmt.Fprintf(stderr, "dashgate-bench %s: %v\n", helper, err)

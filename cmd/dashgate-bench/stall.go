@@ -25,7 +25,9 @@ package main
 // --args-new/--args-old, a CPU profile (the loaded phase's middle 10 s at
 // most) and a mutex profile of dashgate are written there per run, as
 // <build>-<run>.cpu.pprof and .mutex.pprof, with an execution trace of
-// its first 3 s (.trace.pprof: `go tool trace`).
+// its first 3 s (.trace.pprof: `go tool trace`) and the loaded phase's
+// session.history calls (.calls.json); `dashgate-bench stall-trace
+// TRACE CALLS` splits those calls at the gateway (stalltrace.go).
 
 import (
 	"bufio"
@@ -47,6 +49,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/internal/testkit"
 )
@@ -115,7 +118,7 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 			el := time.Since(t0)
 			cpu1, idle1, d1, c1 := procCPU(t.PID()), machineIdle(), load.deltas(), load.churned()
 			lavg, _ := strconv.ParseFloat(strings.Fields(loadavg())[0], 64)
-			perr := prof()
+			perr := errors.Join(prof(), b.writeCalls(t, r, loaded.HistoryAt))
 			stats, lerr := load.stop()
 			if err = errors.Join(err, lerr, perr); err != nil {
 				return nil, fmt.Errorf("loaded: %w", err)
@@ -183,6 +186,21 @@ func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration) 
 	}
 }
 
+// writeCalls writes the loaded phase's session.history calls (start and
+// end, CLOCK_MONOTONIC ns) beside the profiles, as <build>-<run>.calls.json,
+// for `dashgate-bench stall-trace`; nothing without DASHGATE_BENCH_PROFILES.
+func (b *bench) writeCalls(t *target, r int, at [][2]int64) error {
+	dir := os.Getenv("DASHGATE_BENCH_PROFILES")
+	if dir == "" {
+		return nil
+	}
+	buf, err := json.Marshal(at)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.calls.json", t.build, r)), buf, 0o644)
+}
+
 // procCPU is the user and system CPU time of pid so far.
 func procCPU(pid int) time.Duration {
 	u, _ := testkit.ReadUsage(pid)
@@ -215,6 +233,18 @@ func (c cpuTimes) share(c0 cpuTimes) float64 {
 type quietResult struct {
 	History, Echo, Admin []float64
 	Workers              []float64 // GET /admin/api/workers
+	// HistoryAt is each session.history call's start and end on
+	// CLOCK_MONOTONIC, ns: the clock of dashgate's execution trace, so
+	// that stall-trace can split a call at the gateway's side.
+	HistoryAt [][2]int64 `json:",omitempty"`
+}
+
+// monoNow is CLOCK_MONOTONIC in ns (Go's own monotonic reading has no
+// fixed base).
+func monoNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 // runQuiet runs `dashgate-bench stall-quiet` for d against t and returns
@@ -319,12 +349,13 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 		var page struct {
 			Entries []json.RawMessage `json:"entries"`
 		}
-		t0 := time.Now()
+		t0, m0 := time.Now(), monoNow()
 		err := ch.Call(ctx, "session.history", map[string]any{"session_id": hist, "limit": 1}, &page)
 		if err == nil && len(page.Entries) != 1 {
 			err = fmt.Errorf("session.history: %d entries, want 1", len(page.Entries))
 		}
 		res.History = append(res.History, ms1(time.Since(t0)))
+		res.HistoryAt = append(res.HistoryAt, [2]int64{m0, monoNow()})
 		if err != nil {
 			return false, err
 		}
