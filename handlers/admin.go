@@ -65,6 +65,9 @@ type AdminProcs interface {
 	// API and the plots' sampler never read /proc on their own path.
 	Snapshot(ctx context.Context) (table []workers.ProcInfo, unowned []workers.Unowned, stale bool)
 	Unowned() []workers.Unowned
+	// SnapshotSelf is dashgate's own figures from the read Snapshot
+	// answered from.
+	SnapshotSelf() workers.Stats
 	ReapUnowned(pid int) error
 	// Containment is "cgroup" with the instance's cgroup directory, or
 	// "fallback" with "".
@@ -612,7 +615,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 	}
 	all := h.Sessions.List()
 	procs, unowned, _ := h.Procs.Snapshot(ctx)
-	self := workers.SelfStats(ctx)
+	self := h.Procs.SnapshotSelf()
 	reads.Wait()
 
 	v := templates.AdminView{

@@ -38,6 +38,7 @@ func (f fakeAdminProcs) Containment() (mode, dir string)          { return "fall
 func (f fakeAdminProcs) Snapshot(context.Context) ([]workers.ProcInfo, []workers.Unowned, bool) {
 	return f.table(), nil, false
 }
+func (f fakeAdminProcs) SnapshotSelf() workers.Stats { return workers.SelfStats(context.Background()) }
 
 // The admin plots' samples: one at start and one per interval, with the
 // live sessions, the workers and their RSS, and the closes since the

@@ -23,15 +23,24 @@ func startSleeper(t *testing.T, m *Manager) *Proc {
 // waited for: Snapshot answers from the previous read (a child started
 // since is listed, without figures), and the read, gone on in the
 // background, brings its figures for a later call. The first Snapshot
-// waits for its read; on a quick machine every one reads afresh.
+// waits for its read; on a quick machine every one reads afresh. Each
+// read brings dashgate's own figures (SnapshotSelf).
 func TestSnapshotWhenSlow(t *testing.T) {
 	t.Parallel()
 	quick, _ := newTestManager(t, Config{SlowSnapshot: time.Hour})
 	startSleeper(t, quick)
+	if self := quick.SnapshotSelf(); self != (Stats{}) {
+		t.Fatalf("dashgate's own figures before any read: %+v; want none", self)
+	}
 	for range 2 {
 		if rows, _, stale := quick.Snapshot(t.Context()); stale || len(rows) != 1 || rows[0].RSSBytes == 0 {
 			t.Fatalf("a quick machine's snapshot: stale %v, rows %+v; want a fresh row with its RSS", stale, rows)
 		}
+	}
+	// The read brings dashgate's own figures too (the admin page shows
+	// them from there).
+	if self := quick.SnapshotSelf(); self.RSSBytes == 0 || self.NumFDs == 0 || self.NumThreads == 0 {
+		t.Fatalf("dashgate's own figures after a read: %+v; want its RSS, fds and threads", self)
 	}
 
 	m, _ := newTestManager(t, Config{SlowSnapshot: time.Nanosecond, SnapshotMaxAge: time.Nanosecond}) // every read is slow, and old at once

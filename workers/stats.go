@@ -8,6 +8,12 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 )
 
+func init() {
+	// A process's CPU figure needs the boot time: read it once, not from
+	// /proc/stat for every process of every snapshot (gopsutil's default).
+	process.EnableBootTimeCache(true)
+}
+
 // Stats are a process's resource figures, read with gopsutil. Zero values
 // mean the figure could not be read (the process went meanwhile).
 type Stats struct {
