@@ -105,6 +105,10 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 				col = append(col, r[j])
 			}
 		}
+		if len(col) == 0 {
+			fmt.Fprintf(out, "%-28s %8s\n", l, "none")
+			continue
+		}
 		fmt.Fprintf(out, "%-28s %8.2f %8.2f %8.2f %8.2f\n", l, percentile(col, 50), percentile(col, 90), percentile(col, 99), slices.Max(col))
 	}
 	slices.SortFunc(rows, func(a, b []float64) int { return int(b[len(b)-1]*1e6 - a[len(a)-1]*1e6) })
