@@ -33,7 +33,7 @@ type snapshots struct {
 	mu      sync.Mutex
 	rows    map[int]ProcInfo // by pid; nil before the first read ended
 	unowned []Unowned
-	self    Stats // dashgate's own (SelfStats), read with rows
+	self    Stats         // dashgate's own (SelfStats), read with rows
 	took    time.Duration // how long the last read ended took
 	began   time.Time     // when the last read that ended began
 	reading chan struct{} // non-nil while a read runs; closed when it ends
