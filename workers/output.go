@@ -64,6 +64,7 @@ func Start(cmd *exec.Cmd) (wait func() error, err error) {
 	endFork(func() { unreaped[pid]++ })
 	spawnMu.Unlock()
 	return func() error {
+		awaitExit(pid)
 		err := cmd.Wait()
 		regMu.Lock()
 		if unreaped[pid]--; unreaped[pid] <= 0 {

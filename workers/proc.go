@@ -620,6 +620,7 @@ func newMarker() string {
 // wait is the one goroutine that calls cmd.Wait for this child.
 func (p *Proc) wait() {
 	defer p.m.wg.Done()
+	awaitExit(p.pid)
 	p.cmd.Wait()
 	regMu.Lock()
 	if unreaped[p.pid]--; unreaped[p.pid] <= 0 {
