@@ -43,6 +43,7 @@ type config struct {
 	only              []string
 	runs              int
 	n                 map[string]int // the counts, by name
+	stallPeers        []stallPeer    // servers the stall group times beside dashgate (stallpeers.go)
 }
 
 // counts are the sizes of the groups, changed with --counts name=N,...
@@ -96,6 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var argsNew, argsOld string
 	fs.StringVar(&argsNew, "args-new", "", "extra dashgate flags of --dashgate (split on spaces; they win over a group's)")
 	fs.StringVar(&argsOld, "args-old", "", "extra dashgate flags of --compare (e.g. the same binary with --store none)")
+	var peers string
+	fs.StringVar(&peers, "stall-peers", "", "terminal servers the stall group starts beside dashgate, name=binary,... (ttyd, gotty): a GET each answers alone, timed with dashgate's /healthz, idle and under the same load (the machine's floor)")
 	fs.StringVar(&only, "only", "", "comma-separated groups to run: "+strings.Join(groupNames, ","))
 	fs.IntVar(&c.runs, "runs", 0, "runs per figure: the median and spread are over runs (default 5, 2 with --short)")
 	short := fs.Bool("short", false, "smoke counts: the [--short] values of --counts")
@@ -128,6 +131,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.n[k] = n
 	}
 	c.args = map[string][]string{"new": strings.Fields(argsNew), "old": strings.Fields(argsOld)}
+	var err error
+	if c.stallPeers, err = parseStallPeers(peers); err != nil {
+		return c, err
+	}
 	c.only = split(only)
 	for _, g := range c.only {
 		if !slices.Contains(groupNames, g) {

@@ -91,11 +91,17 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 		fig("  machine idle, loaded", "%", ""),
 		fig("  1-minute load average after the loaded phase", "", ""),
 	}
+	figs = append(figs, probeFigures(probeLabels(b.cfg.stallPeers))...)
 	args := []string{"--max-workers", strconv.Itoa(streams + 100), "--max-sessions", strconv.Itoa(streams + 1000)}
 	return group{name: "stall", figs: figs, args: args, fresh: true,
 		run: func(ctx context.Context, t *target, r int) ([]float64, error) {
 			d := time.Duration(secs) * time.Second
-			idle, err := runQuiet(ctx, t, d)
+			probes, stopPeers, err := startStallPeers(ctx, t.Base, b.cfg.stallPeers)
+			if err != nil {
+				return nil, fmt.Errorf("peers: %w", err)
+			}
+			defer stopPeers()
+			idle, err := runQuiet(ctx, t, d, probes)
 			if err != nil {
 				return nil, fmt.Errorf("idle: %w", err)
 			}
@@ -114,7 +120,7 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 			cpu0, idle0, t0 := procCPU(t.PID()), machineIdle(), time.Now()
 			d0 := load.deltas()
 			c0 := load.churned()
-			loaded, err := runQuiet(ctx, t, d)
+			loaded, err := runQuiet(ctx, t, d, probes)
 			el := time.Since(t0)
 			cpu1, idle1, d1, c1 := procCPU(t.PID()), machineIdle(), load.deltas(), load.churned()
 			lavg, _ := strconv.ParseFloat(strings.Fields(loadavg())[0], 64)
@@ -125,14 +131,18 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 			}
 			fmt.Fprintf(b.stderr, "dashgate-bench: stall (%s) run %d: %s\n", t.build, r, stats)
 			p := func(xs []float64, q float64) float64 { return percentile(xs, q) }
-			return []float64{
+			var floor []float64
+			for i := range probes {
+				floor = append(floor, p(loaded.Probes[i], 99), p(loaded.Probes[i], 50), p(idle.Probes[i], 99))
+			}
+			return append([]float64{
 				p(loaded.History, 99), p(loaded.History, 50), p(loaded.History, 100), p(idle.History, 50), p(idle.History, 99),
 				p(loaded.Admin, 100), p(loaded.Admin, 50), p(idle.Admin, 100), p(loaded.Admin, 99),
 				p(loaded.Workers, 99), p(loaded.Workers, 50), p(loaded.Workers, 100), p(idle.Workers, 100),
 				p(loaded.Echo, 99), p(loaded.Echo, 50), p(loaded.Echo, 100), p(idle.Echo, 50), p(idle.Echo, 99),
 				float64(d1-d0) / el.Seconds(), float64(c1-c0) / el.Seconds(),
 				100 * (cpu1 - cpu0).Seconds() / el.Seconds(), 100 * idle1.share(idle0), lavg,
-			}, nil
+			}, floor...), nil
 		}}
 }
 
@@ -237,6 +247,9 @@ type quietResult struct {
 	// CLOCK_MONOTONIC, ns: the clock of dashgate's execution trace, so
 	// that stall-trace can split a call at the gateway's side.
 	HistoryAt [][2]int64 `json:",omitempty"`
+	// Probes are the samples of the probes the client was given
+	// (stallpeers.go), in their order.
+	Probes [][]float64 `json:",omitempty"`
 }
 
 // monoNow is CLOCK_MONOTONIC in ns (Go's own monotonic reading has no
@@ -247,9 +260,9 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-// runQuiet runs `dashgate-bench stall-quiet` for d against t and returns
-// its samples.
-func runQuiet(ctx context.Context, t *target, d time.Duration) (quietResult, error) {
+// runQuiet runs `dashgate-bench stall-quiet` for d against t, timing
+// probes too, and returns its samples.
+func runQuiet(ctx context.Context, t *target, d time.Duration, probes []stallProbe) (quietResult, error) {
 	var res quietResult
 	self, err := os.Executable()
 	if err != nil {
@@ -258,7 +271,7 @@ func runQuiet(ctx context.Context, t *target, d time.Duration) (quietResult, err
 	ctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, "stall-quiet", t.Base, d.String())
-	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
+	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token, stallProbesEnv+"="+encodeProbes(probes))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -270,6 +283,9 @@ func runQuiet(ctx context.Context, t *target, d time.Duration) (quietResult, err
 	}
 	if len(res.History) == 0 || len(res.Echo) == 0 || len(res.Admin) == 0 {
 		return res, fmt.Errorf("stall-quiet: no samples: %s", out)
+	}
+	if len(res.Probes) != len(probes) || slices.ContainsFunc(res.Probes, func(xs []float64) bool { return len(xs) == 0 }) {
+		return res, fmt.Errorf("stall-quiet: %w: %s", errNoProbeSamples, out)
 	}
 	return res, nil
 }
@@ -345,6 +361,12 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	var workersErr error
 	wg.Go(get("admin", &res.Admin, &adminErr))
 	wg.Go(get("admin/api/workers", &res.Workers, &workersErr))
+	probes := probesOf()
+	res.Probes = make([][]float64, len(probes))
+	probeErrs := make([]error, len(probes))
+	for i, pr := range probes {
+		wg.Go(func() { probeErrs[i] = runProbe(ctx, pr.url, until, d+time.Minute, &res.Probes[i]) })
+	}
 	err = every(ctx, 10*time.Millisecond, d+time.Minute, func() (bool, error) {
 		var page struct {
 			Entries []json.RawMessage `json:"entries"`
@@ -367,7 +389,7 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	for _, sid := range []string{hist, ech} {
 		ch.Call(ctx, "session.close", map[string]string{"session_id": sid}, nil)
 	}
-	if err = errors.Join(err, adminErr, workersErr); err != nil {
+	if err = errors.Join(append(probeErrs, err, adminErr, workersErr)...); err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(res)
