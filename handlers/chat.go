@@ -132,7 +132,31 @@ type chatConn struct {
 	done  chan struct{}      // closed when the socket is gone, before DetachViewer
 	page  string             // the page (tab) the socket named (?page=), for sessions.Info.Pages
 	who   sessions.Principal // who the socket acts for, read once from its request
+
+	// changes are the session.changed events told to this socket that wait
+	// to go out with its next frame (writeQueued takes them, in order), or
+	// at the latest changedWait after the first of them (changesTimer
+	// then wakes the writer with changesDue). Only the writer takes them.
+	chMu         sync.Mutex
+	changes      []*sessions.Event
+	changesTimer *time.Timer
+	changesN     atomic.Int32  // len(changes), read by the writer without chMu
+	changedWait  time.Duration // 0: changedWait
 }
+
+// changedWait is how long a session.changed waits for its socket's next
+// frame before it is written alone. A socket that streams a reply writes
+// a frame every few tens of milliseconds: the changes ride with it, one
+// wake-up of its writer and one write(2) for both. With 300 streaming
+// sockets of one user, each pass of changes (sessions.tellEvery) woke
+// the 300 writers at once for a frame each, a third of their wake-ups
+// (BENCHMARKS.md, the stall, issue 43). An idle socket's list refreshes
+// that much later.
+const changedWait = 50 * time.Millisecond
+
+// changesDue is queued by the changes' timer: it wakes the writer, which
+// then writes the changes (it is not a frame itself).
+type changesDue struct{}
 
 // Principal implements sessions.Viewer.
 func (c *chatConn) Principal() sessions.Principal { return c.who }
@@ -161,8 +185,65 @@ func (c *chatConn) Done() <-chan struct{} { return c.done }
 
 // Deliver queues an event without encoding it (it runs under the
 // registry's lock); a full queue disconnects the socket (1008) so it never
-// slows the session's other viewers.
-func (c *chatConn) Deliver(ev *sessions.Event) { c.enqueue(ev) }
+// slows the session's other viewers. A session.changed waits for the
+// socket's next frame instead (changedWait); as many of them waiting as
+// the queue holds disconnect it too.
+func (c *chatConn) Deliver(ev *sessions.Event) {
+	if ev.Type != "session.changed" {
+		c.enqueue(ev)
+		return
+	}
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	if len(c.changes) >= cap(c.out) {
+		c.sock.closeWith(sessions.ErrViewerSlow, websocket.StatusPolicyViolation, "slow consumer")
+		return
+	}
+	c.changes = append(c.changes, ev)
+	c.changesN.Store(int32(len(c.changes)))
+	if len(c.changes) > 1 {
+		return // the first one armed the timer
+	}
+	wait := c.changedWait
+	if wait <= 0 {
+		wait = changedWait
+	}
+	if c.changesTimer == nil {
+		c.changesTimer = time.AfterFunc(wait, func() { c.enqueue(changesDue{}) })
+	} else {
+		c.changesTimer.Reset(wait)
+	}
+}
+
+// takeChanges appends the waiting session.changed events to frames, in
+// their order, and disarms their timer. Only the writer calls it.
+func (c *chatConn) takeChanges(frames []any) []any {
+	if c.changesN.Load() == 0 {
+		return frames
+	}
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	for _, ev := range c.changes {
+		frames = append(frames, ev)
+	}
+	clear(c.changes) // no event kept alive by the reused array
+	c.changes = c.changes[:0]
+	c.changesN.Store(0)
+	c.changesTimer.Stop() // a changesDue it queued already finds none: nothing is written
+	return frames
+}
+
+// stopChanges drops the waiting changes and disarms their timer: the
+// socket ended.
+func (c *chatConn) stopChanges() {
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	if c.changesTimer != nil {
+		c.changesTimer.Stop()
+	}
+	c.changes = nil
+	c.changesN.Store(0)
+}
 
 func (c *chatConn) send(b []byte) { c.enqueue(b) }
 
@@ -211,6 +292,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reason := sessions.ViewerEndReason(cause)
 	close(c.done)
 	unwatch()
+	c.stopChanges()
 	h.Registry.DetachViewer(c, reason)
 	wg.Wait()
 	c.log.Debug("socket closed", "reason", string(reason), "err", cause)
@@ -348,22 +430,41 @@ func (c *chatConn) writeLoop() {
 }
 
 // writeQueued writes the frame f and, when the socket is behind (frames
-// queued behind f), every frame queued then, as one write(2) (heldConn),
+// queued behind f) or session.changed events wait (takeChanges), every
+// frame queued then and those events, as one write(2) (heldConn),
 // within the socket's write timeout: the control frames first (answers,
 // approval.*, session.closed: nothing waits behind a queue of deltas),
 // then the events in order with the message.delta events of one message
 // merged (mergeDeltas; shared/PROTOCOL.md §10 allows both).
 func (c *chatConn) writeQueued(f any) error {
-	if c.held == nil || len(c.out) == 0 {
+	_, due := f.(changesDue)
+	if !due && (len(c.out) == 0 && c.changesN.Load() == 0 || c.held == nil) {
 		return c.wt.timed(c.h.Socket.WriteTimeout, func() error {
 			return c.conn.Write(c.sock.connCtx, websocket.MessageText, c.frameBytes(f))
 		})
 	}
-	frames := append(c.batch[:0], f)
-	for n := len(c.out); n > 0; n-- {
-		frames = append(frames, <-c.out)
+	frames := c.batch[:0]
+	if !due {
+		frames = append(frames, f)
 	}
-	frames = mergeDeltas(controlFirst(frames))
+	for n := len(c.out); n > 0; n-- {
+		if g := <-c.out; g != (changesDue{}) {
+			frames = append(frames, g)
+		}
+	}
+	frames = mergeDeltas(controlFirst(c.takeChanges(frames)))
+	if len(frames) == 0 || c.held == nil { // c.held nil (tests): a write each
+		for _, f := range frames {
+			if err := c.wt.timed(c.h.Socket.WriteTimeout, func() error {
+				return c.conn.Write(c.sock.connCtx, websocket.MessageText, c.frameBytes(f))
+			}); err != nil {
+				return err
+			}
+		}
+		clear(frames)
+		c.batch = frames[:0]
+		return nil
+	}
 	err := c.wt.timed(c.h.Socket.WriteTimeout, func() error {
 		c.held.hold()
 		for _, f := range frames {
