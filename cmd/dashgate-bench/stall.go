@@ -28,6 +28,10 @@ package main
 // its first 3 s (.trace.pprof: `go tool trace`) and the loaded phase's
 // session.history calls (.calls.json); `dashgate-bench stall-trace
 // TRACE CALLS` splits those calls at the gateway (stalltrace.go).
+//
+// With --stall-peers, ttyd and gotty are started beside dashgate and the
+// quiet client also times a GET each answers alone, and dashgate's
+// /healthz, in both phases (stallpeers.go): the machine's floor.
 
 import (
 	"bufio"
