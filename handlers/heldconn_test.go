@@ -3,8 +3,6 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -17,24 +15,7 @@ import (
 // its own WebSocket message, in order (BENCHMARKS.md, issue 28).
 func TestQueuedFramesOneWrite(t *testing.T) {
 	t.Parallel()
-	got := make(chan *chatConn, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hw := &holdingWriter{ResponseWriter: w}
-		conn, err := websocket.Accept(hw, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		got <- &chatConn{h: &Chat{}, conn: conn, sock: newSocket(context.Background(), conn), held: hw.conn, out: make(chan any, 8)}
-	}))
-	defer srv.Close()
-	client, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.CloseNow()
-	c := <-got
-	defer c.sock.end(nil)
+	c, client := heldSocket(t, 0)
 
 	var frames [][]byte
 	for i := range 5 {

@@ -341,26 +341,7 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	// GET /admin and GET /admin/api/workers, each every 250 ms on a
 	// keep-alive connection of its own.
 	get := func(path string, into *[]float64, errp *error) func() {
-		return func() {
-			c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
-			defer c.CloseIdleConnections()
-			*errp = every(ctx, 250*time.Millisecond, d+time.Minute, func() (bool, error) {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-				req.Header.Set("Authorization", "Bearer "+token)
-				t0 := time.Now()
-				resp, err := c.Do(req)
-				if err != nil {
-					return false, err
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err == nil && resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("GET /%s: %s", path, resp.Status)
-				}
-				*into = append(*into, ms1(time.Since(t0)))
-				return !time.Now().Before(until), err
-			})
-		}
+		return func() { *errp = timeGets(ctx, base+path, token, 250*time.Millisecond, until, d+time.Minute, into) }
 	}
 	var workersErr error
 	wg.Go(get("admin", &res.Admin, &adminErr))
@@ -369,7 +350,9 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	res.Probes = make([][]float64, len(probes))
 	probeErrs := make([]error, len(probes))
 	for i, pr := range probes {
-		wg.Go(func() { probeErrs[i] = runProbe(ctx, pr.url, until, d+time.Minute, &res.Probes[i]) })
+		wg.Go(func() {
+			probeErrs[i] = timeGets(ctx, pr.url, "", 10*time.Millisecond, until, d+time.Minute, &res.Probes[i])
+		})
 	}
 	err = every(ctx, 10*time.Millisecond, d+time.Minute, func() (bool, error) {
 		var page struct {

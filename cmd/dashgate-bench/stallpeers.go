@@ -158,13 +158,17 @@ func decodeProbes(s string) []stallProbe {
 	return out
 }
 
-// runProbe times GET url every 10 ms on a keep-alive connection of its own
-// until until, into *into (ms).
-func runProbe(ctx context.Context, url string, until time.Time, limit time.Duration, into *[]float64) error {
+// timeGets times GET url (with token as its bearer, when set) every
+// interval on a keep-alive connection of its own until until, into *into
+// (ms); an error or a status other than 200 ends it.
+func timeGets(ctx context.Context, url, token string, interval time.Duration, until time.Time, limit time.Duration, into *[]float64) error {
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil}}
 	defer c.CloseIdleConnections()
-	return every(ctx, 10*time.Millisecond, limit, func() (bool, error) {
+	return every(ctx, interval, limit, func() (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 		t0 := time.Now()
 		resp, err := c.Do(req)
 		if err != nil {
