@@ -72,6 +72,9 @@ type benchAdminProcs struct {
 func (f benchAdminProcs) Table(context.Context) []workers.ProcInfo { return slices.Clone(f.table) }
 func (f benchAdminProcs) Unowned() []workers.Unowned               { return nil }
 func (f benchAdminProcs) Containment() (string, string)            { return "fallback", "" }
+func (f benchAdminProcs) SnapshotSelf() workers.Stats {
+	return workers.Stats{RSSBytes: 64 << 20, NumFDs: 1000}
+}
 func (f benchAdminProcs) Snapshot(context.Context) ([]workers.ProcInfo, []workers.Unowned, bool) {
 	return slices.Clone(f.table), nil, false
 }
@@ -185,3 +188,50 @@ func BenchmarkSessionListManyUsers(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdminStallPage renders the admin page, its refreshed fragment
+// and /admin/api/workers for the stall group's population (cmd/
+// dashgate-bench, stall): 320 sessions of one user, 300 of them with a
+// chat worker in the process table, from fixed snapshots. bytes is the
+// response's size.
+func BenchmarkAdminStallPage(b *testing.B) {
+	now := time.Now()
+	var list []sessions.Info
+	var table []workers.ProcInfo
+	for i := range 320 {
+		in := sessions.Info{ID: fmt.Sprintf("%024x", i), Owner: "bench", Title: fmt.Sprintf("stream %d", i), State: sessions.StateAttached,
+			CreatedAt: now.Add(-time.Duration(i) * time.Second), LastActive: now}
+		if i < 300 {
+			in.WorkerPID = 100000 + i
+			table = append(table, workers.ProcInfo{PID: in.WorkerPID, Kind: workers.KindChat, SessionID: in.ID, State: "running",
+				StartedAt: now, Stats: workers.Stats{RSSBytes: 12 << 20}, ReadAt: now})
+		}
+		list = append(list, in)
+	}
+	h := &Admin{Sessions: benchAdminSessions{list: list}, Procs: benchAdminProcs{table: table}, Version: "bench",
+		BasePath: func(*http.Request) string { return "/" }}
+	r := chi.NewRouter()
+	r.Route("/admin", h.Routes)
+	for _, path := range []string{"/admin/", "/admin/?fragment=1", "/admin/api/workers"} {
+		b.Run(path, func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				w := &countingWriter{h: http.Header{}}
+				r.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+				n = w.n
+			}
+			b.ReportMetric(float64(n), "bytes")
+		})
+	}
+}
+
+// countingWriter is a ResponseWriter that keeps nothing but the count of
+// the bytes written.
+type countingWriter struct {
+	h http.Header
+	n int
+}
+
+func (c *countingWriter) Header() http.Header         { return c.h }
+func (c *countingWriter) Write(b []byte) (int, error) { c.n += len(b); return len(b), nil }
+func (c *countingWriter) WriteHeader(int)             {}

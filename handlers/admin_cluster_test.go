@@ -207,7 +207,7 @@ func TestAdminClusterLists(t *testing.T) {
 		`<tr data-testid="worker-row" data-pid="4242" data-session-id="s-on-a" data-node="a"><td class="mono">4242</td><td class="mono" data-testid="worker-node">a</td>`,
 		`action="/admin/workers/4242/reap?node=a"`,
 		// the worker's user, from a's heartbeat
-		`<td class="mono">s-on-a</td><td data-testid="worker-user" class="">alice</td>`,
+		`<td class="mono">s-on-a</td><td data-testid="worker-user">alice</td>`,
 		`<td class="mono">4242</td><td class="mono">–</td><td>`, // s-on-a's worker column, from a's heartbeat
 		`<td data-testid="node-live">yes</td><td data-testid="node-sessions">1</td><td data-testid="node-workers">1</td>`,
 		// which node the page is from (a trial could not tell)
