@@ -358,7 +358,7 @@ func TestReaperLeavesOtherManagersChildren(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				a.reapZombieOrphans()
+				a.reapZombieOrphans(true)
 			}
 		}
 	}()
@@ -402,7 +402,7 @@ func TestReaperReadsOnlyUnknownChildren(t *testing.T) {
 		mu.Unlock()
 		return readStat(pid)
 	}
-	m.reapZombieOrphans()
+	m.reapZombieOrphans(true)
 	mu.Lock()
 	defer mu.Unlock()
 	if read[p.PID()] {

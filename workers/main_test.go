@@ -336,7 +336,7 @@ func startReaper(t testing.TB, m *Manager) {
 	// SIGCHLD can meet a reaper already told to stop (seen as a zombie in
 	// TestChurnLeavesNothing after TestEveryDescendantListed, once /proc
 	// scans got faster and Close returned sooner).
-	t.Cleanup(func() { cancel(); <-done; m.reapZombieOrphans() })
+	t.Cleanup(func() { cancel(); <-done; m.reapZombieOrphans(true) })
 }
 
 // newTestManager returns a Manager logging JSON into the returned buffer;

@@ -3,6 +3,7 @@ package workers
 import (
 	"bytes"
 	"os/exec"
+	"runtime"
 )
 
 // Output runs cmd and returns its standard output, as exec.Cmd.Output
@@ -55,7 +56,13 @@ func Run(cmd *exec.Cmd) error {
 func Start(cmd *exec.Cmd) (wait func() error, err error) {
 	spawnMu.Lock()
 	beginFork()
-	if err := cmd.Start(); err != nil {
+	// On a thread known to fork (forkThreads), so that a listing of
+	// dashgate's children finds this one.
+	runtime.LockOSThread()
+	noteForkThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
 		endFork(nil)
 		spawnMu.Unlock()
 		return nil, err

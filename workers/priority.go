@@ -237,6 +237,7 @@ func spawnerFor(p Priority) *spawner {
 // spawnLoop is a spawning goroutine; it never returns.
 func spawnLoop(p Priority, s *spawner, ready chan<- struct{}) {
 	runtime.LockOSThread() // never unlocked: see the Pdeathsig note in proc.go
+	noteForkThread()
 	s.capsErr = dropInheritedCaps()
 	if !p.zero() {
 		s.err = p.apply()

@@ -802,7 +802,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 		// Members that died after their parent were reparented to dashgate
 		// (the subreaper) as zombies: reap them now, not at the next
 		// SIGCHLD round.
-		p.m.reapZombieOrphans()
+		p.m.reapZombieOrphans(false)
 	}
 
 	// Drains end at EOF, once every holder of the write ends is gone; bound
@@ -937,7 +937,7 @@ func (p *Proc) claimed() []int {
 	var kids []int
 	subreaper := isSubreaper()
 	if subreaper {
-		kids = childPIDs(nil, "self")
+		kids = selfChildPIDs(nil)
 	} else {
 		procs = scanProcs()
 	}

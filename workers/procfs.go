@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/prometheus/procfs"
@@ -106,7 +107,7 @@ var scanProcs = listProcs
 // processes too, read for each admin listing (issue 43).
 func ownDescendants() []procStat {
 	if isSubreaper() && taskChildrenFiles() {
-		return listSubtrees(childPIDs(nil, "self"))
+		return listSubtrees(selfChildPIDs(nil))
 	}
 	return scanProcs()
 }
@@ -268,7 +269,6 @@ func childPIDs(dst []int, pid string) []int {
 	buf := direntBufs.Get().(*[]byte)
 	defer direntBufs.Put(buf)
 	var names []string
-	var text [4096]byte
 	for {
 		n, err := unix.Getdents(dir, *buf)
 		if err != nil || n <= 0 {
@@ -276,26 +276,90 @@ func childPIDs(dst []int, pid string) []int {
 		}
 		_, _, names = unix.ParseDirent((*buf)[:n], -1, names[:0])
 		for _, tid := range names {
-			fd, err := unix.Openat(dir, tid+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				continue
-			}
-			var got []byte
-			for {
-				n, err := unix.Read(fd, text[:])
-				if err != nil || n <= 0 {
-					break
-				}
-				got = append(got, text[:n]...)
-			}
-			unix.Close(fd)
-			for _, f := range bytes.Fields(got) {
-				if c, err := strconv.Atoi(string(f)); err == nil {
-					dst = append(dst, c)
-				}
-			}
+			dst, _ = readChildren(dst, dir, tid)
 		}
 	}
+}
+
+// readChildren appends to dst the pids in the children file of thread tid
+// of the task directory dir; the error is openat's (ENOENT: no such
+// thread now).
+func readChildren(dst []int, dir int, tid string) ([]int, error) {
+	fd, err := unix.Openat(dir, tid+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dst, err
+	}
+	childrenFilesRead.Add(1)
+	var text [4096]byte
+	var got []byte
+	for {
+		n, err := unix.Read(fd, text[:])
+		if err != nil || n <= 0 {
+			break
+		}
+		got = append(got, text[:n]...)
+	}
+	unix.Close(fd)
+	for _, f := range bytes.Fields(got) {
+		if c, err := strconv.Atoi(string(f)); err == nil {
+			dst = append(dst, c)
+		}
+	}
+	return dst, nil
+}
+
+// childrenFilesRead counts the children files read, for a test to see
+// that listing dashgate's children does not read one per thread.
+var childrenFilesRead atomic.Int64
+
+// forkThreads are the threads (ids) that dashgate forked a child on: the
+// spawning threads (spawnLoop) and those Start ran on. A child is listed
+// under the thread that forked it, and when that thread ends, under the
+// thread group leader, as an orphan adopted by dashgate is (the kernel's
+// find_new_reaper takes the first live thread of the group, the leader).
+var forkThreads struct {
+	sync.Mutex
+	tids []string
+}
+
+// noteForkThread records the calling thread as one that forks: the
+// caller must hold it (runtime.LockOSThread) until its fork is done.
+func noteForkThread() {
+	tid := strconv.Itoa(unix.Gettid())
+	forkThreads.Lock()
+	if !slices.Contains(forkThreads.tids, tid) {
+		forkThreads.tids = append(forkThreads.tids, tid)
+	}
+	forkThreads.Unlock()
+}
+
+// selfChildPIDs appends to dst dashgate's children, from the children
+// files of the threads that can have any: the leader's and forkThreads'
+// (a thread gone is dropped from them), not from every thread's. Each
+// terminal's reader waits on a thread of its own (sessions.ptyMaster), so
+// with 300 terminals dashgate has over 300 threads, and reading each
+// one's file at every reaper pass after a SIGCHLD and at every close
+// (childPIDs) was a quarter of its CPU while 20 terminals a second opened
+// and closed beside them (BENCHMARKS.md, issue 43).
+func selfChildPIDs(dst []int) []int {
+	dir, err := unix.Open("/proc/self/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dst
+	}
+	defer unix.Close(dir)
+	leader := strconv.Itoa(unix.Getpid())
+	dst, _ = readChildren(dst, dir, leader)
+	forkThreads.Lock()
+	defer forkThreads.Unlock()
+	forkThreads.tids = slices.DeleteFunc(forkThreads.tids, func(tid string) bool {
+		if tid == leader {
+			return false // read above (a spawning thread can be the main thread)
+		}
+		var err error
+		dst, err = readChildren(dst, dir, tid)
+		return err == unix.ENOENT // the thread ended: its children went to the leader
+	})
+	return dst
 }
 
 // listSubtrees returns roots and every process below them, read through

@@ -51,8 +51,10 @@ func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 	defer tick.Stop()
 	pause := time.NewTimer(ReapCoalesce)
 	pause.Stop() // armed by a SIGCHLD (Reset); Go 1.23 timers keep no stale tick
+	all := true  // the first pass and each tick read every thread's children
 	for {
-		m.reapZombieOrphans()
+		m.reapZombieOrphans(all)
+		all = false
 		select {
 		case <-ctx.Done():
 			return
@@ -68,6 +70,7 @@ func (m *Manager) RunReaper(ctx context.Context, interval time.Duration) {
 			case <-pause.C:
 			}
 		case <-tick.C:
+			all = true
 		}
 	}
 }
@@ -83,8 +86,8 @@ const ReapCoalesce = 25 * time.Millisecond
 // reads the stat of the children os/exec does not own only: the others
 // are reaped by their own Wait (300 workers' stat files at every scan
 // were a sixth of a loaded gateway's CPU; BENCHMARKS.md, issue 28).
-func (m *Manager) reapZombieOrphans() {
-	kids := childrenOfSelf()
+func (m *Manager) reapZombieOrphans(all bool) {
+	kids := childrenOfSelf(all)
 	lockSettled() // a child listed above is registered by now
 	kids = slices.DeleteFunc(kids, func(pid int) bool { return unreaped[pid] > 0 })
 	regMu.Unlock()
@@ -111,16 +114,23 @@ func (m *Manager) reapZombieOrphans() {
 	}
 }
 
-// childrenOfSelf lists dashgate's children from /proc/self/task/*/children
-// (proc(5); a child is listed under the thread that forked it, an adopted
-// orphan under the thread group), or by scanning /proc when that file is
-// missing.
-func childrenOfSelf() []int {
-	if out := childPIDs(nil, "self"); len(out) > 0 || taskChildrenFiles() {
+// childrenOfSelf lists dashgate's children from the children files of
+// its threads (proc(5); a child is listed under the thread that forked
+// it, an adopted orphan under the thread group leader): of those that can
+// have any (selfChildPIDs), or with all of every thread's, which also
+// finds a child forked outside Start and the spawning threads; or by
+// scanning /proc when that file is missing.
+func childrenOfSelf(all bool) []int {
+	var out []int
+	if all {
+		out = childPIDs(nil, "self")
+	} else {
+		out = selfChildPIDs(nil)
+	}
+	if len(out) > 0 || taskChildrenFiles() {
 		return out
 	}
 	self := os.Getpid()
-	var out []int
 	for _, st := range listProcs() {
 		if st.ppid == self {
 			out = append(out, st.pid)
