@@ -77,15 +77,15 @@ var counts = []struct {
 	{"cluster-clients", 4, 2, "chat clients at once (cluster: on the SQLite node, or split over the two PostgreSQL nodes)"},
 	{"cluster-cycles", 100, 8, "create, /echo, prompt, close cycles per run over the clients (cluster)"},
 	{"cluster-sessions", 10000, 500, "sessions in PostgreSQL and SQLite at start-up (cluster; 5 entries each, half closed)"},
-	{"stall-streams", 300, 30, "sockets streaming 200-word echo replies back to back (stall)"},
-	{"stall-churn", 20, 5, "sessions a second created, /echo run and closed beside them (stall)"},
-	{"stall-secs", 20, 5, "seconds of each quiet phase, idle and loaded (stall)"},
+	{"stall-streams", 300, 30, "sockets streaming 200-word echo replies back to back (stall); terminals streaming a word every 40 ms (stall-terminal)"},
+	{"stall-churn", 20, 5, "sessions a second created, /echo run and closed beside them (stall); terminals a second opened and closed (stall-terminal)"},
+	{"stall-secs", 20, 5, "seconds of each quiet phase, idle and loaded (stall, stall-terminal)"},
 	{"stall-load-nice", 0, 0, "nice value of the load process (stall; 0: the tool's)"},
 	{"attach-mib", 10, 10, "MiB of the file attached in the chat (attach)"},
 }
 
 // groupNames are the --only names, in the order the groups run.
-var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "acp", "cluster", "stall", "attach"}
+var groupNames = []string{"throughput", "keys", "connect", "exec", "reap", "churn", "memory", "admin", "idle", "soak", "stream", "startup", "agent", "acp", "cluster", "stall", "stall-terminal", "attach"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c := config{n: map[string]int{}}
@@ -170,12 +170,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if helper, ok, err := stallHelper(args, stdout); ok { // the stall group's processes (stall.go)
-		if err != nil {
-			fmt.Fprintf(stderr, "dashgate-bench %s: %v\n", helper, err)
-			return 1
+	for _, h := range []func([]string, io.Writer) (string, bool, error){stallHelper, tstallHelper} { // the stall groups' processes (stall.go, tstall.go)
+		if helper, ok, err := h(args, stdout); ok {
+			if err != nil {
+				fmt.Fprintf(stderr, "dashgate-bench %s: %v\n", helper, err)
+				return 1
+			}
+			return 0
 		}
-		return 0
 	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -296,6 +298,7 @@ func (b *bench) groups() []group {
 		b.acp(n["acp-prompts"], n["acp-stream-kib"]),
 		b.cluster(n["cluster-clients"], n["cluster-cycles"], n["cluster-sessions"]),
 		b.stall(n["stall-streams"], n["stall-churn"], n["stall-secs"], n["stall-load-nice"]),
+		b.stallTerminal(n["stall-streams"], n["stall-churn"], n["stall-secs"]),
 		attach(n["attach-mib"]),
 	}
 	for _, g := range gs {

@@ -403,6 +403,12 @@ func startLoad(ctx context.Context, t *target, streams, churn, nice int) (*loadP
 		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(nice)}, cmd.Args...)...)
 	}
 	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token)
+	return runLoadCmd(cmd)
+}
+
+// runLoadCmd starts cmd, a load process (stall-load, tstall-load): "ready",
+// then "count k=N ..." lines, "done ..." at its stdin's close.
+func runLoadCmd(cmd *exec.Cmd) (*loadProc, error) {
 	in, out, err := startPiped(cmd)
 	if err != nil {
 		return nil, err
