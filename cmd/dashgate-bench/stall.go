@@ -507,6 +507,35 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 	}
 	token := os.Getenv(stallTokenEnv)
 	ws := "ws" + strings.TrimPrefix(base, "http") + "ws/chat"
+	prompt := strings.TrimSpace(strings.Repeat("word ", stallWords))
+	var n loadCounts
+	return runLoadLoop(loadSpec{
+		streams: streams,
+		stream:  func(ctx context.Context, began func()) error { return loadStream(ctx, ws, token, prompt, &n, began) },
+		churn:   func(ctx context.Context, fail func(error)) { churnLoop(ctx, ws, token, churn, &n, fail) },
+		count:   func() string { return fmt.Sprintf("deltas=%d churn=%d", n.deltas.Load(), n.churn.Load()) },
+		done: func() string {
+			return fmt.Sprintf("deltas=%d turns=%d churn=%d churn_skipped=%d", n.deltas.Load(), n.turns.Load(), n.churn.Load(), n.skipped.Load())
+		},
+	}, stdout)
+}
+
+// loadSpec is a load process's work (stall-load, tstall-load).
+type loadSpec struct {
+	streams int
+	// stream runs one stream until ctx ends; began is to be called once
+	// it streams (runLoadLoop calls it too when stream returns early).
+	stream func(ctx context.Context, began func()) error
+	churn  func(ctx context.Context, fail func(error)) // runs once every stream began, until ctx ends
+	count  func() string                               // the "count" line's fields
+	done   func() string                               // the "done" line's fields
+}
+
+// runLoadLoop runs spec: its streams, 8 opening at once; "ready" once
+// every one began; then its churn, and a "count ..." line every 500 ms,
+// until stdin closes or a stream or the churn fails; then "done ..." or
+// "error ...".
+func runLoadLoop(spec loadSpec, stdout io.Writer) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var out sync.Mutex
@@ -515,7 +544,6 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, format+"\n", args...)
 		out.Unlock()
 	}
-	var n loadCounts
 	var errMu sync.Mutex
 	var firstErr error
 	fail := func(err error) {
@@ -526,16 +554,15 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 		errMu.Unlock()
 		stop()
 	}
-	prompt := strings.TrimSpace(strings.Repeat("word ", stallWords))
-	var wg sync.WaitGroup
-	var started sync.WaitGroup
-	started.Add(streams)
-	sem := make(chan struct{}, 8) // sockets opened at once
-	for i := range streams {
+	var wg, started sync.WaitGroup
+	started.Add(spec.streams)
+	sem := make(chan struct{}, 8) // streams opening at once
+	for i := range spec.streams {
 		wg.Go(func() {
 			sem <- struct{}{}
-			err := loadStream(ctx, ws, token, prompt, &n, func() { <-sem; started.Done() })
-			if err != nil && ctx.Err() == nil {
+			began := sync.OnceFunc(func() { <-sem; started.Done() })
+			defer began()
+			if err := spec.stream(ctx, began); err != nil && ctx.Err() == nil {
 				fail(fmt.Errorf("stream %d: %w", i, err))
 			}
 		})
@@ -547,10 +574,10 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 		say("ready")
 	case <-ctx.Done():
 	}
-	wg.Go(func() { churnLoop(ctx, ws, token, churn, &n, fail) })
+	wg.Go(func() { spec.churn(ctx, fail) })
 	wg.Go(func() {
 		every(ctx, 500*time.Millisecond, 24*time.Hour, func() (bool, error) {
-			say("count deltas=%d churn=%d", n.deltas.Load(), n.churn.Load())
+			say("count %s", spec.count())
 			return false, nil
 		})
 	})
@@ -561,7 +588,7 @@ func serveLoad(base, streamsArg, churnArg string, stdout io.Writer) error {
 		say("error %v", firstErr)
 		return nil
 	}
-	say("done deltas=%d turns=%d churn=%d churn_skipped=%d", n.deltas.Load(), n.turns.Load(), n.churn.Load(), n.skipped.Load())
+	say("done %s", spec.done())
 	return nil
 }
 

@@ -303,90 +303,51 @@ func serveTermLoad(kind, base, streamsArg, churnArg string, stdout io.Writer) er
 		return err
 	}
 	token := os.Getenv(stallTokenEnv)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var out sync.Mutex
-	say := func(format string, args ...any) {
-		out.Lock()
-		fmt.Fprintf(stdout, format+"\n", args...)
-		out.Unlock()
-	}
 	var bytesIn, churned atomic.Int64
-	var errMu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
+	return runLoadLoop(loadSpec{
+		streams: streams,
+		stream: func(ctx context.Context, began func()) error {
+			return termStream(ctx, kind, base, token, &bytesIn, began)
+		},
+		churn: func(ctx context.Context, fail func(error)) { termChurn(ctx, kind, base, token, churn, &churned, fail) },
+		count: func() string { return fmt.Sprintf("deltas=%d churn=%d", bytesIn.Load(), churned.Load()) },
+		done:  func() string { return fmt.Sprintf("bytes=%d churn=%d", bytesIn.Load(), churned.Load()) },
+	}, stdout)
+}
+
+// termChurn opens rate terminals a second, each read to its first output
+// (the shell's prompt) and closed, counted into n, until ctx ends.
+func termChurn(ctx context.Context, kind, base, token string, rate int, n *atomic.Int64, fail func(error)) {
+	if rate <= 0 {
+		return
+	}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var cycles sync.WaitGroup
+	defer cycles.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-		errMu.Unlock()
-		stop()
-	}
-	var wg, started sync.WaitGroup
-	started.Add(streams)
-	sem := make(chan struct{}, 8) // terminals opened at once
-	for i := range streams {
-		wg.Go(func() {
-			sem <- struct{}{}
-			once := sync.OnceFunc(func() { <-sem; started.Done() })
-			defer once()
-			err := termStream(ctx, kind, base, token, &bytesIn, once)
-			if err != nil && ctx.Err() == nil {
-				fail(fmt.Errorf("stream %d: %w", i, err))
+		cycles.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			tm, err := dialKindTerm(cctx, kind, base, token)
+			if err == nil {
+				_, err = tm.recv()
+				tm.stop()
 			}
-		})
-	}
-	readyCh := make(chan struct{})
-	go func() { started.Wait(); close(readyCh) }()
-	select {
-	case <-readyCh:
-		say("ready")
-	case <-ctx.Done():
-	}
-	wg.Go(func() {
-		tick := time.NewTicker(time.Second / time.Duration(max(1, churn)))
-		defer tick.Stop()
-		var cycles sync.WaitGroup
-		defer cycles.Wait()
-		for {
-			select {
-			case <-ctx.Done():
+			if err != nil {
+				if ctx.Err() == nil {
+					fail(fmt.Errorf("churn: %w", err))
+				}
 				return
-			case <-tick.C:
 			}
-			cycles.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				defer cancel()
-				tm, err := dialKindTerm(cctx, kind, base, token)
-				if err == nil {
-					_, err = tm.recv()
-					tm.stop()
-				}
-				if err != nil {
-					if ctx.Err() == nil {
-						fail(fmt.Errorf("churn: %w", err))
-					}
-					return
-				}
-				churned.Add(1)
-			})
-		}
-	})
-	wg.Go(func() {
-		every(ctx, 500*time.Millisecond, 24*time.Hour, func() (bool, error) {
-			say("count deltas=%d churn=%d", bytesIn.Load(), churned.Load())
-			return false, nil
+			n.Add(1)
 		})
-	})
-	go func() { io.Copy(io.Discard, os.Stdin); stop() }()
-	<-ctx.Done()
-	wg.Wait()
-	if firstErr != nil {
-		say("error %v", firstErr)
-		return nil
 	}
-	say("done bytes=%d churn=%d", bytesIn.Load(), churned.Load())
-	return nil
 }
 
 // termStream is one streaming terminal of the load: its shell's prompt
