@@ -3,8 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
@@ -12,22 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ptyMaster is a terminal's pty master kept out of Go's poller: its reader
-// waits in poll(2) on a thread of its own, which the kernel wakes when the
-// program writes, and the output goes on to the socket from there. In the
-// poller the master would wake the poller's thread on every change of it
-// (output, and room for input each time the program reads), which then
-// hands the reader to the scheduler: two thread wake-ups per keystroke's
-// echo where this has one (BENCHMARKS.md, issue 28). The cost is a thread
-// per terminal while its reader waits.
+// ptyMaster is a terminal's pty master, non-blocking in Go's poller: a
+// Read or a Write that waits parks its goroutine there and holds no
+// thread. (Until issue 43 each terminal's reader waited in poll(2) on a
+// thread of its own, for one thread wake-up a keystroke's echo instead
+// of two; with 300 streaming terminals that was 300 threads, every one
+// holding its P in a system call until Go's sysmon took it back, which
+// kept sysmon waking 6,300 times a second, and no batching of ready
+// terminals: 16 % more CPU than this under that load, and a quiet
+// keystroke's p99 twice as long. On a quiet machine the echo is as fast
+// either way: BENCHMARKS.md.)
 //
 // Read is called by one goroutine at a time; Write, WriteWithin and
-// Resize may be called beside it, and one write's bytes go in whole, before
-// or after another's. Close ends a Read or Write that waits (they
-// return os.ErrClosed) and closes both descriptors once they let go.
+// Resize may be called beside it, and one write's bytes go in whole,
+// before or after another's. Close ends a Read or Write that waits (they
+// fail with os.ErrClosed) and closes the descriptor once they let go.
 type ptyMaster struct {
-	f    *os.File // the master, O_NONBLOCK but unknown to the poller
-	wake *os.File // an eventfd that Close makes readable for good
+	f *os.File // the master, O_NONBLOCK, in the poller
 	// wmu keeps writes whole: a paste that waits for room is not split by
 	// another socket's keystroke (os.File's write lock did that before).
 	wmu  sync.Mutex
@@ -35,98 +34,10 @@ type ptyMaster struct {
 	err  error
 }
 
-// newWake returns the eventfd of a ptyMaster, made before its program
-// starts so that nothing can fail once it runs.
-func newWake() (*os.File, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("pty master: eventfd: %w", err)
-	}
-	return os.NewFile(uintptr(efd), "eventfd"), nil
-}
-
-// newPTYMaster takes over master (a non-blocking pty master in Go's
-// poller) and wake (from newWake). It moves the master out of the poller:
-// a duplicate, made while the open file is blocking (os.NewFile registers
-// a non-blocking descriptor, and O_NONBLOCK belongs to the open file, which
-// the duplicate shares), then non-blocking again; master itself is closed.
-// If a step fails it keeps master as it is, which works the same, with
-// the poller's wake-ups.
-func newPTYMaster(master, wake *os.File) *ptyMaster {
-	m := &ptyMaster{f: master, wake: wake}
-	rc, err := master.SyscallConn()
-	if err != nil {
-		return m
-	}
-	fd := -1
-	rc.Control(func(mfd uintptr) {
-		var err error
-		if fd, err = unix.FcntlInt(mfd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
-			fd = -1
-			return
-		}
-		if unix.SetNonblock(fd, false) != nil {
-			unix.Close(fd)
-			fd = -1
-		}
-	})
-	if fd < 0 {
-		return m
-	}
-	f := os.NewFile(uintptr(fd), master.Name())
-	if unix.SetNonblock(fd, true) != nil {
-		f.Close() // master is blocking now: make it non-blocking again
-		rc.Control(func(mfd uintptr) { unix.SetNonblock(int(mfd), true) })
-		return m
-	}
-	master.Close() // out of the poller; the open file stays with f
-	m.f = f
-	return m
-}
-
-// with runs do with the master's and the eventfd's descriptors, holding
-// both open meanwhile (Close waits for it to let go before closing them).
-// It fails with os.ErrClosed after Close.
-func (m *ptyMaster) with(do func(fd, wake int)) error {
-	rc, err := m.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	wrc, err := m.wake.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var inner error
-	err = rc.Control(func(fd uintptr) {
-		inner = wrc.Control(func(wake uintptr) { do(int(fd), int(wake)) })
-	})
-	if err != nil {
-		return err
-	}
-	return inner
-}
-
-// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT), the
-// eventfd wake is signalled (os.ErrClosed) or timeout passes (-1: none;
-// os.ErrDeadlineExceeded).
-func wait(fd, wake int, events int16, timeout time.Duration) error {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(wake), Events: unix.POLLIN}}
-	ms := -1
-	if timeout >= 0 {
-		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
-	}
-	n, err := unix.Poll(fds, ms)
-	switch {
-	case err == unix.EINTR:
-		return nil // the caller tries again
-	case err != nil:
-		return os.NewSyscallError("poll", err)
-	case fds[1].Revents != 0:
-		return os.ErrClosed
-	case n == 0:
-		return os.ErrDeadlineExceeded
-	}
-	return nil // ready, or POLLHUP/POLLERR, which the next read or write reports
+// newPTYMaster takes over master, a non-blocking pty master in Go's
+// poller (workers.Proc.PTY).
+func newPTYMaster(master *os.File) *ptyMaster {
+	return &ptyMaster{f: master}
 }
 
 // coalesceMin is the least a first read must bring for Read to look for
@@ -139,39 +50,29 @@ const coalesceMin = 1 << 10
 // keystroke's echo is never delayed: it returns at once. It fails with
 // EIO (in an *os.PathError) once every holder of the terminal is gone and
 // its output was read (pty(7)), and with os.ErrClosed after Close.
-func (m *ptyMaster) Read(b []byte) (n int, err error) {
-	werr := m.with(func(fd, wake int) {
-		for {
-			k, rerr := unix.Read(fd, b[n:])
-			switch {
-			case rerr == unix.EINTR:
+func (m *ptyMaster) Read(b []byte) (int, error) {
+	n, err := m.f.Read(b)
+	if err != nil || n < coalesceMin || n == len(b) {
+		return n, err
+	}
+	rc, rerr := m.f.SyscallConn()
+	if rerr != nil {
+		return n, nil
+	}
+	rc.Read(func(fd uintptr) bool {
+		for n < len(b) {
+			k, err := unix.Read(int(fd), b[n:])
+			if err == unix.EINTR {
 				continue
-			case rerr == unix.EAGAIN && n > 0:
-				return // what there was
-			case rerr == unix.EAGAIN:
-				if err = wait(fd, wake, unix.POLLIN, -1); err != nil {
-					return
-				}
-				continue
-			case rerr != nil && n > 0:
-				return // the error again at the next Read
-			case rerr != nil:
-				err = &os.PathError{Op: "read", Path: m.f.Name(), Err: rerr}
-				return
-			case k == 0 && n == 0:
-				err = io.EOF
-				return
+			}
+			if err != nil || k <= 0 {
+				break // EAGAIN: what there was; another error: at the next Read
 			}
 			n += k
-			if k == 0 || n == len(b) || n < coalesceMin {
-				return
-			}
 		}
+		return true // never wait here
 	})
-	if werr != nil {
-		return 0, werr
-	}
-	return n, err
+	return n, nil
 }
 
 func writeNow(fd int, b []byte) (int, error) {
@@ -208,47 +109,48 @@ func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
 func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) error {
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
-	var err error
-	werr := m.with(func(fd, wake int) {
-		var deadline time.Time // set when the first wait comes
-		for {
-			var k int
-			k, err = writeNow(fd, b)
-			b = b[k:]
-			if err != nil {
-				err = &os.PathError{Op: "write", Path: m.f.Name(), Err: err}
-				return
-			}
-			if len(b) == 0 {
-				return
-			}
-			if err = ctx.Err(); err != nil {
-				return
-			}
-			if deadline.IsZero() {
-				if dl, ok := ctx.Deadline(); ok {
-					deadline = dl
-				}
-				if d >= 0 {
-					if own := time.Now().Add(d); deadline.IsZero() || own.Before(deadline) {
-						deadline = own
-					}
-				}
-			}
-			timeout := time.Duration(-1)
-			if !deadline.IsZero() {
-				timeout = max(time.Until(deadline), 0)
-			}
-			if err = wait(fd, wake, unix.POLLOUT, timeout); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					err = context.DeadlineExceeded
-				}
-				return
-			}
-		}
-	})
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		var k int
+		k, werr = writeNow(int(fd), b)
+		b = b[k:]
+		return true // no wait yet
+	}); err != nil {
+		return err
+	}
 	if werr != nil {
-		return werr
+		return &os.PathError{Op: "write", Path: m.f.Name(), Err: werr}
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deadline, _ := ctx.Deadline()
+	if d >= 0 {
+		if own := time.Now().Add(d); deadline.IsZero() || own.Before(deadline) {
+			deadline = own
+		}
+	}
+	// The rest waits in the poller; the deadline is the file's, which
+	// only writes use, one at a time (wmu).
+	m.f.SetWriteDeadline(deadline)
+	defer m.f.SetWriteDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { m.f.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	_, err = m.f.Write(b)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return context.DeadlineExceeded
 	}
 	return err
 }
@@ -256,29 +158,22 @@ func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) 
 // Resize sets the window size (TIOCSWINSZ, tty_ioctl(4)); the kernel sends
 // SIGWINCH to the terminal's foreground process group.
 func (m *ptyMaster) Resize(cols, rows uint16) error {
-	var err error
-	if werr := m.with(func(fd, _ int) {
-		err = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
-	}); werr != nil {
-		return werr
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
 	}
-	return err
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // Close ends a Read or Write that waits and closes the master once they
 // have let go of it; later calls return the first one's result.
 func (m *ptyMaster) Close() error {
-	m.once.Do(func() {
-		if rc, err := m.wake.SyscallConn(); err == nil {
-			rc.Control(func(wake uintptr) {
-				one := [8]byte{1}
-				unix.Write(int(wake), one[:]) // a counter: readable from now on
-			})
-		}
-		// Files outside the poller close their descriptor when the last
-		// call holding it returns: a waiting Read or Write is woken above.
-		m.err = m.f.Close()
-		m.wake.Close()
-	})
+	m.once.Do(func() { m.err = m.f.Close() })
 	return m.err
 }

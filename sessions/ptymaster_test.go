@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,23 +24,35 @@ func openFds(t *testing.T) int {
 	return len(ents)
 }
 
-// threadsInPoll counts this process's threads blocked in poll(2) or ppoll
-// (/proc/PID/task/TID/syscall starts with the system call's number).
-func threadsInPoll(t *testing.T) int {
+// waitingInPoller counts the goroutines parked in Go's poller ("IO
+// wait") inside a ptyMaster method named fn (Read, WriteWithin).
+func waitingInPoller(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*ptyMaster)."+fn+"(") {
+			count++
+		}
+	}
+	return count
+}
+
+// threadCount is the number of this process's threads.
+func threadCount(t *testing.T) int {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
-		nr, _, _ := strings.Cut(string(b), " ")
-		if err == nil && (nr == strconv.Itoa(unix.SYS_POLL) || nr == strconv.Itoa(unix.SYS_PPOLL)) {
-			n++
-		}
-	}
-	return n
+	return len(tasks)
 }
 
 // makeRaw makes the slave tty raw: a canonical line discipline drops
@@ -82,31 +93,40 @@ func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	if err := master.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatalf("the test's master is not in the poller as workers' is: %v", err)
 	}
-	wake, err := newWake()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newPTYMaster(master, wake)
+	m := newPTYMaster(master)
 	t.Cleanup(func() { m.Close() })
 	return m, tty
 }
 
-// The master leaves Go's poller (a deadline cannot be set on it: os.File
-// says so for a descriptor outside the poller) and stays non-blocking.
-func TestPTYMasterOutOfPoller(t *testing.T) {
-	m, _ := newTestPTYMaster(t)
-	if err := m.f.SetReadDeadline(time.Now()); !errors.Is(err, os.ErrNoDeadline) {
-		t.Fatalf("SetReadDeadline on the master: %v, want os.ErrNoDeadline (outside the poller)", err)
+// A Read that waits for output parks in Go's poller and holds no thread:
+// 32 of them add far fewer than 32 threads (each terminal's reader once
+// held one, in poll(2)).
+func TestPTYMasterWaitsHoldNoThread(t *testing.T) {
+	const n = 32
+	before := threadCount(t)
+	done := make(chan error, n)
+	var ms []*ptyMaster
+	for range n {
+		m, _ := newTestPTYMaster(t)
+		ms = append(ms, m)
+		go func() { _, err := m.Read(make([]byte, 64)); done <- err }()
 	}
-	rc, err := m.f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("Read") < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Reads wait in the poller after 10 s", waitingInPoller("Read"), n)
+		}
+		runtime.Gosched()
 	}
-	var flags int
-	var ferr error
-	rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
-	if ferr != nil || flags&unix.O_NONBLOCK == 0 {
-		t.Fatalf("master flags %#x (%v): want O_NONBLOCK", flags, ferr)
+	if grew := threadCount(t) - before; grew >= n/2 {
+		t.Errorf("%d Reads waiting: %d more threads, want no thread each", n, grew)
+	}
+	for _, m := range ms {
+		m.Close()
+	}
+	for range n {
+		if err := <-done; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("a waiting Read after Close: %v, want os.ErrClosed", err)
+		}
 	}
 }
 
@@ -149,12 +169,11 @@ func TestPTYMasterCloseEndsWaits(t *testing.T) {
 	}
 
 	readErr, writeErr := make(chan error, 1), make(chan error, 1)
-	idle := threadsInPoll(t) // other tests' readers, if any
 	go func() { _, err := m.Read(make([]byte, 64)); readErr <- err }()
 	go func() { writeErr <- m.Write(context.Background(), big) }()
-	for deadline := time.Now().Add(10 * time.Second); threadsInPoll(t) < idle+2; {
+	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("Read") < 1 || waitingInPoller("WriteWithin") < 1; {
 		if time.Now().After(deadline) {
-			t.Fatal("Read and Write do not wait in poll(2) after 10 s")
+			t.Fatal("Read and Write do not wait in the poller after 10 s")
 		}
 		runtime.Gosched()
 	}
@@ -198,12 +217,11 @@ func TestPTYMasterWritesWhole(t *testing.T) {
 	m, tty := newTestPTYMaster(t)
 	makeRaw(t, tty)
 	big := make([]byte, 1<<20) // zeros, more than the pty holds
-	idle := threadsInPoll(t)
 	wrote := make(chan error, 1)
 	go func() { wrote <- m.Write(context.Background(), big) }()
-	for deadline := time.Now().Add(10 * time.Second); threadsInPoll(t) < idle+1; {
+	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("WriteWithin") < 1; {
 		if time.Now().After(deadline) {
-			t.Fatal("Write does not wait in poll(2) after 10 s")
+			t.Fatal("Write does not wait in the poller after 10 s")
 		}
 		runtime.Gosched()
 	}
