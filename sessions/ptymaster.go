@@ -17,7 +17,7 @@ import (
 // of two; with 300 streaming terminals that was 300 threads, every one
 // holding its P in a system call until Go's sysmon took it back, which
 // kept sysmon waking 6,300 times a second, and no batching of ready
-// terminals: 16 % more CPU than this under that load, and a quiet
+// terminals: a fifth more CPU than this under that load, and a quiet
 // keystroke's p99 twice as long. On a quiet machine the echo is as fast
 // either way: BENCHMARKS.md.)
 //

@@ -24,7 +24,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -234,10 +233,6 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if cfg.GoMaxProcs > 0 {
 		runtime.GOMAXPROCS(cfg.GoMaxProcs)
 	}
-	// Each terminal's reader waits for output on a thread of its own
-	// (sessions' ptyMaster), and Go ends the process past its thread limit:
-	// room for a terminal in every session beside Go's default 10,000.
-	debug.SetMaxThreads(10000 + cfg.MaxSessions)
 	if err := workers.EnableSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "err", err)
 	}
