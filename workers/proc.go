@@ -937,7 +937,7 @@ func (p *Proc) claimed() []int {
 	var kids []int
 	subreaper := isSubreaper()
 	if subreaper {
-		kids = selfChildPIDs(nil)
+		kids = childPIDs(nil, "self") // every thread's: a plain exec's child holding the pipes too
 	} else {
 		procs = scanProcs()
 	}

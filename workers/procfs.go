@@ -107,7 +107,7 @@ var scanProcs = listProcs
 // processes too, read for each admin listing (issue 43).
 func ownDescendants() []procStat {
 	if isSubreaper() && taskChildrenFiles() {
-		return listSubtrees(selfChildPIDs(nil))
+		return listSubtrees(childPIDs(nil, "self"))
 	}
 	return scanProcs()
 }
@@ -335,12 +335,13 @@ func noteForkThread() {
 
 // selfChildPIDs appends to dst dashgate's children, from the children
 // files of the threads that can have any: the leader's and forkThreads'
-// (a thread gone is dropped from them), not from every thread's. Each
-// terminal's reader waits on a thread of its own (sessions.ptyMaster), so
-// with 300 terminals dashgate has over 300 threads, and reading each
-// one's file at every reaper pass after a SIGCHLD and at every close
-// (childPIDs) was a quarter of its CPU while 20 terminals a second opened
-// and closed beside them (BENCHMARKS.md, issue 43).
+// (a thread gone is dropped from them), not from every thread's, for the
+// reaper's pass after each burst of SIGCHLDs (orphans are the leader's).
+// It misses a child forked outside Start and the spawning threads (a
+// plain exec), which a close and the admin's listings must see: they
+// read every thread's (childPIDs). With a thread per terminal's reader,
+// as dashgate had, every thread's file at every pass was a quarter of
+// its CPU under 20 terminals a second (BENCHMARKS.md, issue 43).
 func selfChildPIDs(dst []int) []int {
 	dir, err := unix.Open("/proc/self/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
