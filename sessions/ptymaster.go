@@ -32,12 +32,14 @@ type ptyMaster struct {
 	wmu  sync.Mutex
 	once sync.Once
 	err  error
+	// afterFunc is context.AfterFunc; a test delays the func it runs.
+	afterFunc func(ctx context.Context, f func()) (stop func() bool)
 }
 
 // newPTYMaster takes over master, a non-blocking pty master in Go's
 // poller (workers.Proc.PTY).
 func newPTYMaster(master *os.File) *ptyMaster {
-	return &ptyMaster{f: master}
+	return &ptyMaster{f: master, afterFunc: context.AfterFunc}
 }
 
 // coalesceMin is the least a first read must bring for Read to look for
@@ -138,12 +140,20 @@ func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) 
 		}
 	}
 	// The rest waits in the poller; the deadline is the file's, which
-	// only writes use, one at a time (wmu).
+	// only writes use, one at a time (wmu). When ctx ends as the write
+	// does, its func may already run: the deadline is cleared only once
+	// it has, or the next write (a keystroke) would find it past.
 	m.f.SetWriteDeadline(deadline)
-	defer m.f.SetWriteDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { m.f.SetWriteDeadline(time.Unix(1, 0)) })
-	defer stop()
+	ended := make(chan struct{})
+	stop := m.afterFunc(ctx, func() {
+		m.f.SetWriteDeadline(time.Unix(1, 0))
+		close(ended)
+	})
 	_, err = m.f.Write(b)
+	if !stop() {
+		<-ended
+	}
+	m.f.SetWriteDeadline(time.Time{})
 	switch {
 	case err == nil:
 		return nil

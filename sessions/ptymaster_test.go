@@ -26,24 +26,7 @@ func openFds(t *testing.T) int {
 
 // waitingInPoller counts the goroutines parked in Go's poller ("IO
 // wait") inside a ptyMaster method named fn (Read, WriteWithin).
-func waitingInPoller(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*ptyMaster)."+fn+"(") {
-			count++
-		}
-	}
-	return count
-}
+func waitingInPoller(fn string) int { return inState("IO wait", fn) }
 
 // threadCount is the number of this process's threads.
 func threadCount(t *testing.T) int {
@@ -254,5 +237,90 @@ func TestPTYMasterWritesWhole(t *testing.T) {
 	}
 	if err := <-typed; err != nil {
 		t.Fatalf("the keystroke: %v", err)
+	}
+}
+
+// inState counts the goroutines in state (as runtime.Stack names it:
+// "chan receive", "IO wait") inside the ptyMaster method fn.
+func inState(state, fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "["+state) && strings.Contains(g, "(*ptyMaster)."+fn+"(") {
+			count++
+		}
+	}
+	return count
+}
+
+// A write's context that ends just as the write does (its func runs
+// late, after the write let go) does not leave the pty's write deadline
+// in the past: the next keystroke goes in.
+func TestPTYMasterLateCancelKeepsNextWrite(t *testing.T) {
+	m, tty := newTestPTYMaster(t)
+	makeRaw(t, tty)
+	gate, ran := make(chan struct{}), make(chan struct{})
+	m.afterFunc = func(ctx context.Context, f func()) func() bool {
+		m.afterFunc = context.AfterFunc // the first write's only (called under wmu)
+		return func() bool {            // ctx ended as the write did: f started, and runs late
+			go func() { <-gate; f(); close(ran) }()
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	wrote := make(chan error, 1)
+	go func() { wrote <- m.Write(ctx, make([]byte, 1<<20)) }() // more than the pty holds
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		select {
+		case err = <-wrote: // the write let go before its context's func ran
+		default:
+			if inState("chan receive", "WriteWithin") == 0 { // it waits for the func
+				if time.Now().After(deadline) {
+					t.Fatal("the write neither returned nor waited for its context's func after 10 s")
+				}
+				continue
+			}
+		}
+		break
+	}
+	close(gate)
+	<-ran
+	if err == nil {
+		err = <-wrote
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Write into a full pty past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+
+	got := make(chan bool, 1)
+	go func() { // the program reads what the pty holds, up to the keystroke
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := tty.Read(buf)
+			if err != nil {
+				got <- false
+				return
+			}
+			if bytes.IndexByte(buf[:n], 'x') >= 0 {
+				got <- true
+				return
+			}
+		}
+	}()
+	if err := m.WriteWithin(context.Background(), []byte{'x'}, 10*time.Second); err != nil {
+		t.Fatalf("a keystroke after a write whose context ended late: %v", err)
+	}
+	if !<-got {
+		t.Fatal("the keystroke never reached the program")
 	}
 }
