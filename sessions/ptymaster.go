@@ -3,6 +3,8 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -10,36 +12,153 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ptyMaster is a terminal's pty master, non-blocking in Go's poller: a
-// Read or a Write that waits parks its goroutine there and holds no
-// thread. (Until issue 43 each terminal's reader waited in poll(2) on a
-// thread of its own, for one thread wake-up a keystroke's echo instead
-// of two; with 300 streaming terminals that was 300 threads, every one
-// holding its P in a system call until Go's sysmon took it back, which
-// kept sysmon waking 6,300 times a second, and no batching of ready
-// terminals: a fifth more CPU than this under that load, and a quiet
-// keystroke's p99 twice as long. On a quiet machine the echo is as fast
-// either way: BENCHMARKS.md.)
+// ptyMaster is a terminal's pty master kept out of Go's poller. In the
+// poller the master wakes the poller's thread on every change of it (each
+// chunk of output, and room for input each time the program reads), even
+// while nobody waits for it: a program writing in bulk woke it 30,000
+// times a second, for a fifth to a third more CPU per MiB than this
+// (BENCHMARKS.md, issue 43; issue 28 saw it as two thread wake-ups per
+// keystroke).
+// Instead, a reader that finds the pty empty arms it, once, in an epoll
+// instance all terminals share (ptyPoller): the kernel reports the pty only
+// when a reader waits for it. One waiting reader waits in epoll_wait(2)
+// for all of them, the others are parked: a waiting reader holds no thread
+// (each once held one, in poll(2): 300 streaming terminals made 300
+// threads, issue 43), and a lone terminal's echo wakes its reader itself,
+// with no hand-over from another goroutine (which made the keystroke's
+// round trip a fifth longer). A write that waits for room, which only a
+// program that does not read its input makes it do, waits in poll(2) on
+// its thread.
 //
 // Read is called by one goroutine at a time; Write, WriteWithin and
-// Resize may be called beside it, and one write's bytes go in whole,
-// before or after another's. Close ends a Read or Write that waits (they
-// fail with os.ErrClosed) and closes the descriptor once they let go.
+// Resize may be called beside it, and one write's bytes go in whole, before
+// or after another's. Close ends a Read or Write that waits (they
+// return os.ErrClosed) and closes both descriptors once they let go.
 type ptyMaster struct {
-	f *os.File // the master, O_NONBLOCK, in the poller
+	f    *os.File // the master, O_NONBLOCK but unknown to the poller
+	wake *os.File // an eventfd that Close makes readable for good
 	// wmu keeps writes whole: a paste that waits for room is not split by
 	// another socket's keystroke (os.File's write lock did that before).
 	wmu  sync.Mutex
 	once sync.Once
 	err  error
-	// afterFunc is context.AfterFunc; a test delays the func it runs.
-	afterFunc func(ctx context.Context, f func()) (stop func() bool)
+	// id is the master's in ptyPoller (0: not in it; Read waits in
+	// poll(2) then); readable gets a token when an armed master turns
+	// readable; closed is closed by Close.
+	id       int32
+	readable chan struct{}
+	closed   chan struct{}
 }
 
-// newPTYMaster takes over master, a non-blocking pty master in Go's
-// poller (workers.Proc.PTY).
-func newPTYMaster(master *os.File) *ptyMaster {
-	return &ptyMaster{f: master, afterFunc: context.AfterFunc}
+// newWake returns the eventfd of a ptyMaster, made before its program
+// starts so that nothing can fail once it runs.
+func newWake() (*os.File, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("pty master: eventfd: %w", err)
+	}
+	return os.NewFile(uintptr(efd), "eventfd"), nil
+}
+
+// newPTYMaster takes over master (a non-blocking pty master in Go's
+// poller) and wake (from newWake). It moves the master out of the poller:
+// a duplicate, made while the open file is blocking (os.NewFile registers
+// a non-blocking descriptor, and O_NONBLOCK belongs to the open file, which
+// the duplicate shares), then non-blocking again; master itself is closed.
+// If a step fails it keeps master as it is, which works the same, with
+// the poller's wake-ups.
+func newPTYMaster(master, wake *os.File) *ptyMaster {
+	m := &ptyMaster{f: master, wake: wake, readable: make(chan struct{}, 1), closed: make(chan struct{})}
+	defer m.poll()
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return m
+	}
+	fd := -1
+	rc.Control(func(mfd uintptr) {
+		var err error
+		if fd, err = unix.FcntlInt(mfd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
+			fd = -1
+			return
+		}
+		if unix.SetNonblock(fd, false) != nil {
+			unix.Close(fd)
+			fd = -1
+		}
+	})
+	if fd < 0 {
+		return m
+	}
+	f := os.NewFile(uintptr(fd), master.Name())
+	if unix.SetNonblock(fd, true) != nil {
+		f.Close() // master is blocking now: make it non-blocking again
+		rc.Control(func(mfd uintptr) { unix.SetNonblock(int(mfd), true) })
+		return m
+	}
+	master.Close() // out of the poller; the open file stays with f
+	m.f = f
+	return m
+}
+
+// poll adds the master to ptyPoller, disarmed; without it (no epoll) Read
+// waits in poll(2).
+func (m *ptyMaster) poll() {
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	wrc, err := m.wake.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		wrc.Control(func(wake uintptr) { m.id = ptyPoller.add(int(fd), int(wake), m.readable) })
+	})
+}
+
+// with runs do with the master's and the eventfd's descriptors, holding
+// both open meanwhile (Close waits for it to let go before closing them).
+// It fails with os.ErrClosed after Close.
+func (m *ptyMaster) with(do func(fd, wake int)) error {
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	wrc, err := m.wake.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var inner error
+	err = rc.Control(func(fd uintptr) {
+		inner = wrc.Control(func(wake uintptr) { do(int(fd), int(wake)) })
+	})
+	if err != nil {
+		return err
+	}
+	return inner
+}
+
+// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT), the
+// eventfd wake is signalled (os.ErrClosed) or timeout passes (-1: none;
+// os.ErrDeadlineExceeded).
+func wait(fd, wake int, events int16, timeout time.Duration) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(wake), Events: unix.POLLIN}}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	n, err := unix.Poll(fds, ms)
+	switch {
+	case err == unix.EINTR:
+		return nil // the caller tries again
+	case err != nil:
+		return os.NewSyscallError("poll", err)
+	case fds[1].Revents != 0:
+		return os.ErrClosed
+	case n == 0:
+		return os.ErrDeadlineExceeded
+	}
+	return nil // ready, or POLLHUP/POLLERR, which the next read or write reports
 }
 
 // coalesceMin is the least a first read must bring for Read to look for
@@ -52,29 +171,52 @@ const coalesceMin = 1 << 10
 // keystroke's echo is never delayed: it returns at once. It fails with
 // EIO (in an *os.PathError) once every holder of the terminal is gone and
 // its output was read (pty(7)), and with os.ErrClosed after Close.
-func (m *ptyMaster) Read(b []byte) (int, error) {
-	n, err := m.f.Read(b)
-	if err != nil || n < coalesceMin || n == len(b) {
-		return n, err
-	}
-	rc, rerr := m.f.SyscallConn()
-	if rerr != nil {
-		return n, nil
-	}
-	rc.Read(func(fd uintptr) bool {
-		for n < len(b) {
-			k, err := unix.Read(int(fd), b[n:])
-			if err == unix.EINTR {
+func (m *ptyMaster) Read(b []byte) (n int, err error) {
+	werr := m.with(func(fd, wake int) {
+		for {
+			k, rerr := unix.Read(fd, b[n:])
+			switch {
+			case rerr == unix.EINTR:
 				continue
-			}
-			if err != nil || k <= 0 {
-				break // EAGAIN: what there was; another error: at the next Read
+			case rerr == unix.EAGAIN && n > 0:
+				return // what there was
+			case rerr == unix.EAGAIN:
+				if err = m.awaitReadable(fd, wake); err != nil {
+					return
+				}
+				continue
+			case rerr != nil && n > 0:
+				return // the error again at the next Read
+			case rerr != nil:
+				err = &os.PathError{Op: "read", Path: m.f.Name(), Err: rerr}
+				return
+			case k == 0 && n == 0:
+				err = io.EOF
+				return
 			}
 			n += k
+			if k == 0 || n == len(b) || n < coalesceMin {
+				return
+			}
 		}
-		return true // never wait here
 	})
-	return n, nil
+	if werr != nil {
+		return 0, werr
+	}
+	return n, err
+}
+
+// awaitReadable waits until the master fd has output (or a hang-up, which
+// the next read reports) or Close is called (os.ErrClosed), the master
+// armed in ptyPoller (readPoller.await); without ptyPoller in poll(2).
+func (m *ptyMaster) awaitReadable(fd, wake int) error {
+	if m.id == 0 {
+		return wait(fd, wake, unix.POLLIN, -1)
+	}
+	if err := ptyPoller.arm(fd, m.id); err != nil {
+		return wait(fd, wake, unix.POLLIN, -1)
+	}
+	return ptyPoller.await(m.id, m.readable, m.closed)
 }
 
 func writeNow(fd int, b []byte) (int, error) {
@@ -111,56 +253,47 @@ func (m *ptyMaster) Write(ctx context.Context, b []byte) error {
 func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) error {
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
-	rc, err := m.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var werr error
-	if err := rc.Write(func(fd uintptr) bool {
-		var k int
-		k, werr = writeNow(int(fd), b)
-		b = b[k:]
-		return true // no wait yet
-	}); err != nil {
-		return err
-	}
-	if werr != nil {
-		return &os.PathError{Op: "write", Path: m.f.Name(), Err: werr}
-	}
-	if len(b) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	deadline, _ := ctx.Deadline()
-	if d >= 0 {
-		if own := time.Now().Add(d); deadline.IsZero() || own.Before(deadline) {
-			deadline = own
+	var err error
+	werr := m.with(func(fd, wake int) {
+		var deadline time.Time // set when the first wait comes
+		for {
+			var k int
+			k, err = writeNow(fd, b)
+			b = b[k:]
+			if err != nil {
+				err = &os.PathError{Op: "write", Path: m.f.Name(), Err: err}
+				return
+			}
+			if len(b) == 0 {
+				return
+			}
+			if err = ctx.Err(); err != nil {
+				return
+			}
+			if deadline.IsZero() {
+				if dl, ok := ctx.Deadline(); ok {
+					deadline = dl
+				}
+				if d >= 0 {
+					if own := time.Now().Add(d); deadline.IsZero() || own.Before(deadline) {
+						deadline = own
+					}
+				}
+			}
+			timeout := time.Duration(-1)
+			if !deadline.IsZero() {
+				timeout = max(time.Until(deadline), 0)
+			}
+			if err = wait(fd, wake, unix.POLLOUT, timeout); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					err = context.DeadlineExceeded
+				}
+				return
+			}
 		}
-	}
-	// The rest waits in the poller; the deadline is the file's, which
-	// only writes use, one at a time (wmu). When ctx ends as the write
-	// does, its func may already run: the deadline is cleared only once
-	// it has, or the next write (a keystroke) would find it past.
-	m.f.SetWriteDeadline(deadline)
-	ended := make(chan struct{})
-	stop := m.afterFunc(ctx, func() {
-		m.f.SetWriteDeadline(time.Unix(1, 0))
-		close(ended)
 	})
-	_, err = m.f.Write(b)
-	if !stop() {
-		<-ended
-	}
-	m.f.SetWriteDeadline(time.Time{})
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return context.DeadlineExceeded
+	if werr != nil {
+		return werr
 	}
 	return err
 }
@@ -168,22 +301,35 @@ func (m *ptyMaster) WriteWithin(ctx context.Context, b []byte, d time.Duration) 
 // Resize sets the window size (TIOCSWINSZ, tty_ioctl(4)); the kernel sends
 // SIGWINCH to the terminal's foreground process group.
 func (m *ptyMaster) Resize(cols, rows uint16) error {
-	rc, err := m.f.SyscallConn()
-	if err != nil {
-		return err
+	var err error
+	if werr := m.with(func(fd, _ int) {
+		err = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); werr != nil {
+		return werr
 	}
-	var ierr error
-	if err := rc.Control(func(fd uintptr) {
-		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
-	}); err != nil {
-		return err
-	}
-	return ierr
+	return err
 }
 
-// Close ends a Read or Write that waits and closes the master once they
-// have let go of it; later calls return the first one's result.
+// Close ends a Read or Write that waits (the eventfd wakes one waiting
+// in poll(2), or in ptyPoller's epoll_wait for everyone), closes the master
+// once they have let go of it and forgets it in ptyPoller; later calls
+// return the first one's result.
 func (m *ptyMaster) Close() error {
-	m.once.Do(func() { m.err = m.f.Close() })
+	m.once.Do(func() {
+		close(m.closed)
+		if rc, err := m.wake.SyscallConn(); err == nil {
+			rc.Control(func(wake uintptr) {
+				one := [8]byte{1}
+				unix.Write(int(wake), one[:]) // a counter: readable from now on
+			})
+		}
+		// Files outside the poller close their descriptor when the last
+		// call holding it returns: a waiting Read or Write is woken above.
+		m.err = m.f.Close()
+		m.wake.Close() // the last of its descriptors: both leave ptyPoller's epoll
+		if m.id != 0 {
+			ptyPoller.remove(m.id)
+		}
+	})
 	return m.err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,18 +25,23 @@ func openFds(t *testing.T) int {
 	return len(ents)
 }
 
-// waitingInPoller counts the goroutines parked in Go's poller ("IO
-// wait") inside a ptyMaster method named fn (Read, WriteWithin).
-func waitingInPoller(fn string) int { return inState("IO wait", fn) }
-
-// threadCount is the number of this process's threads.
-func threadCount(t *testing.T) int {
+// threadsInPoll counts this process's threads blocked in poll(2) or ppoll
+// (/proc/PID/task/TID/syscall starts with the system call's number).
+func threadsInPoll(t *testing.T) int {
 	t.Helper()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(tasks)
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		nr, _, _ := strings.Cut(string(b), " ")
+		if err == nil && (nr == strconv.Itoa(unix.SYS_POLL) || nr == strconv.Itoa(unix.SYS_PPOLL)) {
+			n++
+		}
+	}
+	return n
 }
 
 // makeRaw makes the slave tty raw: a canonical line discipline drops
@@ -76,40 +82,31 @@ func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	if err := master.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatalf("the test's master is not in the poller as workers' is: %v", err)
 	}
-	m := newPTYMaster(master)
+	wake, err := newWake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPTYMaster(master, wake)
 	t.Cleanup(func() { m.Close() })
 	return m, tty
 }
 
-// A Read that waits for output parks in Go's poller and holds no thread:
-// 32 of them add far fewer than 32 threads (each terminal's reader once
-// held one, in poll(2)).
-func TestPTYMasterWaitsHoldNoThread(t *testing.T) {
-	const n = 32
-	before := threadCount(t)
-	done := make(chan error, n)
-	var ms []*ptyMaster
-	for range n {
-		m, _ := newTestPTYMaster(t)
-		ms = append(ms, m)
-		go func() { _, err := m.Read(make([]byte, 64)); done <- err }()
+// The master leaves Go's poller (a deadline cannot be set on it: os.File
+// says so for a descriptor outside the poller) and stays non-blocking.
+func TestPTYMasterOutOfPoller(t *testing.T) {
+	m, _ := newTestPTYMaster(t)
+	if err := m.f.SetReadDeadline(time.Now()); !errors.Is(err, os.ErrNoDeadline) {
+		t.Fatalf("SetReadDeadline on the master: %v, want os.ErrNoDeadline (outside the poller)", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("Read") < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d Reads wait in the poller after 10 s", waitingInPoller("Read"), n)
-		}
-		runtime.Gosched()
+	rc, err := m.f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if grew := threadCount(t) - before; grew >= n/2 {
-		t.Errorf("%d Reads waiting: %d more threads, want no thread each", n, grew)
-	}
-	for _, m := range ms {
-		m.Close()
-	}
-	for range n {
-		if err := <-done; !errors.Is(err, os.ErrClosed) {
-			t.Errorf("a waiting Read after Close: %v, want os.ErrClosed", err)
-		}
+	var flags int
+	var ferr error
+	rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if ferr != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("master flags %#x (%v): want O_NONBLOCK", flags, ferr)
 	}
 }
 
@@ -139,6 +136,7 @@ func TestPTYMasterCloseEndsWaits(t *testing.T) {
 		r.Close()
 		w.Close()
 	}
+	ptyPoller.once.Do(ptyPoller.start) // and so does ptyPoller, its epoll
 	before := openFds(t)
 	m, tty := newTestPTYMaster(t)
 	makeRaw(t, tty) // nobody reads it
@@ -152,16 +150,24 @@ func TestPTYMasterCloseEndsWaits(t *testing.T) {
 	}
 
 	readErr, writeErr := make(chan error, 1), make(chan error, 1)
+	idle := threadsInPoll(t) // other tests' writers, if any
 	go func() { _, err := m.Read(make([]byte, 64)); readErr <- err }()
 	go func() { writeErr <- m.Write(context.Background(), big) }()
-	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("Read") < 1 || waitingInPoller("WriteWithin") < 1; {
+	for deadline := time.Now().Add(10 * time.Second); readersParked() < 1 || threadsInPoll(t) < idle+1; {
 		if time.Now().After(deadline) {
-			t.Fatal("Read and Write do not wait in the poller after 10 s")
+			t.Fatal("Read does not wait for ptyPoller, or Write in poll(2), after 10 s")
 		}
 		runtime.Gosched()
 	}
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- m.Close() }() // it waits for Read and Write to let go
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits 10 s on (a waiting Read or Write not woken)")
 	}
 	for name, ch := range map[string]chan error{"Read": readErr, "Write": writeErr} {
 		select {
@@ -176,6 +182,71 @@ func TestPTYMasterCloseEndsWaits(t *testing.T) {
 	tty.Close()
 	if after := openFds(t); after != before {
 		t.Fatalf("%d descriptors open before, %d after Close", before, after)
+	}
+}
+
+// Reads that wait for output park on a channel, the master armed in
+// ptyPoller, and hold no thread: 32 of them add far fewer than 32 threads
+// (each terminal's reader once held one, in poll(2)); Close ends them.
+func TestPTYMasterWaitsHoldNoThread(t *testing.T) {
+	const n = 32
+	before := threadCount(t)
+	done := make(chan error, n)
+	var ms []*ptyMaster
+	for range n {
+		m, _ := newTestPTYMaster(t)
+		ms = append(ms, m)
+		go func() { _, err := m.Read(make([]byte, 64)); done <- err }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); readersParked() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Reads wait for ptyPoller after 10 s", readersParked(), n)
+		}
+		runtime.Gosched()
+	}
+	if grew := threadCount(t) - before; grew >= n/2 {
+		t.Errorf("%d Reads waiting: %d more threads, want no thread each", n, grew)
+	}
+	for _, m := range ms {
+		m.Close()
+	}
+	for range n {
+		if err := <-done; !errors.Is(err, os.ErrClosed) {
+			t.Errorf("a waiting Read after Close: %v, want os.ErrClosed", err)
+		}
+	}
+}
+
+// A reader that waits is woken by output, and only once it waits: output
+// that comes while nobody waits is read at the next Read without a wait.
+func TestPTYMasterReaderWokenByOutput(t *testing.T) {
+	m, tty := newTestPTYMaster(t)
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, err := m.Read(buf)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf[:n])
+	}()
+	for deadline := time.Now().Add(10 * time.Second); readersParked() < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("Read does not wait for ptyPoller after 10 s")
+		}
+		runtime.Gosched()
+	}
+	if _, err := tty.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "a" {
+			t.Fatalf("Read woken by output: %q, want \"a\"", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting Read not woken 10 s after output")
 	}
 }
 
@@ -200,11 +271,12 @@ func TestPTYMasterWritesWhole(t *testing.T) {
 	m, tty := newTestPTYMaster(t)
 	makeRaw(t, tty)
 	big := make([]byte, 1<<20) // zeros, more than the pty holds
+	idle := threadsInPoll(t)
 	wrote := make(chan error, 1)
 	go func() { wrote <- m.Write(context.Background(), big) }()
-	for deadline := time.Now().Add(10 * time.Second); waitingInPoller("WriteWithin") < 1; {
+	for deadline := time.Now().Add(10 * time.Second); threadsInPoll(t) < idle+1; {
 		if time.Now().After(deadline) {
-			t.Fatal("Write does not wait in the poller after 10 s")
+			t.Fatal("Write does not wait in poll(2) after 10 s")
 		}
 		runtime.Gosched()
 	}
@@ -240,9 +312,9 @@ func TestPTYMasterWritesWhole(t *testing.T) {
 	}
 }
 
-// inState counts the goroutines in state (as runtime.Stack names it:
-// "chan receive", "IO wait") inside the ptyMaster method fn.
-func inState(state, fn string) int {
+// readersParked counts the goroutines waiting in ptyMaster.awaitReadable
+// for ptyPoller's report: parked, or one of them in epoll_wait(2).
+func readersParked() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -254,73 +326,19 @@ func inState(state, fn string) int {
 	}
 	count := 0
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "["+state) && strings.Contains(g, "(*ptyMaster)."+fn+"(") {
+		if (strings.Contains(g, "[select") || strings.Contains(g, "[syscall")) && strings.Contains(g, "(*ptyMaster).awaitReadable(") {
 			count++
 		}
 	}
 	return count
 }
 
-// A write's context that ends just as the write does (its func runs
-// late, after the write let go) does not leave the pty's write deadline
-// in the past: the next keystroke goes in.
-func TestPTYMasterLateCancelKeepsNextWrite(t *testing.T) {
-	m, tty := newTestPTYMaster(t)
-	makeRaw(t, tty)
-	gate, ran := make(chan struct{}), make(chan struct{})
-	m.afterFunc = func(ctx context.Context, f func()) func() bool {
-		m.afterFunc = context.AfterFunc // the first write's only (called under wmu)
-		return func() bool {            // ctx ended as the write did: f started, and runs late
-			go func() { <-gate; f(); close(ran) }()
-			return false
-		}
+// threadCount is the number of this process's threads.
+func threadCount(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	wrote := make(chan error, 1)
-	go func() { wrote <- m.Write(ctx, make([]byte, 1<<20)) }() // more than the pty holds
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
-		select {
-		case err = <-wrote: // the write let go before its context's func ran
-		default:
-			if inState("chan receive", "WriteWithin") == 0 { // it waits for the func
-				if time.Now().After(deadline) {
-					t.Fatal("the write neither returned nor waited for its context's func after 10 s")
-				}
-				continue
-			}
-		}
-		break
-	}
-	close(gate)
-	<-ran
-	if err == nil {
-		err = <-wrote
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Write into a full pty past its deadline: %v, want context.DeadlineExceeded", err)
-	}
-
-	got := make(chan bool, 1)
-	go func() { // the program reads what the pty holds, up to the keystroke
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := tty.Read(buf)
-			if err != nil {
-				got <- false
-				return
-			}
-			if bytes.IndexByte(buf[:n], 'x') >= 0 {
-				got <- true
-				return
-			}
-		}
-	}()
-	if err := m.WriteWithin(context.Background(), []byte{'x'}, 10*time.Second); err != nil {
-		t.Fatalf("a keystroke after a write whose context ended late: %v", err)
-	}
-	if !<-got {
-		t.Fatal("the keystroke never reached the program")
-	}
+	return len(tasks)
 }

@@ -79,15 +79,20 @@ func (p ProcSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 // LoginShell); its "worker closed" record carries user (req.Owner).
 func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	env := append(FilterEnv(p.Env, nil, "TERM"), "TERM=xterm-256color")
+	wake, err := newWake()
+	if err != nil {
+		return nil, err
+	}
 	proc, err := p.Manager.Start(workers.Spec{
 		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
 		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
 		LogAttrs: []any{"user", req.Owner}, Account: req.Account, LoginShell: p.LoginShell && req.Account != nil,
 	})
 	if err != nil {
+		wake.Close()
 		return nil, err
 	}
-	return &procPTY{Proc: proc, master: newPTYMaster(proc.PTY())}, nil
+	return &procPTY{Proc: proc, master: newPTYMaster(proc.PTY(), wake)}, nil
 }
 
 // procPTY is a KindPTY child and its pty master.
