@@ -22,9 +22,11 @@ type readPoller struct {
 	once sync.Once
 	epfd int           // -1: no epoll; add reports 0
 	lead chan struct{} // holds the lead while no reader has it
-	mu   sync.Mutex
-	last int32                     // the last id given
-	to   map[int32]chan<- struct{} // by id: where a report goes
+	// events is the leader's: epoll_wait's reports (whoever holds the lead).
+	events []unix.EpollEvent
+	mu     sync.Mutex
+	last   int32                     // the last id given
+	to     map[int32]chan<- struct{} // by id: where a report goes
 }
 
 // add puts fd, disarmed, and wake (an eventfd that turns readable for
@@ -78,6 +80,7 @@ func (p *readPoller) start() {
 		return
 	}
 	p.epfd, p.to, p.lead = fd, map[int32]chan<- struct{}{}, make(chan struct{}, 1)
+	p.events = make([]unix.EpollEvent, 64)
 	p.lead <- struct{}{}
 }
 
@@ -93,7 +96,7 @@ func (p *readPoller) await(id int32, readable <-chan struct{}, closed <-chan str
 	case <-p.lead:
 	}
 	defer func() { p.lead <- struct{}{} }() // to a reader parked above, or the next
-	events := make([]unix.EpollEvent, 64)
+	events := p.events
 	for {
 		select {
 		case <-readable: // reported before this reader took the lead
