@@ -24,9 +24,10 @@ import (
 // when a reader waits for it. One waiting reader waits in epoll_wait(2)
 // for all of them, the others are parked: a waiting reader holds no thread
 // (each once held one, in poll(2): 300 streaming terminals made 300
-// threads, issue 43), and a lone terminal's echo wakes its reader itself,
-// with no hand-over from another goroutine (which made the keystroke's
-// round trip a fifth longer). A write that waits for room, which only a
+// threads, issue 43), and the echo of a terminal being typed in wakes its
+// reader itself, with no hand-over from another goroutine (which made the
+// keystroke's round trip a fifth longer), idle terminals beside it or not
+// (readPoller.await). A write that waits for room, which only a
 // program that does not read its input makes it do, waits in poll(2) on
 // its thread.
 //
@@ -42,9 +43,10 @@ type ptyMaster struct {
 	wmu  sync.Mutex
 	once sync.Once
 	err  error
-	// id is the master's in ptyPoller (0: not in it; Read waits in
-	// poll(2) then); readable gets a token when an armed master turns
-	// readable; closed is closed by Close.
+	// id is the master's in poller, ptyPoller but in tests (0: not in
+	// it; Read waits in poll(2) then); readable gets a token when an armed
+	// master turns readable; closed is closed by Close.
+	poller   *readPoller
 	id       int32
 	readable chan struct{}
 	closed   chan struct{}
@@ -68,7 +70,12 @@ func newWake() (*os.File, error) {
 // If a step fails it keeps master as it is, which works the same, with
 // the poller's wake-ups.
 func newPTYMaster(master, wake *os.File) *ptyMaster {
-	m := &ptyMaster{f: master, wake: wake, readable: make(chan struct{}, 1), closed: make(chan struct{})}
+	return newPTYMasterIn(&ptyPoller, master, wake)
+}
+
+// newPTYMasterIn is newPTYMaster with the master in poller.
+func newPTYMasterIn(poller *readPoller, master, wake *os.File) *ptyMaster {
+	m := &ptyMaster{f: master, wake: wake, poller: poller, readable: make(chan struct{}, 1), closed: make(chan struct{})}
 	defer m.poll()
 	rc, err := master.SyscallConn()
 	if err != nil {
@@ -100,8 +107,8 @@ func newPTYMaster(master, wake *os.File) *ptyMaster {
 	return m
 }
 
-// poll adds the master to ptyPoller, disarmed; without it (no epoll) Read
-// waits in poll(2).
+// poll adds the master to its poller, disarmed; without it (no epoll)
+// Read waits in poll(2).
 func (m *ptyMaster) poll() {
 	rc, err := m.f.SyscallConn()
 	if err != nil {
@@ -112,7 +119,7 @@ func (m *ptyMaster) poll() {
 		return
 	}
 	rc.Control(func(fd uintptr) {
-		wrc.Control(func(wake uintptr) { m.id = ptyPoller.add(int(fd), int(wake), m.readable) })
+		wrc.Control(func(wake uintptr) { m.id = m.poller.add(int(fd), int(wake), m.readable) })
 	})
 }
 
@@ -208,15 +215,15 @@ func (m *ptyMaster) Read(b []byte) (n int, err error) {
 
 // awaitReadable waits until the master fd has output (or a hang-up, which
 // the next read reports) or Close is called (os.ErrClosed), the master
-// armed in ptyPoller (readPoller.await); without ptyPoller in poll(2).
+// armed in its poller (readPoller.await); without one in poll(2).
 func (m *ptyMaster) awaitReadable(fd, wake int) error {
 	if m.id == 0 {
 		return wait(fd, wake, unix.POLLIN, -1)
 	}
-	if err := ptyPoller.arm(fd, m.id); err != nil {
+	if err := m.poller.arm(fd, m.id); err != nil {
 		return wait(fd, wake, unix.POLLIN, -1)
 	}
-	return ptyPoller.await(m.id, m.readable, m.closed)
+	return m.poller.await(m.id, m.readable, m.closed)
 }
 
 func writeNow(fd int, b []byte) (int, error) {
@@ -311,8 +318,8 @@ func (m *ptyMaster) Resize(cols, rows uint16) error {
 }
 
 // Close ends a Read or Write that waits (the eventfd wakes one waiting
-// in poll(2), or in ptyPoller's epoll_wait for everyone), closes the master
-// once they have let go of it and forgets it in ptyPoller; later calls
+// in poll(2), or in its poller's epoll_wait for everyone), closes the
+// master once they have let go of it and forgets it in its poller; later calls
 // return the first one's result.
 func (m *ptyMaster) Close() error {
 	m.once.Do(func() {
@@ -326,9 +333,9 @@ func (m *ptyMaster) Close() error {
 		// Files outside the poller close their descriptor when the last
 		// call holding it returns: a waiting Read or Write is woken above.
 		m.err = m.f.Close()
-		m.wake.Close() // the last of its descriptors: both leave ptyPoller's epoll
+		m.wake.Close() // the last of its descriptors: both leave the poller's epoll
 		if m.id != 0 {
-			ptyPoller.remove(m.id)
+			m.poller.remove(m.id)
 		}
 	})
 	return m.err

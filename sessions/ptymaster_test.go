@@ -65,6 +65,20 @@ func makeRaw(t *testing.T, tty *os.File) {
 // returns the ptyMaster and the slave (closed at the end of the test).
 func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	t.Helper()
+	master, tty := openTestPTY(t)
+	wake, err := newWake()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newPTYMaster(master, wake)
+	t.Cleanup(func() { m.Close() })
+	return m, tty
+}
+
+// openTestPTY opens a pty: its master non-blocking in Go's poller, as
+// workers hands it over, and its slave (tty), closed when the test ends.
+func openTestPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
 	ptm, tty, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -78,17 +92,11 @@ func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		t.Fatal(err)
 	}
-	master := os.NewFile(uintptr(fd), "/dev/ptmx")
+	master = os.NewFile(uintptr(fd), "/dev/ptmx")
 	if err := master.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatalf("the test's master is not in the poller as workers' is: %v", err)
 	}
-	wake, err := newWake()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newPTYMaster(master, wake)
-	t.Cleanup(func() { m.Close() })
-	return m, tty
+	return master, tty
 }
 
 // The master leaves Go's poller (a deadline cannot be set on it: os.File

@@ -13,6 +13,11 @@ import (
 // test of the kit fails when the two drift.
 const SpawnThreadFunction = "github.com/dashgate/dashgate/workers.spawnLoop"
 
+// PTYPollerFunction is sessions.PTYPollerFunction: the function of the
+// goroutine that the terminals' shared epoll starts with the first
+// terminal, parked in Go's poller for the life of the process by design.
+const PTYPollerFunction = "github.com/dashgate/dashgate/sessions.(*readPoller).backstop"
+
 // leakIgnores are the goroutines every package's leak check ignores, on
 // top of goleak's defaults (which already ignore os/signal's loop and the
 // testing package's own):
@@ -21,6 +26,8 @@ var leakIgnores = []goleak.Option{
 	// package (workers, sessions, handlers, ...); a package that never
 	// spawns has none to ignore.
 	goleak.IgnoreAnyFunction(SpawnThreadFunction),
+	// sessions' pty poller, started by the first terminal (PTYPollerFunction).
+	goleak.IgnoreAnyFunction(PTYPollerFunction),
 }
 
 // VerifyNoLeaks runs m's tests, then fails the run (a non-zero exit) when

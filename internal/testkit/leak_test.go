@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/workers"
 )
 
@@ -12,5 +13,13 @@ import (
 func TestSpawnThreadFunctionName(t *testing.T) {
 	if testkit.SpawnThreadFunction != workers.SpawnThreadFunction {
 		t.Fatalf("testkit.SpawnThreadFunction = %q, workers.SpawnThreadFunction = %q", testkit.SpawnThreadFunction, workers.SpawnThreadFunction)
+	}
+}
+
+// TestPTYPollerFunctionName: the kit's leak check ignores the pty poller's
+// goroutine by the name sessions gives it.
+func TestPTYPollerFunctionName(t *testing.T) {
+	if testkit.PTYPollerFunction != sessions.PTYPollerFunction {
+		t.Fatalf("testkit.PTYPollerFunction = %q, sessions.PTYPollerFunction = %q", testkit.PTYPollerFunction, sessions.PTYPollerFunction)
 	}
 }
