@@ -185,6 +185,12 @@ func cpu(t *target) time.Duration {
 	return d
 }
 
+// dashgateCPU is the CPU time (user + system) of t's dashgate.
+func dashgateCPU(t *target) time.Duration {
+	u, _ := testkit.ReadUsage(t.PID())
+	return u.CPU
+}
+
 // latency is a group of the p50 and p99 of a path through dashgate and of
 // its plain pty baseline, measured in pairs by side.
 func latency(name string, figs []*Figure, side func(ctx context.Context, x *target) ([]time.Duration, error)) group {
@@ -212,6 +218,7 @@ func keys(n int) group {
 		fig("  same through a minimal Go relay (coder/websocket) p99", "ms", ""),
 		fig("  same through a raw relay (poll(2), one thread) p50", "ms", ""),
 		fig("  same through a raw relay (poll(2), one thread) p99", "ms", ""),
+		fig("  dashgate's CPU per keystroke, one idle terminal beside it", "µs", ""),
 	}
 	typeKeys := func(tm *term) ([]time.Duration, error) {
 		defer tm.stop()
@@ -259,13 +266,26 @@ func keys(n int) group {
 				func() (*term, error) { return dialTerm(ctx, relays[0].url, "") },
 				func() (*term, error) { return dialTerm(ctx, relays[1].url, "") },
 			}
+			// A terminal left idle beside the typed one, as a second tab
+			// is (and the spare terminal, --pty-spare): its reader waits
+			// beside the typed one's.
+			idle, err := openTerm(ctx, t, 80, 24)
+			if err != nil {
+				return nil, err
+			}
+			defer idle.stop()
 			var vals []float64
+			var keyCPU time.Duration
 			ds := make([][]time.Duration, len(open))
 			for k := range open {
 				i := (k + r) % len(open)
 				tm, err := open[i]()
 				if err == nil {
+					used := dashgateCPU(t)
 					ds[i], err = typeKeys(tm)
+					if i == 0 {
+						keyCPU = dashgateCPU(t) - used
+					}
 				}
 				if err != nil {
 					return nil, err
@@ -275,7 +295,7 @@ func keys(n int) group {
 				v := ms(d)
 				vals = append(vals, percentile(v, 50), percentile(v, 99))
 			}
-			return vals, nil
+			return append(vals, float64(keyCPU.Microseconds())/float64(20+n)), nil
 		}}
 }
 
