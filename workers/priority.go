@@ -19,19 +19,21 @@ import (
 // and the scheduling policy per thread, and a new thread or process
 // inherits them from the thread that made it (sched(7)). So:
 //
-//   - the nice value, and SCHED_BATCH for batch and idle, are the
-//     spawning thread's: there is one per priority, set once, and every
-//     child it forks has them from its first instruction, each thread and
-//     each descendant of it too; Pdeathsig and the cgroup
-//     (CLONE_INTO_CGROUP) are set by that same fork, as before;
-//   - SCHED_IDLE is set after the fork returns (the child has exec'd),
-//     before Start returns, on every thread of the child and of what it
-//     started, pass after pass until none is left without it. Not on the
-//     spawning thread: the fork's own work and the child's until its exec
-//     would then run at SCHED_IDLE, with spawnMu held, and on a saturated
-//     CPU every spawn queued behind one that waits seconds for its turn
-//     (BENCHMARKS.md, issue 28). What the child forks in the moment
-//     between its exec and that pass keeps the inherited batch and nice.
+//   - SCHED_BATCH, for batch and idle, is the spawning thread's: there is
+//     one per policy, set once, and every child it forks has it from its
+//     first instruction, each thread and each descendant of it too;
+//     Pdeathsig and the cgroup (CLONE_INTO_CGROUP) are set by that same
+//     fork, as before;
+//   - the nice value and SCHED_IDLE are set after the fork returns (the
+//     child has exec'd), before Start returns, on every thread of the
+//     child and of what it started, pass after pass until none is left
+//     without them. Not on the spawning thread: the fork's own work and
+//     the child's until its exec would then run at that priority, with
+//     spawnMu held, and on a saturated CPU every spawn queued behind one
+//     that waits for its turn (at SCHED_IDLE seconds; at nice 19 the
+//     churn of sessions fell by a fifth; BENCHMARKS.md, issues 28 and 43).
+//     What the child forks in the moment between its exec and that pass
+//     keeps the inherited priority.
 //
 // A renice of the pid after the start, instead, misses the threads: the
 // Go runtime of a worker has several by then.
@@ -45,23 +47,44 @@ const (
 	SchedIdle  ChildSched = "idle"  // SCHED_IDLE: runs only on CPU time no other thread wants
 )
 
-// DefaultChildNice, DefaultChildSched and DefaultChildCPUWeight are the
-// defaults of --child-nice, --child-sched and --child-cpu-weight. The
-// nice value and the policy are dashgate's own by default: SCHED_IDLE
-// holds the gateway when its children saturate the CPU (nice alone does
-// not: 300 runnable workers at nice 10, weight 110 each, still outweigh
-// its few threads at 1024 thirty to one, and at nice 19 its own spawns
-// starve), but it also starves a user's shell whenever anything else on
-// the machine runs (BENCHMARKS.md, issue 28): it is for a machine that
-// runs nothing but dashgate. (Children killed at SCHED_IDLE once outlived
-// the SIGKILL wait; a close now restores dashgate's own priority first:
-// restoreTree.) The cgroup weight, where the cpu controller is delegated,
-// favours the gateway only while it wants the CPU, and is on.
+// DefaultChildSched and DefaultChildCPUWeight are the defaults of
+// --child-sched and --child-cpu-weight; --child-nice's is AutoChildNice.
+// The policy is dashgate's own by default: SCHED_IDLE holds the gateway
+// best when its children saturate the CPU, but it also starves a user's
+// shell whenever anything else on the machine runs (BENCHMARKS.md, issue
+// 28): it is for a machine that runs nothing but dashgate. (Children
+// killed at SCHED_IDLE once outlived the SIGKILL wait; a close now
+// restores dashgate's own priority first: restoreTree.) The cgroup
+// weight, where the cpu controller is delegated, favours the gateway only
+// while it wants the CPU, and is on.
 const (
-	DefaultChildNice      = 0
 	DefaultChildSched     = SchedOther
 	DefaultChildCPUWeight = 20
 )
+
+// AutoChildNice is the children's nice value when --child-nice is auto:
+// 19 where the kernel shares the CPU between sessions first (autogroup,
+// sched(7): on by default, /proc/sys/kernel/sched_autogroup_enabled),
+// else 0, dashgate's own.
+//
+// With autogroups a nice value ranks a thread only against the threads of
+// its own session's group. The workers stay in dashgate's session (their
+// own process group), so at 19 they yield to the gateway and to nothing
+// else on the machine: another user's build, in another session, competes
+// with dashgate's whole group as before. A terminal program starts a
+// session of its own, where its nice value ranks it against nothing but
+// its own processes. Under 300 streaming workers the quiet call's p99 fell
+// from 208 to 57 ms and the admin page's from 756 to 397, the load's
+// deltas undiminished (BENCHMARKS.md, issue 43). Without autogroups a nice
+// value ranks the children against every process of the machine, and
+// dashgate leaves it at 0.
+func AutoChildNice() int {
+	b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
+	if err != nil || strings.TrimSpace(string(b)) != "1" {
+		return 0
+	}
+	return 19
+}
 
 // ParseChildSched parses other, batch or idle.
 func ParseChildSched(s string) (ChildSched, error) {
@@ -92,14 +115,18 @@ type Priority struct {
 
 func (p Priority) zero() bool { return p.Nice == 0 && (p.Sched == "" || p.Sched == SchedOther) }
 
-// inherited is what a child takes from its spawning thread: p, with batch
-// in place of idle.
+// inherited is what a child takes from its spawning thread: p's policy,
+// with batch in place of idle, and dashgate's nice value.
 func (p Priority) inherited() Priority {
 	if p.Sched == SchedIdle {
 		p.Sched = SchedBatch
 	}
-	return p
+	return Priority{Sched: p.Sched}
 }
+
+// afterExec reports whether p is set on a child after it started
+// (applyTree): a nice value, or SCHED_IDLE.
+func (p Priority) afterExec() bool { return p.Nice != 0 || p.Sched == SchedIdle }
 
 // apply sets the calling thread's policy and nice value (sched_setattr on
 // its tid). The calling goroutine must be locked to its thread.
@@ -129,7 +156,13 @@ func (p Priority) applyTree(pid int) error {
 				if cur.Policy == attr.Policy && cur.Nice == attr.Nice {
 					continue
 				}
-				if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
+				err = unix.SchedSetAttr(tid, &attr, 0)
+				if err == nil && attr.Policy == unix.SCHED_IDLE && cur.Nice != attr.Nice {
+					// sched_setattr(2) leaves the nice value of a thread it
+					// makes SCHED_IDLE as it was; setpriority sets it.
+					err = unix.Setpriority(unix.PRIO_PROCESS, tid, p.Nice)
+				}
+				if err != nil {
 					if !errors.Is(err, unix.ESRCH) && firstErr == nil {
 						firstErr = fmt.Errorf("nice %d, %s for thread %d of %d: %w", p.Nice, p.Sched, tid, proc, err)
 					}

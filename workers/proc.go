@@ -444,7 +444,7 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
 
-	if m.cfg.Priority.Sched == SchedIdle {
+	if m.cfg.Priority.afterExec() {
 		if err := m.cfg.Priority.applyTree(p.pid); err != nil {
 			m.priorityWarn.Do(func() {
 				m.log.Warn("child priority not set", "worker_pid", p.pid, "kind", string(spec.Kind), "err", err)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,7 +110,7 @@ type config struct {
 	ChildMemoryMax   string // as given; ChildMemoryBytes parsed
 	ChildMemoryBytes uint64
 	ChildPidsMax     int
-	ChildNice        int
+	ChildNice        int // -1: auto (workers.AutoChildNice)
 	GoMaxProcs       int
 	ChildCPUWeight   int
 	ChildSched       string
@@ -226,7 +227,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.Cgroup, "cgroup", "auto", "contain each child in a cgroup v2 of its own: auto (when a writable hierarchy is found), on (refuse to start without), off")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", "", "cgroup v2 directory to create dashgate-<instance> in (default: dashgate's own cgroup when delegated, else the cgroup2 mount's root as root)")
 	fs.StringVar(&c.ChildMemoryMax, "child-memory-max", "", "memory.max of each child's cgroup, e.g. 512MiB (empty: no limit; needs the memory controller)")
-	fs.IntVar(&c.ChildNice, "child-nice", workers.DefaultChildNice, "nice value of every worker and terminal program, and of what they start, so that the gateway keeps its share of the CPU when they saturate it (0 to 19; 0: dashgate's own)")
+	c.ChildNice = -1
+	fs.Var(childNiceFlag{&c.ChildNice}, "child-nice", "nice value of every worker and terminal program, and of what they start, so that the gateway keeps its share of the CPU when they saturate it (0 to 19; 0: dashgate's own; auto: 19 where the kernel's autogroups are on, so that the children yield to the gateway and to nothing else, else 0)")
 	fs.StringVar(&c.ChildSched, "child-sched", string(workers.DefaultChildSched), "Linux scheduling policy of every worker and terminal program: other, batch (no wake-up preemption of the gateway) or idle (runs only on CPU time nothing else wants)")
 	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", defaultGoMaxProcs(), "threads running the gateway's Go code at once (runtime.GOMAXPROCS; dashgate's own workers run on 1 unless GOMAXPROCS is in their environment): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them (default: four times the CPUs Go would use; 0: Go's default)")
@@ -396,8 +398,8 @@ func (c config) validate() error {
 	if c.GoMaxProcs < 0 || c.GoMaxProcs > 1024 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs %d: want 1 to 1024, or 0", c.GoMaxProcs))
 	}
-	if c.ChildNice < 0 || c.ChildNice > 19 {
-		errs = append(errs, fmt.Errorf("--child-nice %d: want 0 to 19", c.ChildNice))
+	if c.ChildNice < -1 || c.ChildNice > 19 {
+		errs = append(errs, fmt.Errorf("--child-nice %d: want 0 to 19, or auto", c.ChildNice))
 	}
 	if c.ChildCPUWeight < 0 || c.ChildCPUWeight > 10000 {
 		errs = append(errs, fmt.Errorf("--child-cpu-weight %d: want 1 to 10000, or 0", c.ChildCPUWeight))
@@ -611,3 +613,26 @@ func loopbackAddr(addr string) bool {
 // (BENCHMARKS.md, issue 28). A thread more than the CPUs costs nothing
 // while the gateway does not want it.
 func defaultGoMaxProcs() int { return min(4*runtime.GOMAXPROCS(0), 1024) }
+
+// childNiceFlag is --child-nice: auto (-1) or a nice value.
+type childNiceFlag struct{ n *int }
+
+func (f childNiceFlag) String() string {
+	if f.n == nil || *f.n < 0 {
+		return "auto"
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f childNiceFlag) Set(v string) error {
+	if v == "auto" {
+		*f.n = -1
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want 0 to 19, or auto")
+	}
+	*f.n = n // above 19: refused with the other checks
+	return nil
+}

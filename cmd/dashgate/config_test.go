@@ -288,3 +288,21 @@ func TestConfigUserCapDefaults(t *testing.T) {
 		t.Fatalf("users off: per-user caps %d/%d/%d, want none", cfg.MaxSessionsUser, cfg.MaxWorkersUser, cfg.MaxTerminalsUser)
 	}
 }
+
+// --child-nice is auto unless given: main resolves it with
+// workers.AutoChildNice; a value is kept as given.
+func TestConfigChildNice(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, -1}, {[]string{"--child-nice", "auto"}, -1}, {[]string{"--child-nice", "0"}, 0}, {[]string{"--child-nice", "7"}, 7}} {
+		cfg, err := parseConfig(append(tc.args, "--state-dir", "/srv/dashgate"), none, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if cfg.ChildNice != tc.want {
+			t.Fatalf("%q: ChildNice %d, want %d", tc.args, cfg.ChildNice, tc.want)
+		}
+	}
+}
