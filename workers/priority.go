@@ -74,7 +74,7 @@ const (
 // with dashgate's whole group as before. A terminal program starts a
 // session of its own, where its nice value ranks it against nothing but
 // its own processes. Under 300 streaming workers the quiet call's p99 fell
-// from 208 to 57 ms and the admin page's from 756 to 397, the load's
+// from 194 to 35 ms and the admin page's from 594 to 216, the load's
 // deltas undiminished (BENCHMARKS.md, issue 43). Without autogroups a nice
 // value ranks the children against every process of the machine, and
 // dashgate leaves it at 0.
