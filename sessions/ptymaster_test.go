@@ -323,22 +323,26 @@ func TestPTYMasterWritesWhole(t *testing.T) {
 // readersParked counts the goroutines waiting in ptyMaster.awaitReadable
 // for ptyPoller's report: parked, or one of them in epoll_wait(2).
 func readersParked() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() {
 		if (strings.Contains(g, "[select") || strings.Contains(g, "[syscall")) && strings.Contains(g, "(*ptyMaster).awaitReadable(") {
 			count++
 		}
 	}
 	return count
+}
+
+// goroutineStacks is a stack dump of every goroutine, one string each
+// ("goroutine 7 [select]:\n...").
+func goroutineStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // threadCount is the number of this process's threads.

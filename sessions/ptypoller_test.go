@@ -63,16 +63,7 @@ func readEach(m *ptyMaster, out chan<- string) {
 // goroutineState is the state ("select", "syscall", ...) of the goroutine
 // whose stack calls fn, "" when none does.
 func goroutineState(fn string) string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() {
 		if !strings.Contains(g, "."+fn+"(") {
 			continue
 		}
