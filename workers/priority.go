@@ -73,11 +73,14 @@ const (
 // else on the machine: another user's build, in another session, competes
 // with dashgate's whole group as before. A terminal program starts a
 // session of its own, where its nice value ranks it against nothing but
-// its own processes. Under 300 streaming workers the quiet call's p99 fell
-// from 194 to 35 ms and the admin page's from 594 to 216, the load's
-// deltas undiminished (BENCHMARKS.md, issue 43). Without autogroups a nice
-// value ranks the children against every process of the machine, and
-// dashgate leaves it at 0.
+// its own processes: with auto, dashgate leaves it at its own
+// (Config.PTYPriority), which spares each terminal's start and close a
+// pass over its threads (terminal connect p99 +38 % with it). Under 300
+// streaming workers the quiet call's p99 fell from 194 to 35 ms and the
+// admin page's from 594 to 216, the load's deltas undiminished
+// (BENCHMARKS.md, issue 43). Without autogroups a nice value ranks the
+// children against every process of the machine, and dashgate leaves it
+// at 0.
 func AutoChildNice() int {
 	b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
 	if err != nil || strings.TrimSpace(string(b)) != "1" {
@@ -114,6 +117,15 @@ type Priority struct {
 }
 
 func (p Priority) zero() bool { return p.Nice == 0 && (p.Sched == "" || p.Sched == SchedOther) }
+
+// priorityOf is the priority of a child of kind k: PTYPriority for a pty
+// program when set, else Priority.
+func (c *Config) priorityOf(k Kind) Priority {
+	if k == KindPTY && c.PTYPriority != nil {
+		return *c.PTYPriority
+	}
+	return c.Priority
+}
 
 // inherited is what a child takes from its spawning thread: p's policy,
 // with batch in place of idle, and dashgate's nice value.

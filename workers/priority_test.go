@@ -160,6 +160,40 @@ func TestSpawnAtOwnNice(t *testing.T) {
 	}
 }
 
+// TestPTYPriority: Config.PTYPriority, when set, is a pty program's
+// priority, and Priority stays the workers'.
+func TestPTYPriority(t *testing.T) {
+	t.Parallel()
+	selfNice, _, err := threadPriority(os.Getpid(), unix.Gettid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if selfNice >= 15 {
+		t.Skipf("the test runs at nice %d: a child cannot be given more than 19", selfNice)
+	}
+	m, _ := newTestManager(t, Config{Priority: Priority{Nice: selfNice + 4}, PTYPriority: &Priority{}})
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	w, err := m.Start(Spec{SessionID: "s-prio-w", Path: "sleep", Args: []string{"300"}, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ReasonSessionClosed)
+	sh, err := m.Start(Spec{Kind: KindPTY, SessionID: "s-prio-pty", Path: "sleep", Args: []string{"300"}, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close(ReasonSessionClosed)
+	for _, c := range []struct {
+		what string
+		pid  int
+		want int
+	}{{"worker", w.PID(), selfNice + 4}, {"pty program", sh.PID(), selfNice}} {
+		if nice, _, err := threadPriority(c.pid, c.pid); err != nil || nice != c.want {
+			t.Errorf("%s: nice %d (%v), want %d", c.what, nice, err, c.want)
+		}
+	}
+}
+
 // TestClosingChildOwnPriority: a close gives the child dashgate's own
 // priority before its signals, so that it ends (its handler, its exit) on
 // a saturated CPU as the gateway's own work would: the child's SIGTERM

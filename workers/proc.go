@@ -116,6 +116,9 @@ type Config struct {
 	// Priority is the CPU priority of every child (--child-nice,
 	// --child-sched; priority.go); the zero value: dashgate's own.
 	Priority Priority
+	// PTYPriority, when set, is the priority of pty programs instead
+	// (--child-nice auto leaves theirs at dashgate's: see AutoChildNice).
+	PTYPriority *Priority
 	// Cgroups, when set, contains each child in a cgroup of its own
 	// (SetupCgroups); nil means the fallback. The caller closes it after
 	// the Manager's children.
@@ -408,7 +411,8 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 			return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 		}
 	}
-	sp := spawnerFor(m.cfg.Priority.inherited())
+	prio := m.cfg.priorityOf(spec.Kind)
+	sp := spawnerFor(prio.inherited())
 	spawnMu.Lock()
 	beginFork()
 	var err error
@@ -444,8 +448,8 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 		return nil, fmt.Errorf("start %s %q: %w", spec.Kind, spec.Path, err)
 	}
 
-	if m.cfg.Priority.afterExec() {
-		if err := m.cfg.Priority.applyTree(p.pid); err != nil {
+	if prio.afterExec() {
+		if err := prio.applyTree(p.pid); err != nil {
 			m.priorityWarn.Do(func() {
 				m.log.Warn("child priority not set", "worker_pid", p.pid, "kind", string(spec.Kind), "err", err)
 			})
@@ -735,7 +739,7 @@ func (p *Proc) teardown(reason Reason) CloseResult {
 	select {
 	case <-p.waited: // its pid may be someone else's by now
 	default:
-		if !p.m.cfg.Priority.zero() {
+		if !p.m.cfg.priorityOf(p.spec.Kind).zero() {
 			restoreTree(p.pid) // ended at the children's priority, it could wait for its CPU past killWait
 		}
 	}

@@ -331,15 +331,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 		return &startupError{err}
 	}
 
-	childNice := cfg.ChildNice
-	if childNice < 0 {
-		childNice = workers.AutoChildNice()
+	childPrio := workers.Priority{Nice: cfg.ChildNice, Sched: workers.ChildSched(cfg.ChildSched)}
+	var ptyPrio *workers.Priority
+	if cfg.ChildNice < 0 { // auto: the workers' only
+		ptyPrio = &workers.Priority{Sched: childPrio.Sched}
+		childPrio.Nice = workers.AutoChildNice()
 	}
 	var metrics *handlers.Metrics
 	mgr := workers.NewManager(workers.Config{
 		Instance: inst.ID, Grace: cfg.WorkerGrace, MaxWorkers: cfg.MaxWorkers, Log: log,
 		OnClose: func(r workers.CloseResult) { metrics.WorkerClosed(r) }, Cgroups: cg,
-		Priority: workers.Priority{Nice: childNice, Sched: workers.ChildSched(cfg.ChildSched)},
+		Priority: childPrio, PTYPriority: ptyPrio,
 	})
 	// The nodes of a cluster on one PostgreSQL tell each other of their
 	// sessions' changes (session.changed for a user's sockets everywhere).
