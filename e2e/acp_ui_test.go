@@ -320,6 +320,11 @@ func TestACPShowsThoughtPlanDiffAndOptions(t *testing.T) {
 			t.Errorf("%s: the chat pane shows\n %+v\nwant\n %+v", what, v, want)
 		}
 	}
+	// When the socket is behind, its writer sends approval.* before the
+	// events queued with it (docs/PROTOCOL.md, issue 43): the tool call's
+	// card may show a moment after the approval card.
+	tb.mustWaitJS(15*time.Second, "the tool call shows while the approval waits",
+		`(v => v.title === `+js(showTitle)+` && v.diff.length === 4 && v.terminal !== "")(`+showJS+`)`, showJS)
 	check("while the approval waits", mustEval[showView](tb, showJS), want)
 
 	tb.Do("always allow", chromedp.Click(chromedp.CSS(approvalCard+` [data-testid="approve-always"]`)))
