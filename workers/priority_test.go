@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -262,5 +263,69 @@ func TestChildCPUWeight(t *testing.T) {
 	defer p.Close(ReasonSessionClosed)
 	if !slices.Contains(p.cg.procs(), p.PID()) || filepath.Dir(p.cg.dir) != cg.Dir {
 		t.Errorf("child %d is not in a leaf of %s (its cgroup %s)", p.PID(), cg.Dir, p.cg.dir)
+	}
+}
+
+// TestGatewaySlice: SetGatewaySlice gives every thread of the process but
+// the spawning ones the slice; a spawning thread started afterwards, on a
+// thread that had it, has the kernel's default again, and so do the
+// children it forks. Not parallel: it sets the slice of every thread of
+// the test process (the parallel tests wait until it is done).
+func TestGatewaySlice(t *testing.T) {
+	const slice = 250 * time.Microsecond
+	err := SetGatewaySlice(slice)
+	if errors.Is(err, ErrSliceIgnored) {
+		t.Skipf("%v: this kernel has no slice per thread to set", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := SetGatewaySlice(0); err != nil {
+			t.Error(err)
+		}
+	})
+	runtimeOf := func(tid int) uint64 {
+		t.Helper()
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			t.Fatalf("sched_getattr %d: %v", tid, err)
+		}
+		return attr.Runtime
+	}
+	forkThreads.Lock()
+	spawning := slices.Clone(forkThreads.tids)
+	forkThreads.Unlock()
+	for _, tid := range threads(t, os.Getpid()) {
+		if !slices.Contains(spawning, strconv.Itoa(tid)) && runtimeOf(tid) != uint64(slice) {
+			t.Errorf("thread %d: slice %d ns, want %d", tid, runtimeOf(tid), slice.Nanoseconds())
+		}
+	}
+
+	// A spawning thread of its own, started now (spawnerFor's are shared
+	// and may predate the slice).
+	s := &spawner{reqs: make(chan func())}
+	ready := make(chan struct{})
+	go spawnLoop(Priority{}, s, ready)
+	<-ready
+	var own uint64
+	var child *os.Process
+	var startErr error
+	s.run(func() {
+		own = runtimeOf(unix.Gettid())
+		child, startErr = os.StartProcess("/bin/sleep", []string{"sleep", "300"}, &os.ProcAttr{})
+	})
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+	defer func() {
+		child.Kill()
+		child.Wait()
+	}()
+	if own == uint64(slice) {
+		t.Errorf("the spawning thread has the gateway's slice (%d ns), want the kernel's default", own)
+	}
+	if got := runtimeOf(child.Pid); got == uint64(slice) {
+		t.Errorf("a child of the spawning thread has the gateway's slice (%d ns), want the kernel's default", got)
 	}
 }

@@ -112,6 +112,7 @@ type config struct {
 	ChildPidsMax     int
 	ChildNice        int // -1: auto (workers.AutoChildNice)
 	GoMaxProcs       int
+	GatewaySlice     time.Duration // 0: the kernel's default
 	ChildCPUWeight   int
 	ChildSched       string
 	PprofAddr        string
@@ -232,6 +233,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.ChildSched, "child-sched", string(workers.DefaultChildSched), "Linux scheduling policy of every worker and terminal program: other, batch (no wake-up preemption of the gateway) or idle (runs only on CPU time nothing else wants)")
 	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
 	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", defaultGoMaxProcs(), "threads running the gateway's Go code at once (runtime.GOMAXPROCS; dashgate's own workers run on 1 unless GOMAXPROCS is in their environment): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them (default: four times the CPUs Go would use; 0: Go's default)")
+	fs.DurationVar(&c.GatewaySlice, "gateway-slice", workers.DefaultGatewaySlice, "scheduling slice dashgate's own threads ask the kernel for (sched_setattr's sched_runtime; Linux 6.12 and later, older kernels ignore it): with EEVDF a waking thread's deadline is a slice ahead, so a short one runs a quiet socket's call sooner on a saturated CPU, at the same share of it; children keep the kernel's default (100µs to 100ms; 0: the kernel's default)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
 	fs.BoolVar(&c.RecordTerminals, "record-terminals", false, "record every terminal's output and resizes (never its input) as asciicast v2 files in <state-dir>/recordings, which the owner and admins can replay and download; the dashboard tells users (docs/recordings.md)")
 	fs.StringVar(&c.RecordMaxBytes, "record-max-bytes", "64MiB", "with --record-terminals, the largest recording of one terminal; past it the recording stops, saying so")
@@ -397,6 +399,9 @@ func (c config) validate() error {
 	}
 	if c.GoMaxProcs < 0 || c.GoMaxProcs > 1024 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs %d: want 1 to 1024, or 0", c.GoMaxProcs))
+	}
+	if c.GatewaySlice != 0 && (c.GatewaySlice < 100*time.Microsecond || c.GatewaySlice > 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("--gateway-slice %v: want 100µs to 100ms, or 0", c.GatewaySlice))
 	}
 	if c.ChildNice < -1 || c.ChildNice > 19 {
 		errs = append(errs, fmt.Errorf("--child-nice %d: want 0 to 19, or auto", c.ChildNice))

@@ -59,6 +59,8 @@ func TestConfigRefusals(t *testing.T) {
 		{"pprof without a port", []string{"--pprof-addr", "127.0.0.1"}, "--pprof-addr"},
 		{"child nice out of range", []string{"--child-nice", "20"}, "--child-nice"},
 		{"gomaxprocs negative", []string{"--gomaxprocs", "-1"}, "--gomaxprocs"},
+		{"gateway slice under the kernel's least", []string{"--gateway-slice", "50us"}, "--gateway-slice"},
+		{"gateway slice over the kernel's most", []string{"--gateway-slice", "1s"}, "--gateway-slice"},
 		{"unknown child policy", []string{"--child-sched", "fifo"}, "--child-sched"},
 		{"child cpu weight out of range", []string{"--child-cpu-weight", "10001"}, "--child-cpu-weight"},
 	}
@@ -303,6 +305,24 @@ func TestConfigChildNice(t *testing.T) {
 		}
 		if cfg.ChildNice != tc.want {
 			t.Fatalf("%q: ChildNice %d, want %d", tc.args, cfg.ChildNice, tc.want)
+		}
+	}
+}
+
+// TestConfigGatewaySlice: --gateway-slice is 300µs by default, 0 (the
+// kernel's own) when asked, and a duration as given.
+func TestConfigGatewaySlice(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 300 * time.Microsecond}, {[]string{"--gateway-slice", "0"}, 0}, {[]string{"--gateway-slice", "1ms"}, time.Millisecond}} {
+		cfg, err := parseConfig(append(tc.args, "--state-dir", "/srv/dashgate"), none, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if cfg.GatewaySlice != tc.want {
+			t.Fatalf("%q: GatewaySlice %v, want %v", tc.args, cfg.GatewaySlice, tc.want)
 		}
 	}
 }

@@ -233,6 +233,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) er
 	if cfg.GoMaxProcs > 0 {
 		runtime.GOMAXPROCS(cfg.GoMaxProcs)
 	}
+	switch err := workers.SetGatewaySlice(cfg.GatewaySlice); {
+	case errors.Is(err, workers.ErrSliceIgnored):
+		log.Info("gateway slice left to the kernel", "slice", cfg.GatewaySlice, "err", err)
+	case err != nil:
+		log.Warn("gateway slice not set", "slice", cfg.GatewaySlice, "err", err)
+	}
 	if err := workers.EnableSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper; orphans go to init", "err", err)
 	}
