@@ -62,7 +62,7 @@ var serveFlagGroups = []flagGroup{
 		"ws-ping-interval", "ws-ping-timeout", "ws-write-timeout", "ws-close-timeout",
 		"http-idle-timeout", "http-header-timeout",
 		"shutdown-timeout", "store-backlog",
-		"gomaxprocs", "pprof-addr",
+		"gomaxprocs", "gateway-slice", "pprof-addr",
 	}},
 }
 
