@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -810,6 +811,7 @@ func countsOf(m map[string]int) []templates.Count {
 }
 
 func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
+	defer trace.StartRegion(r.Context(), "admin page").End() // dashgate-bench stall-trace: where a page's time goes
 	v := h.View(r.Context(), PrincipalFrom(r.Context()), h.BasePath(r), UserFilterOf(r))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

@@ -17,6 +17,8 @@ package main
 //     (by who released it) and the time it ran;
 //   - reply written: the socket's writer woken and its write(2) done;
 //   - back to the client: the kernel and the client's own wake-ups.
+//
+// Then each GET /admin within the trace, by its goroutine's state.
 
 import (
 	"encoding/json"
@@ -131,6 +133,79 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 	fmt.Fprintln(out, "\nthe calls' lock waits, by who released the lock (ms, all calls):")
 	for _, x := range kvs[:min(8, len(kvs))] {
 		fmt.Fprintf(out, "%8.1f  %s\n", float64(x.v)/1e6, x.k)
+	}
+	return adminPages(tracePath, out)
+}
+
+// adminPages prints where the time of each GET /admin within the trace
+// went: its handler's "admin page" region (handlers.Admin.page), split
+// by its goroutine's state. Running counts the time its thread held a
+// P, descheduled by the kernel or not: the page's CPU is a few ms.
+func adminPages(tracePath string, out io.Writer) error {
+	f, err := os.Open(tracePath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := trace.NewReader(f)
+	if err != nil {
+		return err
+	}
+	type page struct {
+		began, since int64
+		state        trace.GoState
+		by           map[trace.GoState]int64
+	}
+	open := map[trace.GoID]*page{}
+	var done []*page
+	var whole []float64
+	for {
+		ev, err := r.ReadEvent()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+		now := int64(ev.Time())
+		switch ev.Kind() {
+		case trace.EventRegionBegin:
+			if ev.Region().Type == "admin page" {
+				open[ev.Goroutine()] = &page{began: now, since: now, state: trace.GoRunning, by: map[trace.GoState]int64{}}
+			}
+		case trace.EventRegionEnd:
+			if p := open[ev.Goroutine()]; p != nil && ev.Region().Type == "admin page" {
+				p.by[p.state] += now - p.since
+				done = append(done, p)
+				whole = append(whole, float64(now-p.began)/1e6)
+				delete(open, ev.Goroutine())
+			}
+		case trace.EventStateTransition:
+			st := ev.StateTransition()
+			if st.Resource.Kind != trace.ResourceGoroutine {
+				continue
+			}
+			if p := open[st.Resource.Goroutine()]; p != nil {
+				_, to := st.Goroutine()
+				p.by[p.state] += now - p.since
+				p.state, p.since = to, now
+			}
+		}
+	}
+	if len(done) == 0 {
+		fmt.Fprintln(out, "\nno GET /admin in the trace")
+		return nil
+	}
+	fmt.Fprintf(out, "\n%d GET /admin pages in the trace (their handler's region); ms\n%-28s %8s %8s %8s\n", len(done), "", "p50", "p99", "max")
+	row := func(label string, col []float64) {
+		fmt.Fprintf(out, "%-28s %8.2f %8.2f %8.2f\n", label, percentile(col, 50), percentile(col, 99), slices.Max(col))
+	}
+	row("the page", whole)
+	for _, st := range []trace.GoState{trace.GoRunning, trace.GoRunnable, trace.GoSyscall, trace.GoWaiting} {
+		col := make([]float64, len(done))
+		for i, p := range done {
+			col[i] = float64(p.by[st]) / 1e6
+		}
+		row("  "+strings.ToLower(st.String()), col)
 	}
 	return nil
 }
