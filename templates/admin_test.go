@@ -32,3 +32,16 @@ func TestAdminCellsEscaped(t *testing.T) {
 		t.Errorf("%d cells show %q as text, want 10 or more:\n%s", n, bad, page.String())
 	}
 }
+
+// TestAdminIcon: the admin page names its icon, the dashboard's, as the
+// dashboard and the recordings pages do; without it a browser asks for
+// /favicon.ico, which is a 404 in its console.
+func TestAdminIcon(t *testing.T) {
+	var page strings.Builder
+	if err := Admin(AdminView{BasePath: "/base/"}).Render(context.Background(), &page); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), `<link rel="icon" type="image/svg+xml" href="/base/`) || !strings.Contains(page.String(), `css/icon.svg`) {
+		t.Errorf("the admin page has no icon link:\n%.600s", page.String())
+	}
+}
