@@ -134,8 +134,8 @@ func SetGatewaySlice(d time.Duration) error {
 			if err != nil {
 				continue // gone
 			}
-			if d > 0 && cur.Runtime == want {
-				continue
+			if !fairPolicy(cur.Policy) || d > 0 && cur.Runtime == want {
+				continue // a real-time or deadline thread has no slice to ask for
 			}
 			attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: cur.Policy, Nice: cur.Nice, Runtime: want}
 			if err := unix.SchedSetAttr(tid, &attr, 0); err != nil {
@@ -163,10 +163,17 @@ func SetGatewaySlice(d time.Duration) error {
 // thread that made it may have had the gateway's), its policy and nice
 // value unchanged. The calling goroutine must be locked to its thread.
 func defaultSlice() {
-	if cur, err := unix.SchedGetAttr(0, 0); err == nil {
+	if cur, err := unix.SchedGetAttr(0, 0); err == nil && fairPolicy(cur.Policy) {
 		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: cur.Policy, Nice: cur.Nice}
 		unix.SchedSetAttr(0, &attr, 0)
 	}
+}
+
+// fairPolicy reports whether policy is one of the fair scheduler's
+// (SCHED_OTHER, SCHED_BATCH, SCHED_IDLE), the ones a slice is asked for
+// with sched_runtime; a real-time or deadline policy reads it otherwise.
+func fairPolicy(policy uint32) bool {
+	return policy == unix.SCHED_NORMAL || policy == unix.SCHED_BATCH || policy == unix.SCHED_IDLE
 }
 
 // ParseChildSched parses other, batch or idle.

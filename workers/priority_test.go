@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -327,5 +328,51 @@ func TestGatewaySlice(t *testing.T) {
 	}
 	if got := runtimeOf(child.Pid); got == uint64(slice) {
 		t.Errorf("a child of the spawning thread has the gateway's slice (%d ns), want the kernel's default", got)
+	}
+}
+
+// TestGatewaySliceLeavesRealTime: a thread of dashgate at a real-time
+// policy (an admin's chrt) keeps it and its priority: a slice is only
+// asked for of the fair scheduler's threads. Not parallel, as
+// TestGatewaySlice.
+func TestGatewaySliceLeavesRealTime(t *testing.T) {
+	tid := make(chan int)
+	release := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine: its policy goes with it
+		fifo := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 1}
+		if err := unix.SchedSetAttr(0, &fifo, 0); err != nil {
+			done <- err
+			return
+		}
+		tid <- unix.Gettid()
+		<-release
+		done <- nil
+	}()
+	var rt int
+	select {
+	case rt = <-tid:
+	case err := <-done:
+		t.Skipf("no real-time thread here: %v", err)
+	}
+	defer func() {
+		close(release)
+		<-done
+	}()
+	err := SetGatewaySlice(250 * time.Microsecond)
+	if errors.Is(err, ErrSliceIgnored) {
+		t.Skipf("%v", err)
+	}
+	t.Cleanup(func() { SetGatewaySlice(0) })
+	if err != nil {
+		t.Fatalf("SetGatewaySlice with a SCHED_FIFO thread: %v", err)
+	}
+	attr, err := unix.SchedGetAttr(rt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attr.Policy != unix.SCHED_FIFO || attr.Priority != 1 {
+		t.Errorf("the real-time thread has policy %d priority %d, want SCHED_FIFO 1", attr.Policy, attr.Priority)
 	}
 }
