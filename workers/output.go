@@ -48,9 +48,11 @@ func Run(cmd *exec.Cmd) error {
 // before a worker's close lists dashgate's children, so the child, which
 // holds a copy of every descriptor of dashgate (other workers' pipes
 // among them) between its fork and its exec, is never taken for a
-// worker's escapee and killed; and the orphan reaper leaves its zombie to
-// wait. Every other fork of a process that runs a Manager must go through
-// Start, Run or Output. cmd must not have been started. The caller must
+// worker's escapee and killed (a plain fork is told apart in that moment
+// too, by the fork mark it holds: forkMark); and the orphan reaper leaves
+// its zombie to wait, where a plain fork's exit status may be taken before
+// its Wait (ECHILD). Every other fork of a process that runs a Manager
+// must go through Start, Run or Output. cmd must not have been started. The caller must
 // call wait exactly once (it returns cmd.Wait's error); until then the
 // pid stays registered.
 func Start(cmd *exec.Cmd) (wait func() error, err error) {

@@ -41,6 +41,40 @@ func TestOutputSurvivesTheOrphanReaper(t *testing.T) {
 	}
 }
 
+// TestUnexecdForkIsNoEscapee: a plain fork of dashgate's (not through
+// Start) in the moment before its exec holds a copy of every descriptor,
+// a worker's pipes and the fork mark among them; the worker's close must
+// not take it for an escapee and kill it (a parallel test's groupdel got
+// SIGTERM in CI that way). The fork is stood in for by a sleep given the
+// worker's stdin pipe and the mark, as the fork's table has them; a holder
+// of the pipe without the mark is ended (TestStartedChildIsNoEscapee).
+func TestUnexecdForkIsNoEscapee(t *testing.T) {
+	t.Parallel()
+	if forkMark.name == "" {
+		t.Fatal("no fork mark was made at start")
+	}
+	m, _ := newTestManager(t, Config{})
+	p, err := m.Start(Spec{SessionID: "s-fork", Path: "/bin/sh", Args: []string{"-c", "exec sleep 30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(ReasonShutdown) })
+	fork := exec.Command("/bin/sleep", "300")
+	fork.ExtraFiles = []*os.File{p.stdin, forkMark.f}
+	if err := fork.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { fork.Wait(); close(done) }()
+	t.Cleanup(func() { fork.Process.Kill(); <-done })
+	if res := p.Close(ReasonShutdown); res.Descendants != 0 {
+		t.Errorf("close result %+v: the fork counted as a descendant", res)
+	}
+	if isClosed(done) || testkit.Gone(fork.Process.Pid) {
+		t.Fatalf("a fork holding the fork mark was ended by the worker's close: %v", fork.ProcessState)
+	}
+}
+
 // TestStartedChildIsNoEscapee: a child of dashgate's own started through
 // Start is never taken for a worker's escapee, although it holds a copy of
 // the worker's pipes, as every fork does between its fork and its exec (a

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -187,7 +188,8 @@ var environBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); retur
 
 // holdsAny reports whether pid has a descriptor open on one of the files
 // named in targets (readlink of /proc/<pid>/fd/*: "/dev/pts/3",
-// "pipe:[4711]").
+// "pipe:[4711]"). A fork of this process that has not exec'd yet holds
+// them all, and is not counted as holding any: see forkMark.
 func holdsAny(pid int, targets map[string]bool) bool {
 	if len(targets) == 0 {
 		return false
@@ -200,12 +202,47 @@ func holdsAny(pid int, targets map[string]bool) bool {
 	if err != nil {
 		return false
 	}
+	if forkMark.name != "" && slices.Contains(fds, forkMark.name) {
+		return false
+	}
 	for _, t := range fds {
 		if targets[t] {
 			return true
 		}
 	}
 	return false
+}
+
+// forkMark is a descriptor no other process holds, made when the program
+// starts: the read end of a pipe, close-on-exec, its write end closed;
+// name is its /proc/<pid>/fd link ("pipe:[4711]"), "" if it could not be
+// made. Between its fork and its exec a child of this process holds a copy
+// of every descriptor, the workers' pipes and terminals among them, and so
+// would pass for a worker's escapee that kept them (holdsAny) and be killed
+// with that worker: a plain exec.Command's child (a test's useradd, a
+// library's helper) that did not go through Start. Holding forkMark tells
+// it apart: its exec drops the mark, and nothing else ever gets it (it is
+// never passed on). It is never closed.
+var forkMark = newForkMark()
+
+type forkMarkFD struct {
+	f    *os.File
+	name string
+}
+
+func newForkMark() forkMarkFD {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return forkMarkFD{}
+	}
+	unix.Close(p[1])
+	f := os.NewFile(uintptr(p[0]), "fork mark")
+	ino, ok := inode(f)
+	if !ok {
+		f.Close()
+		return forkMarkFD{}
+	}
+	return forkMarkFD{f: f, name: "pipe:[" + strconv.FormatUint(ino, 10) + "]"}
 }
 
 // alive reports whether pid exists and is not a zombie.
