@@ -15,7 +15,7 @@ import (
 // that held it let its lease lapse (it died, or hung), and serves it as
 // its own from then on: detached, its whole history in the store, the next
 // command spawning a worker here, its lease renewed with the node's others
-// (Renew). A session another node holds under a live lease answers as
+// (renew). A session another node holds under a live lease answers as
 // missing (ErrNotFound): nginx's sticky routing sends its user there.
 // Without a Claim nothing is adopted.
 
@@ -96,7 +96,7 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 		return errStoredClosed
 	}
 	r.mu.Lock()
-	_, endedHere := r.ended[sid]
+	endedHere := r.ended.has(sid)
 	r.mu.Unlock()
 	if endedHere && row.Node == node {
 		// It ended here, and its closed row is still on its way to the
@@ -143,8 +143,8 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 	r.sessions[sid] = s
 	r.usage.addSession(s)
-	delete(r.ended, sid)
-	r.saveLocked(s)
+	r.ended.forget(sid)
+	s.save()
 	r.mu.Unlock()
 	r.finishAll(evict)
 	r.log.Info("session adopted", "sid", sid, "user", s.owner, "from_node", row.Node, "epoch", claimed.Epoch)

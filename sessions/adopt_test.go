@@ -165,9 +165,9 @@ func TestAdoptAfterOwnerDied(t *testing.T) {
 				t.Fatalf("stored after b's command: %+v, %v; want b's, epoch 2, b's entries", row, err)
 			}
 			// b's lease on it is renewed with b's others.
-			b.r.Renew(ctx)
+			b.r.lease.renew(ctx)
 			if again, err := sb.Get(ctx, "ann", sid); err != nil || !again.LeaseUntil.After(row.LeaseUntil) {
-				t.Fatalf("b's lease after Renew: %v (was %v), %v; want renewed", again.LeaseUntil, row.LeaseUntil, err)
+				t.Fatalf("b's lease after a renewal: %v (was %v), %v; want renewed", again.LeaseUntil, row.LeaseUntil, err)
 			}
 
 			// a comes back: its next write is fenced, its session ends.

@@ -325,12 +325,12 @@ func (r *Registry) Attachment(ctx context.Context, p Principal, sid, id string) 
 // promptFilesLocked resolves the attachment ids of a prompt of s: each a
 // file waiting in s (taken from the waiting ones) or one an earlier prompt
 // of s in memory sent (a regenerate sends its prompt's files again), each
-// once, within the limits. On error nothing is taken. r.mu must be held.
-func (r *Registry) promptFilesLocked(s *Session, ids []string) ([]store.AttachmentRef, error) {
+// once, within lim (Config.Attach). On error nothing is taken. The
+// registry's mutex must be held.
+func (s *Session) promptFilesLocked(ids []string, lim AttachLimits) ([]store.AttachmentRef, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	lim := r.cfg.Attach
 	var refs []store.AttachmentRef
 	var total int64
 	for _, id := range ids {
@@ -378,17 +378,17 @@ type workerFile struct {
 	Data []byte `json:"data"`
 }
 
-// workerFiles reads the bytes of a turn's files from the store, for its
-// worker. Errors: *StoreError (the turn fails: nothing is dropped
-// silently).
-func (r *Registry) workerFiles(ctx context.Context, s *Session, refs []store.AttachmentRef) ([]workerFile, error) {
+// workerFiles reads the bytes of the files refs of session sid of owner
+// from the store, for a turn's worker. Errors: *StoreError (the turn
+// fails: nothing is dropped silently).
+func (a *archive) workerFiles(ctx context.Context, owner, sid string, refs []store.AttachmentRef) ([]workerFile, error) {
 	out := make([]workerFile, 0, len(refs))
 	for _, f := range refs {
-		a, err := r.cfg.Store.Attachment(ctx, s.owner, s.id, f.ID)
+		file, err := a.store.Attachment(ctx, owner, sid, f.ID)
 		if err != nil {
 			return nil, &StoreError{fmt.Errorf("attachment %s: %w", f.Name, err)}
 		}
-		out = append(out, workerFile{AttachmentRef: f, Data: a.Data})
+		out = append(out, workerFile{AttachmentRef: f, Data: file.Data})
 	}
 	return out, nil
 }

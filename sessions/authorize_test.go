@@ -700,7 +700,6 @@ var accounting = map[string]entry{
 	"Registry.Sweep":        {class: classSystem, reason: "expires detached sessions past their TTL, by time alone"},
 	"Registry.Prune":        {class: classSystem, reason: "drops stored conversations past retention, by time alone"},
 	"Registry.Claim":        {class: classSystem, reason: "a node's startup claim of its sessions' leases, each to its stored owner"},
-	"Registry.Renew":        {class: classSystem, reason: "renews the node's leases; reads no session of a caller's"},
 	"Registry.FlushStore":   {class: classSystem, reason: "writes what is queued for the store and releases the leases, at the process's stop"},
 }
 

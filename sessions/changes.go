@@ -37,8 +37,9 @@ type Change struct {
 // socket's end calls it). Delivery follows the Viewer rules: Deliver
 // must not block. It runs on the teller's goroutine, not under the
 // registry's lock, in the order the changes happened.
-func (r *Registry) Watch(v Viewer) (stop func()) {
-	t := &r.tell
+func (r *Registry) Watch(v Viewer) (stop func()) { return r.tell.watch(v) }
+
+func (t *teller) watch(v Viewer) (stop func()) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if t.watchers == nil {
@@ -68,8 +69,17 @@ const tellEvery = 100 * time.Millisecond
 // tell, gone when there is not): a change is one event for every chat
 // socket, and 300 of them woken under the registry's lock at every
 // create and close held every other call up (BENCHMARKS.md, issue 28).
-// It tells at most once per tellEvery.
+// It tells at most once per tellEvery. It also publishes the changes on
+// Config.Changes and hears the other registries' (heard). The registry
+// sets the fields above qmu once, in New.
 type teller struct {
+	mu        *sync.Mutex // the registry's: a change is announced under it, in the order they happen
+	closing   func() bool // Shutdown started (under mu): nothing more is announced
+	bus       ChangeBus   // Config.Changes; nil without one
+	origin    string      // the registry's id, in what it publishes
+	goTracked func(func())
+	reap      func(origin string, rr RemoteReap) // an admin's reap another node published (remote.go)
+
 	qmu     sync.Mutex // guards queue, running and quit; never held while telling
 	queue   []told
 	running bool
@@ -151,24 +161,31 @@ func (t *teller) stop() {
 	t.qmu.Unlock()
 }
 
-// changedLocked tells the watchers how s is now. r.mu must be held.
-func (r *Registry) changedLocked(s *Session) {
-	r.announceLocked(s.owner, Change{SessionID: s.id, State: s.state, Title: s.title, EndReason: s.endReason})
+// changedLocked tells the watchers how s is now. t.mu must be held.
+func (t *teller) changedLocked(s *Session) {
+	t.announceLocked(s.owner, Change{SessionID: s.id, State: s.state, Title: s.title, EndReason: s.endReason})
 }
 
 // announceLocked delivers c, a change of a session of owner, to every
-// watcher that may list it, and publishes it on Config.Changes. r.mu must
+// watcher that may list it, and publishes it on Config.Changes. t.mu must
 // be held. Once Shutdown started nothing is announced: every socket is
 // about to close (1001), and its last frames are the session.closed of
 // its sessions.
-func (r *Registry) announceLocked(owner string, c Change) {
-	if r.closing {
+func (t *teller) announceLocked(owner string, c Change) {
+	if t.closing() {
 		return
 	}
-	if bus := r.cfg.Changes; bus != nil {
-		bus.Publish(Announcement{Origin: r.id, Owner: owner, Change: c})
+	if t.bus != nil {
+		t.bus.Publish(Announcement{Origin: t.origin, Owner: owner, Change: c})
 	}
-	r.tell.queueLocked(owner, c, r.goTracked)
+	t.queueLocked(owner, c)
+}
+
+// announce is announceLocked for a caller without the lock.
+func (t *teller) announce(owner string, c Change) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.announceLocked(owner, c)
 }
 
 // heard tells the watchers a change another registry published, or,
@@ -176,26 +193,25 @@ func (r *Registry) announceLocked(owner string, c Change) {
 // names what this registry holds (remote.go; it blocks this bus's
 // deliveries until the target is torn down, as a local reap blocks its
 // request).
-func (r *Registry) heard(a Announcement) {
-	if a.Origin == r.id {
+func (t *teller) heard(a Announcement) {
+	if a.Origin == t.origin {
 		return
 	}
 	if a.Reap != nil {
-		r.remoteReap(a.Origin, *a.Reap)
+		t.reap(a.Origin, *a.Reap)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closing {
-		r.tell.queueLocked(a.Owner, a.Change, r.goTracked)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.closing() {
+		t.queueLocked(a.Owner, a.Change)
 	}
 }
 
 // queueLocked queues c, a change of a session of owner, for every watcher
 // that may list it (loop delivers it, started with goTracked, the
-// registry's). The registry's mutex must be held: the queue's order is the
-// changes'.
-func (t *teller) queueLocked(owner string, c Change, goTracked func(func())) {
+// registry's). t.mu must be held: the queue's order is the changes'.
+func (t *teller) queueLocked(owner string, c Change) {
 	t.qmu.Lock()
 	defer t.qmu.Unlock()
 	t.queue = append(t.queue, told{owner: owner, ev: NewEvent("session.changed", "", 0, c)})
@@ -205,15 +221,8 @@ func (t *teller) queueLocked(owner string, c Change, goTracked func(func())) {
 			t.quit = make(chan struct{})
 		}
 		quit := t.quit
-		goTracked(func() { t.loop(quit) })
+		t.goTracked(func() { t.loop(quit) })
 	}
-}
-
-// announce is announceLocked for a caller without the lock.
-func (r *Registry) announce(owner string, c Change) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.announceLocked(owner, c)
 }
 
 // Announcement is a session.changed as it goes between registries: the

@@ -206,7 +206,7 @@ func TestChangesToldInPasses(t *testing.T) {
 	n := 0
 	start := time.Now()
 	for n < 5000 && time.Since(start) < tellEvery/4 {
-		h.r.announce("alice", Change{SessionID: fmt.Sprint("s", n), State: StateAttached})
+		h.r.tell.announce("alice", Change{SessionID: fmt.Sprint("s", n), State: StateAttached})
 		n++
 	}
 	testkit.WaitFor(t, 10*time.Second, "every change told", func() bool { return len(v.ofType("session.changed")) == n })

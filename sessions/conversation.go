@@ -13,7 +13,7 @@ import (
 
 // This file owns the conversation: its entries and their seqs, the bounds
 // of what memory keeps, what is queued for the store (the one place that
-// stamps the owner on stored rows: Session.row, written by saveLocked and
+// stamps the owner on stored rows: Session.row, written by Session.save and
 // finish), the conversation sent with each prompt and the model a session
 // uses; restoring sessions at start; and the registry's exported calls on
 // the store (reopening, deleting, renaming, paging history, listing closed
@@ -36,7 +36,7 @@ type conversation struct {
 	// no lease (writes unfenced, as before leases).
 	node       string
 	epoch      uint64
-	leaseUntil time.Time // stored with a new row only: afterwards Renew moves it
+	leaseUntil time.Time // stored with a new row only: afterwards a renewal moves it
 	history    []Message // the latest entries, by seq (bounded by Config.HistoryMessages and HistoryBytes)
 	histBytes  int
 	entrySeq   uint64 // the last entry seq given out
@@ -123,26 +123,24 @@ func (c *conversation) merge(entries []Message, maxEntries, maxBytes int) {
 // keeps the latest entries within the bounds. r.mu must be held.
 func (r *Registry) appendLocked(s *Session, m Message) {
 	s.add(m, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
-	r.saveLocked(s)
+	s.save()
 }
 
-// saveLocked queues the row of s for the store (a terminal-only session
-// is not stored: it has no conversation). r.mu must be held.
-func (r *Registry) saveLocked(s *Session) {
-	s.putRow(s.row())
-}
+// save queues the row of s for the store (a terminal-only session is not
+// stored: it has no conversation). The registry's mutex must be held.
+func (s *Session) save() { s.putRow(s.row()) }
 
-// modelHistoryLocked is the conversation a prompt of turn t sends its
-// worker: prompts, replies and tool entries, oldest first, the oldest
-// dropped to fit Config.AgentContext bytes of text. A tool run that was
-// denied, or never answered (dashgate stopped first), is there as its
-// tool_call and a tool_result saying it did not run and why, so the model
-// knows. r.mu must be held.
-func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
+// modelHistory is the conversation a prompt of seq promptSeq sends its
+// worker: prompts, replies and tool entries before it, oldest first, the
+// oldest dropped to fit budget bytes of text (Config.AgentContext). A
+// tool run that was denied, or never answered (dashgate stopped first),
+// is there as its tool_call and a tool_result saying it did not run and
+// why, so the model knows. The registry's mutex must be held.
+func (c *conversation) modelHistory(promptSeq uint64, budget int) []modelEntry {
 	var out []modelEntry
 	total := 0
 	add := func(kind, role, text string) bool {
-		if total+len(text) > r.cfg.AgentContext {
+		if total+len(text) > budget {
 			return false
 		}
 		total += len(text)
@@ -151,9 +149,9 @@ func (r *Registry) modelHistoryLocked(s *Session, t *turn) []modelEntry {
 	}
 	denied := map[string]string{} // request_id -> by, of the resolutions seen so far (newer)
 	approved := map[string]bool{}
-	for i := len(s.history) - 1; i >= 0; i-- {
-		e := s.history[i]
-		if e.Seq >= t.promptSeq { // this turn's own prompt (and anything after it)
+	for i := len(c.history) - 1; i >= 0; i-- {
+		e := c.history[i]
+		if e.Seq >= promptSeq { // this turn's own prompt (and anything after it)
 			continue
 		}
 		switch e.Kind {
@@ -242,7 +240,7 @@ func (r *Registry) Configure(v Viewer, sid, model string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.model = model
-	r.saveLocked(s)
+	s.save()
 	return nil
 }
 
@@ -274,7 +272,7 @@ func (r *Registry) restore(rows []store.Session) int {
 		s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 		r.sessions[s.id] = s
 		r.usage.addSession(s)
-		r.saveLocked(s)
+		s.save()
 		restored++
 	}
 	r.mu.Unlock()
@@ -345,8 +343,8 @@ func (r *Registry) Reopen(ctx context.Context, v Viewer, sid string) (ResumeResu
 	r.sessions[sid] = s
 	r.usage.addSession(s)
 	r.admission.noteTitle(s.owner, s.title)
-	delete(r.ended, sid)
-	r.saveLocked(s)
+	r.ended.forget(sid)
+	s.save()
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	res := ResumeResult{Info: s.info(), History: slices.Clone(s.history)}
 	r.mu.Unlock()
@@ -382,7 +380,7 @@ func (r *Registry) Delete(ctx context.Context, p Principal, sid string) error {
 	if !found && s == nil {
 		return ErrNotFound
 	}
-	r.announce(owner, Change{SessionID: sid, State: StateDeleted})
+	r.tell.announce(owner, Change{SessionID: sid, State: StateDeleted})
 	r.log.Info("session deleted", "sid", sid, "user", owner)
 	return nil
 }
@@ -394,8 +392,8 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	if s := r.findLocked(p, sid, accessUse); s != nil {
 		s.title, s.titled = title, true
 		r.admission.noteTitle(s.owner, title)
-		r.saveLocked(s)
-		r.changedLocked(s)
+		s.save()
+		r.tell.changedLocked(s)
 		r.mu.Unlock()
 		return nil
 	}
@@ -411,7 +409,7 @@ func (r *Registry) Rename(ctx context.Context, p Principal, sid, title string) e
 	r.mu.Lock()
 	r.admission.noteTitle(row.Owner, title)
 	r.mu.Unlock()
-	r.announce(row.Owner, Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
+	r.tell.announce(row.Owner, Change{SessionID: sid, State: StateClosed, Title: title, EndReason: EndReason(row.EndReason)})
 	return nil
 }
 

@@ -74,7 +74,7 @@
 //
 // Leases. After Claim (a node of a cluster) every stored row and entry
 // carries its session's epoch; a write the store fences as another node's,
-// or a lease Renew could not keep, ends the session with end_reason
+// or a lease a renewal could not keep, ends the session with end_reason
 // lease_lost and nothing more of it is written. FlushStore releases the
 // leases at a clean stop.
 //

@@ -193,7 +193,7 @@ func (j *journal) endDropsLocked() {
 }
 
 // rowsQueued returns the sids of held whose session row is queued or
-// being applied: not known to be stored yet (Renew's question).
+// being applied: not known to be stored yet (a renewal's question).
 func (j *journal) rowsQueued(held map[string]uint64) map[string]bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()

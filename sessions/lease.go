@@ -157,7 +157,7 @@ func (l *lease) provenUntil(s *Session) time.Time {
 	return since.Add(l.ttl)
 }
 
-// heldEpochs is the epoch of each held session of sessions: what Renew
+// heldEpochs is the epoch of each held session of sessions: what renew
 // asks the store to extend.
 func (l *lease) heldEpochs(sessions map[string]*Session) map[string]uint64 {
 	held := map[string]uint64{}
@@ -337,17 +337,14 @@ func (r *Registry) noticeLocked(s *Session, text string) {
 	r.appendLocked(s, Message{Role: store.RoleSystem, Kind: store.KindNotice, Text: text})
 }
 
-// Renew extends, by the lease's ttl, the leases of the node's live
+// renew extends, by the lease's ttl, the leases of the node's live
 // sessions; one the store says the node no longer holds (another node
 // claimed it) ends with end_reason lease_lost. A store failure is logged
 // (see the file's comment) and the next renewal retries. A renewal that
 // succeeds proves the hold on the sessions it renewed again (their
-// viewers told, when it had lapsed). Run calls it every ttl/3 (sooner
-// after a failure); without a Claim it does nothing.
-func (r *Registry) Renew(ctx context.Context) { r.lease.renew(ctx) }
-
-// renew is Registry.Renew; false when the store failed. It takes the
-// registry's mutex.
+// viewers told, when it had lapsed). Registry.Run calls it every ttl/3
+// (sooner after a failure, run); without a Claim it does nothing. It
+// returns false when the store failed. It takes the registry's mutex.
 func (l *lease) renew(ctx context.Context) bool {
 	l.mu.Lock()
 	node, ttl := l.node, l.ttl
@@ -357,7 +354,7 @@ func (l *lease) renew(ctx context.Context) bool {
 		return true
 	}
 	// A session made here is stored when the journal writes its first row;
-	// until then the store does not know it and says it is lost. Renew no
+	// until then the store does not know it and says it is lost. renew no
 	// longer flushes the journal first to avoid that: after an outage the
 	// journal may drain a backlog for longer than the ttl, and a renewal
 	// waiting behind it would let every lease lapse. Instead the sessions
@@ -471,7 +468,7 @@ func (l *lease) release(ctx context.Context) error {
 // end_reason lease_lost (the funnel's one INFO record): nothing more of
 // them is written here, since their rows and entries are the other
 // node's, and their viewers get session.closed. The journal calls it for
-// writes the store fenced, Renew for leases it could not renew.
+// writes the store fenced, renew for leases it could not renew.
 func (r *Registry) leaseLost(sids []string) {
 	r.mu.Lock()
 	var lost []*Session

@@ -145,7 +145,7 @@ func TestRenewEndsWhatAnotherNodeClaimed(t *testing.T) {
 	}
 	kept, _ := a.r.Create(&recViewer{}, NewSession{Title: "a's still"}) // made after b's claim: a's
 
-	a.r.Renew(t.Context())
+	a.r.lease.renew(t.Context())
 	a.wantOneClose(lost.ID, EndLeaseLost)
 	if _, ok := a.r.Get(anon, kept.ID); !ok {
 		t.Fatal("a's own session ended at the renewal")

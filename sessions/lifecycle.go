@@ -34,7 +34,7 @@ func (r *Registry) setState(s *Session, next State) {
 	if next == StateClosing {
 		r.usage.dropSession(s) // its slot is free from its claim, as the global one
 	}
-	r.changedLocked(s)
+	r.tell.changedLocked(s)
 }
 
 // Sweep ends every detached session whose TTL has passed and returns how
@@ -247,7 +247,7 @@ func (r *Registry) register(v Viewer, s *Session, t *Terminal) (Info, error) {
 	}
 	r.sessions[s.id] = s
 	r.usage.addSession(s)
-	r.saveLocked(s)
+	s.save()
 	r.viewLocked(s, v) // cannot fail: v is not gone and has room
 	in := s.info()
 	r.mu.Unlock()
@@ -329,7 +329,7 @@ const storeReadTimeout = 5 * time.Second
 func (r *Registry) Close(p Principal, sid string, reason EndReason) (bool, error) {
 	r.mu.Lock()
 	s := r.findEndingLocked(p, sid, accessManage) // endBy tells an ending one
-	wasEnded := r.endedForLocked(p, sid, accessManage)
+	wasEnded := r.ended.knownTo(p, sid, accessManage)
 	r.mu.Unlock()
 	if s == nil {
 		if wasEnded {
@@ -418,7 +418,7 @@ func (r *Registry) detachLocked(s *Session, reason workers.Reason) func() {
 	r.setState(s, StateDetached)
 	now := time.Now()
 	s.detachedAt, s.lastActive = now, now
-	r.saveLocked(s)
+	s.save()
 	s.ttlTimer = time.AfterFunc(r.cfg.DetachedTTL, func() { r.expire(s) })
 	if t := s.turn; r.cfg.DetachTurnGrace > 0 && t != nil && !t.done && s.worker != nil {
 		// The turn may finish (its reply saved); then, or at the end of
@@ -600,12 +600,7 @@ func (r *Registry) finish(s *Session) {
 	r.mu.Lock()
 	r.setState(s, StateClosed)
 	delete(r.sessions, s.id)
-	r.ended[s.id] = s.owner
-	r.endedQ = append(r.endedQ, s.id)
-	if len(r.endedQ) > 4096 {
-		delete(r.ended, r.endedQ[0])
-		r.endedQ = r.endedQ[1:]
-	}
+	r.ended.add(s.id, s.owner)
 	turns := s.turns
 	now := time.Now()
 	suspended := r.suspends(s, reason)

@@ -179,7 +179,7 @@ func TestLeaseLostDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.down(true)
-	a.r.Renew(t.Context()) // fails: store unreachable
+	a.r.lease.renew(t.Context()) // fails: store unreachable
 	testkit.WaitFor(t, 10*time.Second, "a's refusal", func() bool {
 		_, err := a.r.Exec(t.Context(), v, in.ID, "/x")
 		return errors.Is(err, ErrLeaseUnproven)
@@ -189,7 +189,7 @@ func TestLeaseLostDuringOutage(t *testing.T) {
 		t.Fatalf("b claims %d (%v); want a's lapsed session", n, err)
 	}
 	st.down(false)
-	a.r.Renew(t.Context())
+	a.r.lease.renew(t.Context())
 	testkit.WaitFor(t, 10*time.Second, "a's session's end", func() bool { return len(a.closedRecords(in.ID)) > 0 })
 	a.wantOneClose(in.ID, EndLeaseLost)
 	testkit.WaitFor(t, 10*time.Second, "the leases proven record", func() bool { return len(a.logs.Records("leases proven")) > 0 })
@@ -225,7 +225,7 @@ func TestRenewWhileRowsQueued(t *testing.T) {
 	queued, _ := h.r.Create(&recViewer{}, NewSession{Title: "queued"})
 	testkit.WaitFor(t, 10*time.Second, "the failed write", func() bool { return len(h.logs.Records("store write failed")) > 0 })
 
-	h.r.Renew(t.Context())
+	h.r.lease.renew(t.Context())
 	after, err := st.Get(t.Context(), "", stored.ID)
 	if err != nil || !after.LeaseUntil.After(before.LeaseUntil) {
 		t.Fatalf("stored session's lease %v -> %v (%v); want renewed while the backlog waits", before.LeaseUntil, after.LeaseUntil, err)
@@ -240,7 +240,7 @@ func TestRenewWhileRowsQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.r.Renew(t.Context())
+	h.r.lease.renew(t.Context())
 	again, err := st.Get(t.Context(), "", queued.ID)
 	if err != nil || !again.LeaseUntil.After(row.LeaseUntil) {
 		t.Fatalf("queued session's lease %v -> %v (%v); want renewed once stored", row.LeaseUntil, again.LeaseUntil, err)

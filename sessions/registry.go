@@ -280,13 +280,12 @@ type Registry struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	viewers  viewerIndex       // who views what (viewers.go)
-	usage    usageIndex        // what each user has live, for the per-user caps (usage.go)
-	ended    map[string]string // recently closed ids and their owners, for session.close -> closed:false
-	endedQ   []string
-	closing  bool   // Shutdown started
-	tell     teller // the sockets told of every session change, and its queue (changes.go)
-	spares   spares // terminals started ahead (spare.go)
+	viewers  viewerIndex // who views what (viewers.go)
+	usage    usageIndex  // what each user has live, for the per-user caps (usage.go)
+	ended    recentEnds  // the sessions that ended here lately, for session.close -> closed:false
+	closing  bool        // Shutdown started
+	tell     teller      // session.changed: told to the watching sockets, published and heard on Config.Changes (changes.go)
+	spares   spares      // terminals started ahead (spare.go)
 
 	// The session caps and the default-title counter, over usage (admission.go).
 	admission admission
@@ -341,7 +340,7 @@ func New(cfg Config) *Registry {
 		sessions: map[string]*Session{},
 		viewers:  newViewerIndex(cfg.MaxViewed),
 		usage:    newUsageIndex(&cfg),
-		ended:    map[string]string{},
+		ended:    recentEnds{owners: map[string]string{}},
 		journal:  newJournal(cfg.Store, cfg.Log).withBacklog(cfg.StoreBacklog),
 	}
 	r.admission = newAdmission(cfg.MaxSessions, &r.usage, func(s *Session) { r.claimLocked(s, EndLRUEvict) })
@@ -352,6 +351,10 @@ func New(cfg Config) *Registry {
 		start: func(s *Session, cols, rows uint16) (*Terminal, error) {
 			return r.startTerminal(s, TerminalOptions{Cols: cols, Rows: rows}, true)
 		},
+	}
+	r.tell = teller{
+		mu: &r.mu, closing: func() bool { return r.closing }, bus: cfg.Changes, origin: r.id,
+		goTracked: r.goTracked, reap: r.remoteReap,
 	}
 	r.lease = lease{mu: &r.mu, sessions: r.sessions, store: cfg.Store, notice: r.noticeLocked, queued: r.journal.rowsQueued, lost: r.leaseLost}
 	r.journal.onFenced = r.leaseLost
@@ -388,7 +391,7 @@ func (r *Registry) Run(ctx context.Context) {
 	prune := time.NewTicker(r.cfg.PruneInterval)
 	defer prune.Stop()
 	if bus := r.cfg.Changes; bus != nil {
-		defer bus.Subscribe(r.heard)()
+		defer bus.Subscribe(r.tell.heard)()
 	}
 	var leases sync.WaitGroup // after Claim: the renewals (lease.go)
 	defer leases.Wait()

@@ -76,7 +76,7 @@ func TestRemoteReap(t *testing.T) {
 		t.Fatalf("nodes %q, %q", a.r.Admin().Node(), b.r.Admin().Node())
 	}
 	a.r.FlushStore(ctx)
-	a.r.Renew(ctx) // its lease in the store, as Run renews it
+	a.r.lease.renew(ctx) // its lease in the store, as Run renews it
 	others, err := b.r.Admin().Elsewhere(ctx, time.Now())
 	if err != nil || len(others) != 1 || others[0].Node != "a" || others[0].ID != in.ID || others[0].Owner != "alice" || others[0].Title != "on a" {
 		t.Fatalf("b's Elsewhere = %+v, %v; want a's session %s", others, err, in.ID)

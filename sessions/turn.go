@@ -46,7 +46,7 @@ func (r *Registry) Prompt(v Viewer, sid, text string, files ...string) (string, 
 		r.mu.Unlock()
 		return "", nil, ErrBusy
 	}
-	refs, err := r.promptFilesLocked(s, files)
+	refs, err := s.promptFilesLocked(files, r.cfg.Attach)
 	if err != nil {
 		r.mu.Unlock()
 		return "", nil, err
@@ -91,8 +91,8 @@ func (r *Registry) titleFromPromptLocked(s *Session, text string, seq uint64) {
 		return
 	}
 	s.title, s.titled = title, true
-	r.saveLocked(s)
-	r.changedLocked(s)
+	s.save()
+	r.tell.changedLocked(s)
 }
 
 // run asks the session's worker (spawned when needed) for the reply to
@@ -116,7 +116,7 @@ func (t *turn) run(ctx context.Context, text string) {
 	}
 	var files []workerFile
 	if len(t.files) > 0 {
-		if files, err = r.workerFiles(ctx, s, t.files); err != nil {
+		if files, err = r.archive.workerFiles(ctx, s.owner, s.id, t.files); err != nil {
 			t.finish("", true, err)
 			return
 		}
@@ -131,7 +131,7 @@ func (t *turn) run(ctx context.Context, text string) {
 		params["attachments"] = files
 	}
 	if s.agent == "" {
-		params["history"] = r.modelHistoryLocked(s, t)
+		params["history"] = s.modelHistory(t.promptSeq, r.cfg.AgentContext)
 	} else { // an agent of its own keeps its history: the bridge loads it by this id
 		params["agent_session_id"] = s.agentSession
 	}
@@ -893,7 +893,7 @@ func (t *turn) agentSessionLocked(line []byte) {
 	}
 	if p.ID != "" && p.ID != s.agentSession {
 		s.agentSession = p.ID
-		r.saveLocked(s)
+		s.save()
 	}
 	if p.Notice != "" {
 		r.noticeLocked(s, p.Notice)

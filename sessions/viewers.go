@@ -149,7 +149,7 @@ func (s *Session) deliverStreamLocked(ev *Event) {
 // be held.
 func (r *Registry) shareLocked(s *Session, from Viewer, m Message) {
 	m = s.add(m, r.cfg.HistoryMessages, r.cfg.HistoryBytes)
-	r.saveLocked(s)
+	s.save()
 	ev := NewEvent("history.entry", s.id, 0, map[string]any{"entry": m})
 	s.stream.Lock()
 	defer s.stream.Unlock()
@@ -185,7 +185,7 @@ func (r *Registry) viewLocked(s *Session, v Viewer) error {
 			s.grace = nil
 		}
 		s.lastActive = time.Now()
-		r.saveLocked(s)
+		s.save()
 	}
 	s.lastActive = time.Now()
 	return nil
@@ -278,11 +278,43 @@ func (r *Registry) findEndingLocked(p Principal, sid string, a access) *Session 
 	return s
 }
 
-// endedForLocked reports whether sid ended recently (r.ended) and p may
-// know it, as a says: a close of one answers "closed": false, not
-// ErrNotFound. r.mu must be held.
-func (r *Registry) endedForLocked(p Principal, sid string, a access) bool {
-	owner, ok := r.ended[sid]
+// recentEnds remembers the sessions that ended in this registry lately
+// (the last recentEndsMax) and their owners: a close of one answers
+// "closed": false, not ErrNotFound, and an adopt knows its closed row may
+// still be on its way to the store. The registry's mutex guards it.
+type recentEnds struct {
+	owners map[string]string // session id -> owner
+	order  []string          // the ids, oldest first
+}
+
+// recentEndsMax bounds what recentEnds remembers.
+const recentEndsMax = 4096
+
+// add remembers that sid, of owner, ended; the oldest beyond
+// recentEndsMax is forgotten.
+func (e *recentEnds) add(sid, owner string) {
+	e.owners[sid] = owner
+	e.order = append(e.order, sid)
+	if len(e.order) > recentEndsMax {
+		delete(e.owners, e.order[0])
+		e.order = e.order[1:]
+	}
+}
+
+// forget drops sid (it lives again: reopened or adopted). Its place in
+// the order stays until it is the oldest.
+func (e *recentEnds) forget(sid string) { delete(e.owners, sid) }
+
+// has reports whether sid ended here lately.
+func (e *recentEnds) has(sid string) bool {
+	_, ok := e.owners[sid]
+	return ok
+}
+
+// knownTo reports whether sid ended here lately and p may know it, as a
+// says.
+func (e *recentEnds) knownTo(p Principal, sid string, a access) bool {
+	owner, ok := e.owners[sid]
 	return ok && authorize(p, owner, a)
 }
 
