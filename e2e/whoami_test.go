@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,5 +115,41 @@ func TestWhoAmIOneToken(t *testing.T) {
 	}
 	if !strings.Contains(mustEval[string](tb, `document.querySelector('[data-testid="logout"]')?.textContent ?? ''`), "Log out") {
 		t.Errorf("no Log out button with one token")
+	}
+}
+
+// With a separate admin token the dashboard shows no admin link until
+// this browser logged in to /admin with it; then it does (the admin
+// cookie is on the admin path, which the dashboard's requests never
+// carry: a new user's trial found the link missing for good), and Log
+// out takes it away again.
+func TestAdminLinkSeparateAdminToken(t *testing.T) {
+	adminToken := "e2e-admin-" + strings.Repeat("a", 24)
+	file := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(file, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDashgate(t, "--admin-token-file", file)
+	d.secrets = append(d.secrets, adminToken)
+	b := newBrowser(t)
+	tb := b.newTab(t, "dashboard")
+	openDashboard(t, d, tb)
+	adminLink := exists(byTestID("admin-link"))
+	if mustEval[bool](tb, adminLink) {
+		t.Fatal("an admin link before the admin login")
+	}
+	tb.Do("log in to the admin page", chromedp.Navigate(d.URL("/admin/?token="+adminToken)))
+	tb.mustWaitJS(15*time.Second, "the admin page", exists(`[data-testid="admin-body"]`), dashboardState)
+	tb.Do("back to the dashboard", chromedp.Navigate(d.URL("/")))
+	waitDashboard(t, tb)
+	if !mustEval[bool](tb, adminLink) {
+		t.Fatal("no admin link on the dashboard after the admin login")
+	}
+	tb.Do("log out", chromedp.Click(chromedp.CSS(byTestID("logout"))))
+	tb.mustWaitJS(15*time.Second, "the login page after Log out", exists(byTestID("login-token")), dashboardState)
+	tb.Do("log in to the dashboard again", chromedp.Navigate(d.LoginURL("/")))
+	waitDashboard(t, tb)
+	if mustEval[bool](tb, adminLink) {
+		t.Error("an admin link after Log out and a new dashboard login")
 	}
 }

@@ -277,7 +277,7 @@ func (h *Chat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer h.OnConn(-1)
 	}
 	c.send(EncodeEvent(sessions.Event{Type: "gateway.ready", Payload: map[string]any{"version": h.Version, "node": h.Node,
-		"attachments": attachLimits(h.Attach)}}))
+		"attachments": attachLimits(h.Attach), "max_prompt_bytes": MaxPrompt, "max_command_bytes": MaxCommand}}))
 	unwatch := func() {}
 	if w, ok := h.Registry.(SessionWatcher); ok {
 		unwatch = w.Watch(c)

@@ -346,3 +346,32 @@ func TestSessionDetach(t *testing.T) {
 	cc.call("session.resume", map[string]any{"session_id": left})
 	cc.call("slash.exec", map[string]any{"session_id": left, "command": "/echo c"})
 }
+
+// TestGatewayReadyLineLimits: gateway.ready says the longest prompt and
+// command the gateway takes, and they are the ones it enforces: one byte
+// more answers -32602, exactly that many is taken. The page refuses a
+// longer line before it sends it (e2e TestLongLineRefusedBeforeSending).
+func TestGatewayReadyLineLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cc := e.chat()
+	ready, _ := cc.WaitEvent(t.Context(), "gateway.ready", "")
+	p, _ := ready["payload"].(map[string]any)
+	maxPrompt, _ := p["max_prompt_bytes"].(float64)
+	maxCommand, _ := p["max_command_bytes"].(float64)
+	if maxPrompt <= 0 || maxCommand <= 0 {
+		t.Fatalf("gateway.ready %v: want max_prompt_bytes and max_command_bytes", p)
+	}
+	sid := cc.create()
+	over := map[string]any{"session_id": sid, "text": strings.Repeat("é", int(maxPrompt)/2) + "x"}
+	if m := cc.callRaw("prompt.submit", over); errCode(m) != -32602 {
+		t.Errorf("a prompt of max_prompt_bytes+1 bytes: %v, want -32602", m)
+	}
+	cmd := "/echo " + strings.Repeat("y", int(maxCommand)-len("/echo "))
+	if out := cc.call("slash.exec", map[string]any{"session_id": sid, "command": cmd}); out["output"] != cmd[len("/echo "):] {
+		t.Errorf("a command of max_command_bytes bytes: %v", out)
+	}
+	if m := cc.callRaw("slash.exec", map[string]any{"session_id": sid, "command": cmd + "y"}); errCode(m) != -32602 {
+		t.Errorf("a command of max_command_bytes+1 bytes: %v, want -32602", m)
+	}
+}

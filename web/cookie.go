@@ -13,27 +13,33 @@ import (
 // The login cookies (PROTOCOL.md §1). Each instance names its own, so two
 // instances on one host (different ports, one cookie jar) keep both
 // logins: LoginCookiePrefix+Instance on the base path, AdminCookiePrefix+
-// Instance on <base>admin for a login with a separate admin token.
+// Instance on <base>admin for a login with a separate admin token. That
+// login also sets AdminLinkCookiePrefix+Instance on the base path, signed
+// as the admin cookie is: it grants nothing, and tells the dashboard, whose
+// requests never carry the admin cookie, to show its admin link.
 //
 // Deprecated: TokenCookie and AdminTokenCookie holding the raw dashboard
 // (admin) token are still accepted in token mode (no --users-file, no
 // --user-header), for scripts that send them; dashgate no longer sets them.
 const (
-	LoginCookiePrefix = "dashgate_login_"
-	AdminCookiePrefix = "dashgate_admin_"
-	TokenCookie       = "dashgate_token"
-	AdminTokenCookie  = "dashgate_admin_token"
-	NodeCookie        = "dashgate_node"
+	LoginCookiePrefix     = "dashgate_login_"
+	AdminCookiePrefix     = "dashgate_admin_"
+	AdminLinkCookiePrefix = "dashgate_adminlink_"
+	TokenCookie           = "dashgate_token"
+	AdminTokenCookie      = "dashgate_admin_token"
+	NodeCookie            = "dashgate_node"
 )
 
 // CookieMaxAge is how long a login cookie is accepted after it was issued.
 const CookieMaxAge = 30 * 24 * time.Hour
 
 // The kinds of login cookie: the dashboard's (a user, or in token mode the
-// anonymous user) and the admin token's.
+// anonymous user) and the admin token's; and the admin link's, which
+// proves nothing but that the admin token's login was made.
 const (
 	kindDashboard = "dashboard"
 	kindAdmin     = "admin"
+	kindAdminLink = "admin-link"
 )
 
 const cookieVersion = "v1"

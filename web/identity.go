@@ -328,18 +328,40 @@ func (s *Server) auth(admin bool) func(http.Handler) http.Handler {
 	}
 }
 
-// setLogin sets the login cookie g earns and logs the login.
+// setLogin sets the login cookie g earns and logs the login. The admin
+// token's login also sets the admin link's cookie on the base path (the
+// dashboard's requests never carry the admin cookie): see hasAdminLink.
 func (s *Server) setLogin(w http.ResponseWriter, r *http.Request, g grant) {
 	name, cpath := s.loginCookie, s.base(r)
 	if g.kind == kindAdmin {
 		name, cpath = s.adminCookie, s.base(r)+"admin"
 	}
-	http.SetCookie(w, &http.Cookie{
-		Name: name, Value: signCookie(s.key, s.instance, g.kind, g.p.User, time.Now(), g.stamp),
-		Path: cpath, MaxAge: int(CookieMaxAge / time.Second), HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
-	})
+	now := time.Now()
+	set := func(name, kind, path string) {
+		http.SetCookie(w, &http.Cookie{
+			Name: name, Value: signCookie(s.key, s.instance, kind, g.p.User, now, g.stamp),
+			Path: path, MaxAge: int(CookieMaxAge / time.Second), HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https",
+		})
+	}
+	set(name, g.kind, cpath)
+	if g.kind == kindAdmin {
+		set(s.linkCookie, kindAdminLink, s.base(r))
+	}
 	s.audit(r, auditUser(g.p), g.mode)
+}
+
+// hasAdminLink reports whether r carries a valid admin link cookie: this
+// browser made the admin token's login, which has not expired and whose
+// token was not rotated since. It grants nothing; the dashboard shows its
+// admin link.
+func (s *Server) hasAdminLink(r *http.Request) bool {
+	c, err := r.Cookie(s.linkCookie)
+	if err != nil {
+		return false
+	}
+	u, iss, mac, ok := parseCookie(c.Value)
+	return ok && u == "" && verifyCookie(s.key, s.instance, kindAdminLink, "", iss, mac, s.adminStamp, time.Now())
 }
 
 // logout ends this browser's login cookies (POST {base}logout): the
@@ -352,10 +374,12 @@ func (s *Server) setLogin(w http.ResponseWriter, r *http.Request, g grant) {
 // its user's token is rotated (docs/users.md).
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	base := s.base(r)
+	// The admin cookie is on the admin path, which this request's is not:
+	// it never carries it, and it is ended whether it was set or not.
 	for _, c := range []struct{ name, path string }{
-		{s.loginCookie, base}, {s.adminCookie, base + "admin"}, {TokenCookie, base}, {AdminTokenCookie, base + "admin"},
+		{s.loginCookie, base}, {s.adminCookie, base + "admin"}, {s.linkCookie, base}, {TokenCookie, base}, {AdminTokenCookie, base + "admin"},
 	} {
-		if _, err := r.Cookie(c.name); err == nil {
+		if _, err := r.Cookie(c.name); err == nil || c.name == s.adminCookie {
 			http.SetCookie(w, &http.Cookie{Name: c.name, Value: "", Path: c.path, MaxAge: -1, HttpOnly: true,
 				SameSite: http.SameSiteStrictMode, Secure: s.scheme(r) == "https"})
 		}
@@ -515,6 +539,7 @@ type identityState struct {
 	instance    string
 	loginCookie string
 	adminCookie string
+	linkCookie  string // the admin link's (AdminLinkCookiePrefix)
 	tokenStamp  string // the dashboard token's digest: a token-mode cookie is signed over it
 	adminStamp  string
 	admins      map[string]struct{}
@@ -553,6 +578,7 @@ func (s *Server) initIdentity() error {
 	}
 	s.key, s.instance = cfg.CookieKey, cfg.Instance
 	s.loginCookie, s.adminCookie = LoginCookiePrefix+cfg.Instance, AdminCookiePrefix+cfg.Instance
+	s.linkCookie = AdminLinkCookiePrefix + cfg.Instance
 	s.tokenStamp, s.adminStamp = tokenDigest(cfg.Token), tokenDigest(cfg.AdminToken)
 	s.admins = map[string]struct{}{}
 	for _, u := range cfg.AdminUsers {

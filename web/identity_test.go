@@ -10,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -358,6 +359,70 @@ func TestAdminTokenCookie(t *testing.T) {
 	recs := logs.Records("login")
 	if len(recs) != 1 || recs[0].Str("user") != "admin-token" || recs[0].Str("target") != "token" {
 		t.Fatalf("login records %v", recs)
+	}
+}
+
+// TestAdminLinkAfterAdminLogin: with a separate admin token, a browser
+// that logged in to /admin finds the admin link on its dashboard. The
+// admin cookie is on the admin path, so the dashboard's requests never
+// carry it: the admin link's cookie, on the base path, tells the page,
+// and grants nothing. Log out ends both (a new user's trial found no link
+// at all).
+func TestAdminLinkAfterAdminLogin(t *testing.T) {
+	t.Parallel()
+	key := []byte(strings.Repeat("k", 32))
+	srv, _ := identServer(t, web.Config{Instance: "l", CookieKey: key})
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	adminLink := func(c *http.Client, base string, cookies ...*http.Cookie) bool {
+		t.Helper()
+		code, body := ask(t, c, base, "/", map[string]string{"Accept": "text/html"}, cookies...)
+		if code != http.StatusOK || !strings.Contains(body, `data-testid="chat-input"`) {
+			t.Fatalf("GET / with the dashboard's login: %d, not the dashboard", code)
+		}
+		return strings.Contains(body, `data-testid="admin-link"`)
+	}
+	login(t, c, srv.URL, "/", "secret-token")
+	if adminLink(c, srv.URL) {
+		t.Fatal("an admin link before the admin login")
+	}
+	cs := login(t, c, srv.URL, "/admin/", "admin-token")
+	link := cookieNamed(cs, web.AdminLinkCookiePrefix)
+	if link == nil || link.Name != "dashgate_adminlink_l" || link.Path != "/" || !link.HttpOnly || link.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookies of the admin login %+v: want dashgate_adminlink_l on / (HttpOnly, Strict)", cs)
+	}
+	if !adminLink(c, srv.URL) {
+		t.Fatal("no admin link on the dashboard after the admin login")
+	}
+	// It grants nothing: not the admin routes, not the dashboard's.
+	if code, _ := ask(t, nil, srv.URL, "/metrics", nil, link); code != http.StatusUnauthorized {
+		t.Fatalf("the admin link's cookie alone on an admin route: %d, want 401", code)
+	}
+	if code, _ := ask(t, nil, srv.URL, "/ws/chat", nil, link); code != http.StatusUnauthorized {
+		t.Fatalf("the admin link's cookie alone on the dashboard: %d, want 401", code)
+	}
+	// Once the admin token is another (rotated), it no longer says so.
+	rotated, _ := identServer(t, web.Config{Instance: "l", CookieKey: key, AdminToken: "rotated-admin"})
+	dash := cookieNamed(login(t, nil, rotated.URL, "/", "secret-token"), web.LoginCookiePrefix)
+	if adminLink(nil, rotated.URL, dash, link) {
+		t.Fatal("an admin link from the cookie of a rotated admin token")
+	}
+
+	req, _ := http.NewRequest("POST", srv.URL+"/logout", nil)
+	req.Header.Set("Origin", srv.URL)
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	u, _ := url.Parse(srv.URL)
+	for _, path := range []string{"/", "/admin/"} {
+		u.Path = path
+		for _, ck := range jar.Cookies(u) {
+			if strings.HasPrefix(ck.Name, web.AdminCookiePrefix) || strings.HasPrefix(ck.Name, web.AdminLinkCookiePrefix) {
+				t.Errorf("after Log out the browser still holds %s for %s", ck.Name, path)
+			}
+		}
 	}
 }
 

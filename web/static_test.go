@@ -61,8 +61,8 @@ func TestVersionedAssets(t *testing.T) {
 				min        int // at least that many asset links
 			}{
 				{"dashboard", "", true, 200, 7},
-				{"login page", "", false, 401, 1},
-				{"not found page", "nowhere", true, 404, 1},
+				{"login page", "", false, 401, 2}, // its stylesheet and icon (a new user's console showed /favicon.ico 404)
+				{"not found page", "nowhere", true, 404, 2},
 			}
 			for _, p := range pages {
 				resp, html := fetch(t, srv.URL, base+p.path, p.auth, "text/html")
@@ -84,8 +84,8 @@ func TestVersionedAssets(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s links %q: %v", p.name, ref, err)
 					}
-					// The login and "not found" pages' stylesheet answers
-					// without a token, as their visitors have none.
+					// The login and "not found" pages' stylesheet and icon
+					// answer without a token, as their visitors have none.
 					resp, body := fetch(t, srv.URL, ref, p.auth, "")
 					if resp.StatusCode != 200 || !bytes.Equal(body, want) {
 						t.Errorf("%s: GET %s: %s, %d bytes, want 200 and the %d bytes of %s", p.name, ref, resp.Status, len(body), len(want), name)
@@ -116,6 +116,7 @@ func TestVersionedAssets(t *testing.T) {
 				{"unversioned script", base + "static/js/app.js", true, 200, "no-cache"},
 				{"unversioned vendor file", base + "static/vendor/xterm/xterm.js", true, 200, "no-cache"},
 				{"unversioned page.css, without a token", base + "static/css/page.css", false, 200, ""},
+				{"unversioned icon, without a token", base + "static/css/icon.svg", false, 200, ""},
 				{"unversioned directory", base + "static/js/", true, 404, ""},
 			} {
 				t.Run(tc.name, func(t *testing.T) {

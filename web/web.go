@@ -214,16 +214,18 @@ func New(cfg Config, h Handlers) (*Server, error) {
 
 	app := chi.NewRouter()
 	app.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
-	// The stylesheet of the login and "not found" pages, which a browser
-	// without a token loads: nothing secret in it.
-	pageCSS := func(w http.ResponseWriter, r *http.Request) {
-		http.ServeFileFS(w, r, static.FS, "css/page.css")
+	// The stylesheet and the icon of the login and "not found" pages,
+	// which a browser without a token loads: nothing secret in them.
+	for _, asset := range []string{"css/page.css", "css/icon.svg"} {
+		serve := func(w http.ResponseWriter, r *http.Request) {
+			http.ServeFileFS(w, r, static.FS, asset)
+		}
+		app.Get("/static/"+asset, serve)
+		app.Method(http.MethodGet, "/static/v/{version}/"+asset, thisVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", cacheForGood)
+			serve(w, r)
+		})))
 	}
-	app.Get("/static/css/page.css", pageCSS)
-	app.Method(http.MethodGet, "/static/v/{version}/css/page.css", thisVersion(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", cacheForGood)
-		pageCSS(w, r)
-	})))
 	app.NotFound(s.notFound)
 	// Log out: this browser's login cookies end (the dashboard's and the
 	// admin's), then the login page. Same-origin only (a page elsewhere
@@ -409,7 +411,7 @@ func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
 	v.Recorded = s.cfg.RecordTerminals
 	if !v.AdminLink {
 		ap, ok := s.fromCookies(r, true)
-		v.AdminLink = ok && ap.Admin
+		v.AdminLink = ok && ap.Admin || s.hasAdminLink(r)
 	}
 	templates.Dashboard(v).Render(r.Context(), w)
 }

@@ -14,7 +14,7 @@
 // window.dashgate exposes hooks for browser tests, see the end of this file.
 
 import { ChatLog, errorSentence, setAttachmentHref, stderrTail } from './chat.js';
-import { AttachmentTray, attachmentURL } from './attachments.js';
+import { AttachmentTray, attachmentURL, formatBytes } from './attachments.js';
 import { followLog, initLayout } from './layout.js';
 import { Notifier } from './notify.js';
 import { wsURL } from './net.js';
@@ -562,6 +562,7 @@ function onReady(payload) {
 	restarting = false;
 	showNode(payload?.node);
 	tray.setLimits(payload?.attachments);
+	lineLimits = { prompt: payload?.max_prompt_bytes, command: payload?.max_command_bytes };
 	loadModels();
 	agentsLoaded = loadAgents();
 	settings.load();
@@ -1026,6 +1027,25 @@ function saveDraft() {
 	else localStorage.removeItem(DRAFT_PREFIX + current);
 }
 
+// The longest prompt and command the server takes, in UTF-8 bytes
+// (gateway.ready's max_prompt_bytes, max_command_bytes); unknown before it.
+let lineLimits = {};
+let lineRefused = false; // the tray's error says lineOver's refusal
+
+/**
+ * Says why line is too long to send, before it is sent ("" when it fits):
+ * the server would refuse it (-32602) once the page had shown it as sent.
+ * The line stays in the box.
+ */
+function lineOver(line) {
+	const slash = line.trim().startsWith('/');
+	const max = slash ? lineLimits.command : lineLimits.prompt;
+	if (!max) return '';
+	const n = new TextEncoder().encode(slash ? line.trim() : line).length;
+	if (n <= max) return '';
+	return `${slash ? 'A command' : 'A message'} may be at most ${formatBytes(max)}: this one is ${formatBytes(n)}.`;
+}
+
 function autosize() {
 	const el = els.input;
 	el.style.height = 'auto';
@@ -1040,6 +1060,10 @@ els.form.addEventListener('submit', (ev) => {
 		if (tray.files().length > 0) tray.error('Type a message to send with the files.');
 		return;
 	}
+	const tooLong = lineOver(line);
+	if (tooLong || lineRefused) tray.error(tooLong); // said, or taken back once it fits
+	lineRefused = tooLong !== '';
+	if (tooLong) return;
 	const over = line.trim().startsWith('/') ? '' : tray.check();
 	if (over) {
 		tray.error(over); // said before sending, in the server's words (error 4013)
