@@ -374,8 +374,9 @@ func (s *Server) hasAdminLink(r *http.Request) bool {
 // its user's token is rotated (docs/users.md).
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	base := s.base(r)
-	// The admin cookie is on the admin path, which this request's is not:
-	// it never carries it, and it is ended whether it was set or not.
+	// The admin cookie is on the admin path, and /logout is not under it:
+	// the request never carries it, so it is ended whether it was set or
+	// not.
 	for _, c := range []struct{ name, path string }{
 		{s.loginCookie, base}, {s.adminCookie, base + "admin"}, {s.linkCookie, base}, {TokenCookie, base}, {AdminTokenCookie, base + "admin"},
 	} {
