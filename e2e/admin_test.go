@@ -81,8 +81,18 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 		adminLoaded+" && "+exists(sessionRow(one))+" && "+exists(sessionRow(two))+" && "+exists(workerRow(w1.PID))+" && "+exists(workerRow(w2.PID)),
 		adminState)
 
-	// Reap session one.
-	confirmReap(t, admin, "reap session one", sessionRow(one)+` [data-testid="reap-session"]`)
+	// Reap session one. The question names it as its row does (made in the
+	// page from the row: the button carries none).
+	title := mustEval[string](admin, fmt.Sprintf(`(c => c && !c.classList.contains('none') ? c.textContent : '')(document.querySelector(%s))`,
+		js(sessionRow(one)+` [data-testid="session-title"]`)))
+	name := one
+	if title != "" {
+		name = fmt.Sprintf("%q (%s)", title, one)
+	}
+	if q, want := confirmReap(t, admin, "reap session one", sessionRow(one)+` [data-testid="reap-session"]`),
+		"Reap session "+name+"? Its worker and terminal end; the conversation is kept."; q != want {
+		t.Errorf("the question reads %q, want %q", q, want)
+	}
 	admin.mustWaitJS(3*time.Second, "session one's row gone",
 		adminLoaded+" && !"+exists(sessionRow(one))+" && "+exists(sessionRow(two)), adminState)
 	if !gone(w1.PID, w1Start, time.Second+workerGrace) {
@@ -104,7 +114,10 @@ func TestAdminReapsSessionAndWorker(t *testing.T) {
 
 	// Reap session two's worker: the session stays.
 	admin.mustWaitJS(5*time.Second, "worker two listed", adminLoaded+" && "+exists(workerRow(w2.PID)), adminState)
-	confirmReap(t, admin, "reap worker two", workerRow(w2.PID)+` [data-testid="reap-worker"]`)
+	if q, want := confirmReap(t, admin, "reap worker two", workerRow(w2.PID)+` [data-testid="reap-worker"]`),
+		fmt.Sprintf("Reap worker %d? Its whole process tree ends; its session stays.", w2.PID); q != want {
+		t.Errorf("the question reads %q, want %q", q, want)
+	}
 	admin.mustWaitJS(3*time.Second, "worker two's row gone, session two's row kept",
 		adminLoaded+" && !"+exists(workerRow(w2.PID))+" && "+exists(sessionRow(two)), adminState)
 	if !gone(w2.PID, w2Start, time.Second+workerGrace) {

@@ -255,7 +255,10 @@ func TestTerminalEndedByAdministratorKeepsScrollback(t *testing.T) {
 	admin := b.newTab(t, "admin")
 	admin.Do("open the admin page", chromedp.Navigate(d.LoginURL("/admin")))
 	admin.mustWaitJS(10*time.Second, "the terminal listed", adminLoaded+" && "+exists(workerRow(pty.PID)), adminState)
-	confirmReap(t, admin, "reap the terminal", workerRow(pty.PID)+` [data-testid="reap-worker"]`)
+	if q, want := confirmReap(t, admin, "reap the terminal", workerRow(pty.PID)+` [data-testid="reap-worker"]`),
+		fmt.Sprintf("Reap terminal %d? Its whole process tree ends; its session stays.", pty.PID); q != want {
+		t.Errorf("the question reads %q, want %q", q, want)
+	}
 	admin.mustWaitJS(10*time.Second, "the result names the logged reason",
 		`document.querySelector('[data-testid="admin-result"]')?.textContent.includes('reason=admin_reap')`, adminState)
 

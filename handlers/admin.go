@@ -596,6 +596,7 @@ func (h *Admin) apiUnowned(w http.ResponseWriter, r *http.Request) {
 // of its own sessions only (adminInfo).
 func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f UserFilter) templates.AdminView {
 	now := time.Now()
+	rel := newRelTimes(now)
 	var outage string
 	if h.Outage != nil {
 		if failing, since, waiting := h.Outage(); failing {
@@ -674,8 +675,8 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		s, hidden := h.adminInfo(by, s)
 		return templates.SessionRow{
 			ID: s.ID, Owner: s.Owner, Title: s.Title, TitleHidden: hidden, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
-			Created: humanAgo(now, s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
-			LastActive: humanAgo(now, s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
+			Created: rel.ago(s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
+			LastActive: rel.ago(s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID, Node: node,
 		}
 	}
@@ -708,7 +709,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 				}
 				remoteWorkers = append(remoteWorkers, templates.WorkerRow{
 					PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, User: w.User, Node: n.ID, Remote: true,
-					Age: humanAge(now, w.StartedAt), AgeExact: w.StartedAt.UTC().Format(time.RFC3339Nano),
+					Age: rel.age(w.StartedAt), AgeExact: w.StartedAt.UTC().Format(time.RFC3339Nano),
 				})
 			}
 		}
@@ -736,7 +737,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		owner, listed := owners[p.SessionID]
 		v.Workers = append(v.Workers, templates.WorkerRow{
 			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, User: owner, UserGone: !listed, State: p.State,
-			Age: humanAge(now, p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
+			Age: rel.age(p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
 			RSS: humanize.IBytes(p.RSSBytes), RSSExact: strconv.FormatUint(p.RSSBytes, 10) + " bytes",
 			CPU: strconv.FormatFloat(p.CPUPercent, 'f', 1, 64) + "%", FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
 			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p), Node: thisNode,
@@ -757,7 +758,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		for _, n := range nodes {
 			v.Nodes = append(v.Nodes, templates.NodeRow{
 				ID: n.ID, Addr: n.Addr, Live: n.Live,
-				LastSeen: humanAgo(now, n.LastSeen), LastSeenExact: n.LastSeen.UTC().Format(time.RFC3339Nano),
+				LastSeen: rel.ago(n.LastSeen), LastSeenExact: n.LastSeen.UTC().Format(time.RFC3339Nano),
 				Sessions: n.Load.Sessions, Workers: n.Load.Workers,
 			})
 		}
@@ -1012,3 +1013,45 @@ func humanAgo(now, t time.Time) string { return humanize.RelTime(t, now, "ago", 
 
 // humanAge is how long ago start was, without "ago": "now", "2 hours".
 func humanAge(now, start time.Time) string { return humanize.RelTime(start, now, "", "") }
+
+// relTimes is humanAgo and humanAge seen from one now, each text made
+// once. humanize's text depends only on the whole seconds between the
+// two times and on which is later (its magnitudes are whole seconds),
+// and a page of 300 sessions asks for the same few dozen texts hundreds
+// of times: made each time, they were a tenth of the page's work. One
+// page's; not safe for concurrent use.
+type relTimes struct {
+	now  time.Time
+	memo map[relKey]string
+}
+
+// relKey is one text of relTimes: the whole seconds from the time to
+// now (negative for a time after now; under a second either side is
+// "now"), and which of the two functions.
+type relKey struct {
+	secs int64
+	age  bool
+}
+
+func newRelTimes(now time.Time) *relTimes {
+	return &relTimes{now: now, memo: map[relKey]string{}}
+}
+
+// ago is humanAgo(now, t).
+func (r *relTimes) ago(t time.Time) string { return r.text(t, false) }
+
+// age is humanAge(now, start).
+func (r *relTimes) age(start time.Time) string { return r.text(start, true) }
+
+func (r *relTimes) text(t time.Time, age bool) string {
+	k := relKey{secs: int64(r.now.Sub(t) / time.Second), age: age} // truncated toward zero, as humanize's
+	if s, ok := r.memo[k]; ok {
+		return s
+	}
+	s := humanAgo(r.now, t)
+	if age {
+		s = humanAge(r.now, t)
+	}
+	r.memo[k] = s
+	return s
+}

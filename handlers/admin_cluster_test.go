@@ -204,7 +204,7 @@ func TestAdminClusterLists(t *testing.T) {
 	for _, w := range []string{
 		`data-session-id="s-on-a" data-state="attached" data-user="alice" data-node="a"><td class="mono">s-on-a</td><td class="mono" data-testid="session-node">a</td>`,
 		`action="/admin/sessions/s-on-a/reap?node=a"`,
-		`<tr data-testid="worker-row" data-pid="4242" data-session-id="s-on-a" data-node="a"><td class="mono">4242</td><td class="mono" data-testid="worker-node">a</td>`,
+		`<tr data-testid="worker-row" data-pid="4242" data-session-id="s-on-a" data-kind="chat" data-node="a"><td class="mono">4242</td><td class="mono" data-testid="worker-node">a</td>`,
 		`action="/admin/workers/4242/reap?node=a"`,
 		// the worker's user, from a's heartbeat
 		`<td class="mono">s-on-a</td><td data-testid="worker-user">alice</td>`,

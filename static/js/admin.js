@@ -5,8 +5,10 @@
 // filtered) and the old one is updated in place to match it (morph.js: a
 // button holding the focus stays put); the window's scroll position is kept.
 //
-// Reaps: a reap button (each carries data-confirm, the question) asks first
-// in a <dialog data-testid="confirm-dialog"> (confirm-yes / confirm-no),
+// Reaps: a reap button asks first, in a <dialog data-testid="confirm-dialog">
+// (confirm-yes / confirm-no), the question it carries in data-confirm or,
+// for a session's or a worker's row (data-reap="session" | "worker": six
+// hundred questions were a tenth of a loaded page), one made from its row,
 // then posts with Accept: application/json and says what happened in
 // data-testid="admin-result" (data-state ok|error), with the reason the log
 // records. Without JavaScript the forms post as they are (303 back).
@@ -111,10 +113,28 @@ function describe(form, status, body) {
 	return ['ok', `Reaped process ${m ? m[1] : ''} (an unowned process, killed with its process group).`];
 }
 
+/** The question a reap button asks: its data-confirm, or one made from its row (data-reap); '' for none. */
+function questionOf(button) {
+	if (button.dataset.confirm) return button.dataset.confirm;
+	const row = button.closest('tr');
+	if (!row) return '';
+	if (button.dataset.reap === 'session') {
+		const id = row.dataset.sessionId;
+		const cell = row.querySelector('[data-testid="session-title"]');
+		const title = cell && !cell.classList.contains('none') ? cell.textContent : ''; // .none: hidden from this admin
+		return `Reap session ${title ? `${JSON.stringify(title)} (${id})` : id}? Its worker and terminal end; the conversation is kept.`;
+	}
+	if (button.dataset.reap === 'worker') {
+		const what = row.dataset.kind === 'pty' ? 'terminal' : 'worker';
+		return `Reap ${what} ${row.dataset.pid}? Its whole process tree ends; its session stays.`;
+	}
+	return '';
+}
+
 document.addEventListener('submit', async (ev) => {
 	const form = ev.target;
-	const button = ev.submitter ?? form.querySelector('button[data-confirm]');
-	const text = button?.dataset.confirm;
+	const button = ev.submitter ?? form.querySelector('button[data-confirm], button[data-reap]');
+	const text = button ? questionOf(button) : '';
 	if (!text) return;
 	ev.preventDefault();
 	if (!(await confirmAction(text))) {

@@ -1,0 +1,37 @@
+package handlers
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRelTimesAsHumanize: the admin page's memo of relative times gives,
+// for every time asked, the text humanAgo or humanAge gives, whatever was
+// asked before it: fractions of a second either side of a whole one,
+// times after now, and the same offset asked of both functions.
+func TestRelTimesAsHumanize(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 500_000_000, time.UTC)
+	var offsets []time.Duration
+	for _, whole := range []time.Duration{0, time.Second, 2 * time.Second, 59 * time.Second, time.Minute, 2 * time.Minute,
+		time.Hour, 36 * time.Hour, 8 * 24 * time.Hour, 400 * 24 * time.Hour} {
+		for _, frac := range []time.Duration{0, 1, 400 * time.Millisecond, 999_999_999} {
+			offsets = append(offsets, whole+frac, -(whole + frac))
+			if whole > 0 {
+				offsets = append(offsets, whole-1, -(whole - 1))
+			}
+		}
+	}
+	rel := newRelTimes(now)
+	for _, d := range offsets {
+		at := now.Add(-d)
+		if got, want := rel.ago(at), humanAgo(now, at); got != want {
+			t.Errorf("ago of %v before now: %q, humanAgo says %q", d, got, want)
+		}
+		if got, want := rel.age(at), humanAge(now, at); got != want {
+			t.Errorf("age of %v before now: %q, humanAge says %q", d, got, want)
+		}
+	}
+	if len(rel.memo) >= 2*len(offsets) {
+		t.Errorf("%d texts made for %d asked: nothing was reused", len(rel.memo), 2*len(offsets))
+	}
+}
