@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -117,8 +116,11 @@ type Admin struct {
 	// terminal recordings under /admin/recordings, and the page lists them.
 	Recordings *Recordings
 
-	samples  sampleRing   // the plots' samples (samples.go), filled by Sample
-	lastPage atomic.Int64 // bytes of the last page rendered: the next one's buffer
+	samples  sampleRing // the plots' samples (samples.go), filled by Sample
+	pages    sync.Pool  // *bytes.Buffer: the pages' buffers, reused (page)
+	rows     templates.RowCache
+	sizes    textMemo[uint64] // humanize.IBytes of the workers' RSS
+	instants textMemo[int64]  // RFC 3339 of the rows' times, by Unix nanoseconds
 }
 
 // Routes mounts the admin endpoints on r (relative to /admin).
@@ -623,6 +625,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 	reads.Wait()
 
 	v := templates.AdminView{
+		Rows:        &h.rows,
 		StoreOutage: outage,
 		BasePath:    base, Version: h.Version, GeneratedAt: now.UTC().Format(time.RFC3339Nano),
 		SelfRSS: humanize.IBytes(self.RSSBytes), SelfRSSExact: fmt.Sprintf("%d bytes", self.RSSBytes),
@@ -675,8 +678,8 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		s, hidden := h.adminInfo(by, s)
 		return templates.SessionRow{
 			ID: s.ID, Owner: s.Owner, Title: s.Title, TitleHidden: hidden, State: string(s.State), Tabs: s.Pages, Sockets: s.Viewers,
-			Created: rel.ago(s.CreatedAt), CreatedExact: s.CreatedAt.UTC().Format(time.RFC3339Nano),
-			LastActive: rel.ago(s.LastActive), ActiveExact: s.LastActive.UTC().Format(time.RFC3339Nano),
+			Created: rel.ago(s.CreatedAt), CreatedExact: h.exact(s.CreatedAt),
+			LastActive: rel.ago(s.LastActive), ActiveExact: h.exact(s.LastActive),
 			Running: s.Running, WorkerPID: s.WorkerPID, PTYPID: s.PTYPID, Node: node,
 		}
 	}
@@ -709,7 +712,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 				}
 				remoteWorkers = append(remoteWorkers, templates.WorkerRow{
 					PID: w.PID, Kind: w.Kind, SessionID: w.SessionID, User: w.User, Node: n.ID, Remote: true,
-					Age: rel.age(w.StartedAt), AgeExact: w.StartedAt.UTC().Format(time.RFC3339Nano),
+					Age: rel.age(w.StartedAt), AgeExact: h.exact(w.StartedAt),
 				})
 			}
 		}
@@ -737,9 +740,9 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		owner, listed := owners[p.SessionID]
 		v.Workers = append(v.Workers, templates.WorkerRow{
 			PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, User: owner, UserGone: !listed, State: p.State,
-			Age: rel.age(p.StartedAt), AgeExact: p.StartedAt.UTC().Format(time.RFC3339Nano),
-			RSS: humanize.IBytes(p.RSSBytes), RSSExact: strconv.FormatUint(p.RSSBytes, 10) + " bytes",
-			CPU: strconv.FormatFloat(p.CPUPercent, 'f', 1, 64) + "%", FDs: p.NumFDs, Threads: p.NumThreads, Descendants: p.Descendants,
+			Age: rel.age(p.StartedAt), AgeExact: h.exact(p.StartedAt),
+			RSS: h.sizes.text(p.RSSBytes, humanize.IBytes), RSSExact: strconv.FormatUint(p.RSSBytes, 10) + " bytes",
+			CPU: strconv.FormatFloat(p.CPUPercent, 'f', 1, 64) + "%", FDs: p.NumFDs, Threads: p.NumThreads, Descendants: pidList(p.Descendants),
 			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p), Node: thisNode,
 		})
 	}
@@ -818,19 +821,23 @@ func (h *Admin) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// Rendered whole, then written at once: written as rendered, a page of
 	// 300 sessions was a hundred 4 KiB writes, each a wait for a CPU on a
-	// loaded machine. The buffer starts at the last page's size: grown
-	// from nothing, a page of half a megabyte was allocated, zeroed and
-	// copied six times over.
-	var page bytes.Buffer
-	page.Grow(int(h.lastPage.Load()) * 9 / 8)
-	if r.URL.Query().Get("fragment") == "1" {
-		templates.AdminBody(v).Render(r.Context(), &page)
-	} else {
-		templates.Admin(v).Render(r.Context(), &page)
+	// loaded machine. The buffer is an earlier page's: grown from nothing,
+	// a page of half a megabyte was allocated, zeroed and copied six times
+	// over, and allocated and zeroed at its size, once a page, a tenth of
+	// its work.
+	page, _ := h.pages.Get().(*bytes.Buffer)
+	if page == nil {
+		page = new(bytes.Buffer)
 	}
-	h.lastPage.Store(int64(page.Len()))
+	defer h.pages.Put(page)
+	page.Reset()
+	if r.URL.Query().Get("fragment") == "1" {
+		templates.AdminBody(v).Render(r.Context(), page)
+	} else {
+		templates.Admin(v).Render(r.Context(), page)
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(page.Len()))
-	w.Write(page.Bytes())
+	w.Write(page.Bytes()) // written before the buffer goes back
 }
 
 // done answers an action: 303 to /admin for a form, JSON when asked for.
@@ -1008,11 +1015,59 @@ func (h *Admin) reapUser(w http.ResponseWriter, r *http.Request) {
 	h.done(w, r, http.StatusOK, map[string]any{"reaped": true, "count": n, "end_reason": sessions.EndAdminReap})
 }
 
+// pidList is the workers table's descendants cell: "[812 813]", "–" for
+// none.
+func pidList(pids []int) string {
+	if len(pids) == 0 {
+		return "–"
+	}
+	return fmt.Sprint(pids)
+}
+
 // humanAgo is when t was, seen from now: "now", "3 minutes ago".
 func humanAgo(now, t time.Time) string { return humanize.RelTime(t, now, "ago", "from now") }
 
 // humanAge is how long ago start was, without "ago": "now", "2 hours".
 func humanAge(now, start time.Time) string { return humanize.RelTime(start, now, "", "") }
+
+// exact is t as the page's titles write it: RFC 3339 UTC with its
+// nanoseconds.
+func (h *Admin) exact(t time.Time) string {
+	return h.instants.text(t.UnixNano(), func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) })
+}
+
+// textMemo keeps texts made from a value across pages, for values that
+// repeat from one page to the next (a session's creation time, a
+// worker's RSS between two reads of its figures): each is made once, not
+// once a row and page. Two generations, as templates.RowCache's: an entry
+// not asked for through two rotations is dropped, a generation rotating
+// at memoEntries. Safe for concurrent use; the zero value is ready.
+type textMemo[K comparable] struct {
+	mu        sync.Mutex
+	cur, prev map[K]string
+}
+
+// memoEntries is the entries a generation of a textMemo takes before it
+// rotates.
+const memoEntries = 4096
+
+// text is made(k), made once while k is asked for.
+func (m *textMemo[K]) text(k K, made func(K) string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.cur[k]; ok {
+		return s
+	}
+	s, ok := m.prev[k]
+	if !ok {
+		s = made(k)
+	}
+	if m.cur == nil || len(m.cur) >= memoEntries {
+		m.prev, m.cur = m.cur, make(map[K]string, memoEntries)
+	}
+	m.cur[k] = s
+	return s
+}
 
 // relTimes is humanAgo and humanAge seen from one now, each text made
 // once. humanize's text depends only on the whole seconds between the

@@ -192,8 +192,9 @@ func BenchmarkSessionListManyUsers(b *testing.B) {
 // BenchmarkAdminStallPage renders the admin page, its refreshed fragment
 // and /admin/api/workers for the stall group's population (cmd/
 // dashgate-bench, stall): 320 sessions of one user, 300 of them with a
-// chat worker in the process table, from fixed snapshots. bytes is the
-// response's size.
+// chat worker in the process table, from fixed snapshots, as a page
+// polled again and again is (its rows found in the handler's cache), and
+// the page of a new handler. bytes is the response's size.
 func BenchmarkAdminStallPage(b *testing.B) {
 	now := time.Now()
 	var list []sessions.Info
@@ -208,10 +209,14 @@ func BenchmarkAdminStallPage(b *testing.B) {
 		}
 		list = append(list, in)
 	}
-	h := &Admin{Sessions: benchAdminSessions{list: list}, Procs: benchAdminProcs{table: table}, Version: "bench",
-		BasePath: func(*http.Request) string { return "/" }}
-	r := chi.NewRouter()
-	r.Route("/admin", h.Routes)
+	router := func() http.Handler {
+		h := &Admin{Sessions: benchAdminSessions{list: list}, Procs: benchAdminProcs{table: table}, Version: "bench",
+			BasePath: func(*http.Request) string { return "/" }}
+		r := chi.NewRouter()
+		r.Route("/admin", h.Routes)
+		return r
+	}
+	r := router()
 	for _, path := range []string{"/admin/", "/admin/?fragment=1", "/admin/api/workers"} {
 		b.Run(path, func(b *testing.B) {
 			n := 0
@@ -223,6 +228,13 @@ func BenchmarkAdminStallPage(b *testing.B) {
 			b.ReportMetric(float64(n), "bytes")
 		})
 	}
+	// The page when none of its rows was rendered before (a new handler
+	// each time): the rows' cache and the texts' memos all miss.
+	b.Run("/admin/ every row new", func(b *testing.B) {
+		for b.Loop() {
+			router().ServeHTTP(&countingWriter{h: http.Header{}}, httptest.NewRequest("GET", "/admin/", nil))
+		}
+	})
 }
 
 // countingWriter is a ResponseWriter that keeps nothing but the count of

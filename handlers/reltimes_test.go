@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -33,5 +34,27 @@ func TestRelTimesAsHumanize(t *testing.T) {
 	}
 	if len(rel.memo) >= 2*len(offsets) {
 		t.Errorf("%d texts made for %d asked: nothing was reused", len(rel.memo), 2*len(offsets))
+	}
+}
+
+// TestTextMemoBounded: a text is made once while its value is asked for,
+// and values asked once each leave at most two generations behind.
+func TestTextMemoBounded(t *testing.T) {
+	var m textMemo[int]
+	made := 0
+	double := func(n int) string { made++; return strconv.Itoa(2 * n) }
+	for range 3 {
+		if got := m.text(21, double); got != "42" {
+			t.Fatalf("text of 21: %q", got)
+		}
+	}
+	if made != 1 {
+		t.Fatalf("the text of one value was made %d times", made)
+	}
+	for n := range 10 * memoEntries {
+		m.text(n, double)
+	}
+	if n := len(m.cur) + len(m.prev); n > 2*memoEntries {
+		t.Fatalf("%d texts kept after %d values asked once; at most %d", n, 10*memoEntries, 2*memoEntries)
 	}
 }
