@@ -25,7 +25,7 @@ package main
 // --args-new/--args-old, a CPU profile (the loaded phase's middle 10 s at
 // most) and a mutex profile of dashgate are written there per run, as
 // <build>-<run>.cpu.pprof and .mutex.pprof, with an execution trace of
-// its first 3 s (.trace.pprof: `go tool trace`) and the loaded phase's
+// the quiet client's first 3 s (.trace.pprof: `go tool trace`) and the loaded phase's
 // session.history calls (.calls.json); `dashgate-bench stall-trace
 // TRACE CALLS` splits those calls at the gateway (stalltrace.go).
 //
@@ -66,6 +66,10 @@ const stallWords = 200
 // command line, which ps shows).
 const stallTokenEnv = "DASHGATE_BENCH_STALL_TOKEN"
 
+// stallStartedEnv, set to "3", tells the quiet client that its fd 3 is a
+// pipe on which to write a byte when its timed phase begins (runQuiet).
+const stallStartedEnv = "DASHGATE_BENCH_STALL_STARTED"
+
 // stall is the group; streams sockets stream, churn sessions a second come
 // and go, each quiet phase lasts secs seconds; the load runs at nice
 // loadNice (0: as the tool; the browsers of a real load are elsewhere).
@@ -105,7 +109,7 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 				return nil, fmt.Errorf("peers: %w", err)
 			}
 			defer stopPeers()
-			idle, err := runQuiet(ctx, t, d, probes)
+			idle, err := runQuiet(ctx, t, d, probes, nil)
 			if err != nil {
 				return nil, fmt.Errorf("idle: %w", err)
 			}
@@ -120,11 +124,12 @@ func (b *bench) stall(streams, churn, secs, loadNice int) group {
 			if err := sleepCtx(ctx, 3*time.Second); err != nil {
 				return nil, err
 			}
-			prof := b.profile(ctx, t, r, min(d-2*time.Second, 10*time.Second))
+			started := make(chan struct{}) // the quiet client's timed phase began
+			prof := b.profile(ctx, t, r, min(d-2*time.Second, 10*time.Second), started)
 			cpu0, idle0, t0 := procCPU(t.PID()), machineIdle(), time.Now()
 			d0 := load.deltas()
 			c0 := load.churned()
-			loaded, err := runQuiet(ctx, t, d, probes)
+			loaded, err := runQuiet(ctx, t, d, probes, started)
 			el := time.Since(t0)
 			cpu1, idle1, d1, c1 := procCPU(t.PID()), machineIdle(), load.deltas(), load.churned()
 			lavg, _ := strconv.ParseFloat(strings.Fields(loadavg())[0], 64)
@@ -162,9 +167,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // profile starts taking a CPU profile of d from dashgate's --pprof-addr
-// when DASHGATE_BENCH_PROFILES is set; the function it returns waits for
-// it, takes the mutex profile and writes both.
-func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration) func() error {
+// when DASHGATE_BENCH_PROFILES is set, and an execution trace of the 3 s
+// after started is closed (the quiet client's timed phase began); the
+// function it returns waits for them, takes the mutex profile and writes
+// them.
+func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration, started <-chan struct{}) func() error {
 	dir, addr := os.Getenv("DASHGATE_BENCH_PROFILES"), ""
 	args := b.cfg.args[t.build]
 	if i := slices.Index(args, "--pprof-addr"); i >= 0 && i+1 < len(args) {
@@ -192,8 +199,18 @@ func (b *bench) profile(ctx context.Context, t *target, r int, d time.Duration) 
 	get("/debug/pprof/mutex?debug=0", "mutex-before") // the counts so far, for a -diff_base
 	done := make(chan error, 1)
 	go func() { done <- get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())), "cpu") }()
+	// The trace starts with the quiet client's timed phase: the client is a
+	// process of its own, and on the saturated machine it took 10 s to
+	// start, so that a trace of the load's first 3 s held none of its
+	// calls.
 	traced := make(chan error, 1)
-	go func() { traced <- get("/debug/pprof/trace?seconds=3", "trace") }()
+	go func() {
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+		traced <- get("/debug/pprof/trace?seconds=3", "trace")
+	}()
 	return func() error {
 		err := errors.Join(<-done, <-traced)
 		return errors.Join(err, get("/debug/pprof/mutex?debug=0", "mutex"))
@@ -265,8 +282,9 @@ func monoNow() int64 {
 }
 
 // runQuiet runs `dashgate-bench stall-quiet` for d against t, timing
-// probes too, and returns its samples.
-func runQuiet(ctx context.Context, t *target, d time.Duration, probes []stallProbe) (quietResult, error) {
+// probes too, and returns its samples. It closes started, when not nil,
+// once the client's timed phase begins (or the client ended).
+func runQuiet(ctx context.Context, t *target, d time.Duration, probes []stallProbe, started chan<- struct{}) (quietResult, error) {
 	var res quietResult
 	self, err := os.Executable()
 	if err != nil {
@@ -278,6 +296,20 @@ func runQuiet(ctx context.Context, t *target, d time.Duration, probes []stallPro
 	cmd.Env = append(os.Environ(), stallTokenEnv+"="+t.Token, stallProbesEnv+"="+encodeProbes(probes))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
+	if started != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return res, err
+		}
+		cmd.ExtraFiles = []*os.File{w} // its fd 3: a byte when the timed phase begins
+		cmd.Env = append(cmd.Env, stallStartedEnv+"=3")
+		go func() {
+			r.Read(make([]byte, 1)) // the byte, or EOF when it ended
+			r.Close()
+			close(started)
+		}()
+		defer w.Close()
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return res, fmt.Errorf("stall-quiet: %w", err)
@@ -338,6 +370,11 @@ func serveQuiet(base, dur string, stdout io.Writer) error {
 	var wg sync.WaitGroup
 	var adminErr error
 	until := time.Now().Add(d)
+	if os.Getenv(stallStartedEnv) == "3" { // runQuiet's pipe
+		f := os.NewFile(3, "started")
+		f.Write([]byte{1})
+		f.Close()
+	}
 	// GET /admin and GET /admin/api/workers, each every 250 ms on a
 	// keep-alive connection of its own.
 	get := func(path string, into *[]float64, errp *error) func() {

@@ -96,7 +96,8 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 		})
 	}
 	if len(rows) == 0 {
-		return fmt.Errorf("no call of %s is in %s", callsPath, tracePath)
+		fmt.Fprintf(out, "no session.history call of %s is in %s\n", callsPath, tracePath)
+		return adminPages(tracePath, out)
 	}
 	fmt.Fprintf(out, "%d session.history calls in the trace (%d of them not split into written and back: their reply's writer was busy already); ms\n%-28s %8s %8s %8s %8s\n",
 		len(rows), unsplit, "", "p50", "p90", "p99", "max")
