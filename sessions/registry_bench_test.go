@@ -118,10 +118,12 @@ func BenchmarkRegistryExecWarm(b *testing.B) {
 func BenchmarkRegistryList(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			r, _ := benchRegistry(b, nil)
+			r, _ := benchRegistry(b, func(c *Config) { c.MaxViewed = n }) // one viewer makes them all
 			v := benchViewer()
 			for range n {
-				r.Create(v, NewSession{Title: "bench"})
+				if _, err := r.Create(v, NewSession{Title: "bench"}); err != nil {
+					b.Fatal(err)
+				}
 			}
 			for b.Loop() {
 				if got := len(r.List(anon)); got != n {
