@@ -55,33 +55,29 @@ const minRows = 256
 
 // SessionRows is the sessions table's rows of the page v.
 func (rc *RowCache) SessionRows(v AdminView) templ.Component {
-	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
-		var g *rowGens[sessionKey]
-		if rc != nil {
-			g = &rc.sessions
-		}
-		c, limit := rowContextOf(v), pageRows(v)
-		var scratch bytes.Buffer
-		for _, s := range v.Sessions {
-			if err := cachedRow(ctx, w, rc, g, sessionKey{c, s}, limit, renderSession, &scratch); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return cachedRows(rc, v, v.Sessions, func(rc *RowCache) *rowGens[sessionKey] { return &rc.sessions },
+		func(c rowContext, s SessionRow) sessionKey { return sessionKey{c, s} }, renderSession)
 }
 
 // WorkerRows is the workers table's rows of the page v.
 func (rc *RowCache) WorkerRows(v AdminView) templ.Component {
-	return templ.ComponentFunc(func(ctx context.Context, out io.Writer) error {
-		var g *rowGens[workerKey]
+	return cachedRows(rc, v, v.Workers, func(rc *RowCache) *rowGens[workerKey] { return &rc.workers },
+		func(c rowContext, w WorkerRow) workerKey { return workerKey{c, w} }, renderWorker)
+}
+
+// cachedRows writes rows, rows of the page v, each through cachedRow
+// with its key in gens(rc) (every one rendered without rc).
+func cachedRows[R any, K comparable](rc *RowCache, v AdminView, rows []R, gens func(*RowCache) *rowGens[K],
+	key func(rowContext, R) K, render func(K) templ.Component) templ.Component {
+	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
+		var g *rowGens[K]
 		if rc != nil {
-			g = &rc.workers
+			g = gens(rc)
 		}
 		c, limit := rowContextOf(v), pageRows(v)
 		var scratch bytes.Buffer
-		for _, w := range v.Workers {
-			if err := cachedRow(ctx, out, rc, g, workerKey{c, w}, limit, renderWorker, &scratch); err != nil {
+		for _, r := range rows {
+			if err := cachedRow(ctx, w, rc, g, key(c, r), limit, render, &scratch); err != nil {
 				return err
 			}
 		}
