@@ -1031,8 +1031,12 @@ func humanAgo(now, t time.Time) string { return humanize.RelTime(t, now, "ago", 
 func humanAge(now, start time.Time) string { return humanize.RelTime(start, now, "", "") }
 
 // exact is t as the page's titles write it: RFC 3339 UTC with its
-// nanoseconds.
+// nanoseconds. A time Unix nanoseconds cannot hold (the zero time) is
+// written as it is, not kept.
 func (h *Admin) exact(t time.Time) string {
+	if y := t.Year(); y < 1678 || y > 2261 {
+		return t.UTC().Format(time.RFC3339Nano)
+	}
 	return h.instants.text(t.UnixNano(), func(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) })
 }
 

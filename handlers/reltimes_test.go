@@ -58,3 +58,19 @@ func TestTextMemoBounded(t *testing.T) {
 		t.Fatalf("%d texts kept after %d values asked once; at most %d", n, 10*memoEntries, 2*memoEntries)
 	}
 }
+
+// TestExactTimes: the titles' exact times are RFC 3339 UTC with the
+// nanoseconds, from the memo or not: a time of now in another zone, and
+// the zero time, which Unix nanoseconds cannot hold.
+func TestExactTimes(t *testing.T) {
+	var h Admin
+	at := time.Date(2026, 12, 7, 14, 5, 6, 789, time.FixedZone("x", 3600))
+	for range 2 { // made, then from the memo
+		if got, want := h.exact(at), "2026-12-07T13:05:06.000000789Z"; got != want {
+			t.Fatalf("exact(%v) = %q, want %q", at, got, want)
+		}
+	}
+	if got, want := h.exact(time.Time{}), "0001-01-01T00:00:00Z"; got != want {
+		t.Fatalf("exact of the zero time = %q, want %q", got, want)
+	}
+}
