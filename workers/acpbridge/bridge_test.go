@@ -34,15 +34,47 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	testkit.VerifyNoLeaks(m,
+		// The agents built for the tests are deleted when they end.
+		goleak.Cleanup(func(int) { removeBuilt() }),
 		// The bridge's spawning goroutine, locked to its thread for the
 		// life of the process by design (unit tests that start terminals
 		// in this process start it).
 		goleak.IgnoreAnyFunction("github.com/dashgate/dashgate/workers/acpbridge.spawnLoop"))
 }
 
+// built holds the temporary directories of the agents the tests built
+// (testAgent, demoAgent); TestMain deletes them when the tests end.
+var built struct {
+	mu   sync.Mutex
+	dirs []string
+}
+
+// buildDir makes a temporary directory for a built agent, deleted by
+// removeBuilt.
+func buildDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	built.mu.Lock()
+	built.dirs = append(built.dirs, dir)
+	built.mu.Unlock()
+	return dir, nil
+}
+
+// removeBuilt deletes the directories of buildDir.
+func removeBuilt() {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	for _, dir := range built.dirs {
+		os.RemoveAll(dir)
+	}
+	built.dirs = nil
+}
+
 // testAgent builds internal/testkit/acpagent, the test agent, once.
 var testAgent = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "acpbridge-testagent-")
+	dir, err := buildDir("acpbridge-testagent-")
 	if err != nil {
 		return "", err
 	}
@@ -65,7 +97,7 @@ func testAgentCmd(mode string) []string {
 
 // demoAgent builds the ACP Go SDK's example agent once.
 var demoAgent = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "acpbridge-demo-")
+	dir, err := buildDir("acpbridge-demo-")
 	if err != nil {
 		return "", err
 	}
