@@ -152,7 +152,8 @@ type fakeSpawner struct {
 	gate    chan struct{} // when set, spawns wait on it
 	entered chan struct{} // when set, each spawn signals it before waiting
 
-	ptyFlood int // output each fake terminal writes, bytes
+	ptyFlood int                           // output each fake terminal writes, bytes
+	ptyGate  atomic.Pointer[chan struct{}] // when set, terminal spawns wait until it is closed
 	ptys     []*fakePTY
 	maxLive  int // when > 0, spawns fail with workers.ErrCapacity once this many children are not closed
 }
@@ -198,6 +199,9 @@ func (s *fakeSpawner) SpawnWorker(req SpawnRequest) (Worker, error) {
 
 // SpawnPTY starts a fakePTY that floods s.ptyFlood bytes of output.
 func (s *fakeSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
+	if gate := s.ptyGate.Load(); gate != nil {
+		<-*gate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.maxLive > 0 && s.liveLocked() >= s.maxLive {

@@ -27,7 +27,7 @@ import (
 // session is registered with it. Until then nothing in the registry
 // points at it but r.spares: a spare whose program ends by itself is
 // simply not used (end finds no session holding it). There are at most
-// spareCount, all of one size; Shutdown ends them, and a spawn that
+// burstSpares, all of one size; Shutdown ends them, and a spawn that
 // finds the workers at capacity ends one and tries again.
 type spare struct {
 	s          *Session // not registered until taken
@@ -50,14 +50,24 @@ func (o TerminalOptions) size() (cols, rows uint16) {
 	return cols, rows
 }
 
-// spareCount is how many spares are kept: one. With two, terminals opened
-// back to back more often found their first output there already (connect
-// p50 3.5 ms against 4.3), but two shells starting beside the one being
-// attached and the one closing share this machine's two CPUs, and the
-// slowest connects waited up to 11.7 ms for a spare's prompt (p99 8.4 ms
-// against 6.8 with one, and 7.5 for gotty, which starts each on demand;
-// BENCHMARKS.md, issue 28).
-const spareCount = 1
+// spareCount is how many spares are kept while terminals are opened no
+// faster than one starts: one. burstSpares is how many once an attach
+// took a spare that was still starting (terminals opened back to back,
+// faster than a fork, an exec and a prompt): two, until the spares end
+// idle (PTYSpareIdle). One spare, always refilled after the last attach's
+// first output, is still starting when the next dial comes a millisecond
+// later; with two the next one has had a whole connect longer. Beside
+// ttyd and gotty, peerbench's 200 back-to-back connects a round (issue
+// 43, 2026-12-07): connect p50 1.94 and 2.28 ms against the best peer's
+// 1.98 and 2.52 with two, 2.06 and 2.67 against 1.99 and 2.26 with one.
+// Two always were not better in issue 28 (p99 8.4 against 6.8 ms: two
+// shells starting beside the one attached and the one closing on two
+// CPUs); a person opening a terminal now and then keeps one idle
+// program, not two.
+const (
+	spareCount  = 1
+	burstSpares = 2
+)
 
 // spares is the registry's pool of spares, a view under its lock as
 // admission is. Every method takes the registry's mutex itself.
@@ -77,11 +87,24 @@ type spares struct {
 	// gen counts the times the spares were all ended (idle, another
 	// size, shutdown): a spare taken before it changed is not given back.
 	gen uint64
+	// burst is set when an attach took a spare that was still starting:
+	// burstSpares are kept until the spares end idle (expire).
+	burst bool
+}
+
+// wantLocked is how many spares to keep (spareCount, or burstSpares in
+// a burst). The registry's mutex must be held.
+func (ps *spares) wantLocked() int {
+	if ps.burst {
+		return burstSpares
+	}
+	return spareCount
 }
 
 // take returns the oldest spare when it has o's size (nil otherwise:
 // spares of another size are ended). The one returned may still be
-// starting: see (*spare).wait. It starts no new one: see refill.
+// starting: see (*spare).wait; then the spares are in a burst (burst). It
+// starts no new one: see refill.
 func (ps *spares) take(o TerminalOptions) *spare {
 	cols, rows := o.size()
 	ps.mu.Lock()
@@ -92,6 +115,11 @@ func (ps *spares) take(o TerminalOptions) *spare {
 	if sp := ps.list[0]; sp.cols == cols && sp.rows == rows {
 		ps.list = ps.list[1:]
 		sp.gen = ps.gen
+		select {
+		case <-sp.ready:
+		default:
+			ps.burst = true // opened faster than one starts
+		}
 		return sp
 	}
 	ps.endLocked(workers.ReasonSpareUnused)
@@ -108,7 +136,7 @@ func (ps *spares) endLocked(reason workers.Reason) {
 	ps.gen++
 }
 
-// refill starts spares of cols×rows until there are spareCount (unless
+// refill starts spares of cols×rows until there are wantLocked (unless
 // dashgate is shutting down). An attach without a session calls it once
 // its first output was handed to the socket (see Attachment.onFirst): a
 // spawn started earlier runs beside that request's own path (fork holds
@@ -121,7 +149,7 @@ func (ps *spares) refill(cols, rows uint16) {
 	if len(ps.list) > 0 && (ps.list[0].cols != cols || ps.list[0].rows != rows) {
 		return // the next request of that size takes them or ends them
 	}
-	for !ps.closing() && len(ps.list) < spareCount {
+	for !ps.closing() && len(ps.list) < ps.wantLocked() {
 		next := &spare{s: ps.newSession(), cols: cols, rows: rows, ready: make(chan struct{})}
 		ps.list = append(ps.list, next)
 		ps.goTracked(func() {
@@ -141,13 +169,15 @@ func (ps *spares) refill(cols, rows uint16) {
 
 // expire ends the spares (reason spare_unused): no terminal was asked
 // for without a session for PTYSpareIdle. The next such attach starts its
-// own terminal, and spares again once its first output went out.
+// own terminal, and spares again once its first output went out: one,
+// until the next burst.
 func (ps *spares) expire() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closing() {
 		return // Shutdown ends them
 	}
+	ps.burst = false
 	ps.endLocked(workers.ReasonSpareUnused)
 }
 
@@ -187,7 +217,7 @@ func (sp *spare) end(reason workers.Reason) {
 // number again or have another size, it is ended instead.
 func (ps *spares) giveBack(sp *spare) {
 	ps.mu.Lock()
-	fits := !ps.closing() && sp.gen == ps.gen && len(ps.list) < spareCount &&
+	fits := !ps.closing() && sp.gen == ps.gen && len(ps.list) < ps.wantLocked() &&
 		(len(ps.list) == 0 || ps.list[0].cols == sp.cols && ps.list[0].rows == sp.rows)
 	if fits {
 		sp.s.owner = ""

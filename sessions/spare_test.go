@@ -231,3 +231,56 @@ func TestTerminalSpareIdle(t *testing.T) {
 		}
 	})
 }
+
+// TestTerminalSpareBurst: an attach that takes a spare still starting
+// (terminals opened faster than one starts) makes the spares two from the
+// next refill on; they are one again once they ended idle.
+func TestTerminalSpareBurst(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := termHarness(t, 5, func(c *Config) { c.PTYSpare, c.PTYSpareIdle = true, time.Minute })
+		a1 := h.attachFirst(TerminalOptions{})
+		defer a1.Detach(workers.ReasonDetach)
+		h.sparesOf(spareCount, a1)
+		a2 := h.attachFirst(TerminalOptions{}) // its spare was ready: no burst
+		defer a2.Detach(workers.ReasonDetach)
+		h.sparesOf(spareCount, a1, a2)
+
+		// The next spare starts only when the gate opens: the attach
+		// after a3 takes it while it is starting.
+		gate := make(chan struct{})
+		h.sp.ptyGate.Store(&gate)
+		a3 := h.attachFirst(TerminalOptions{}) // takes the ready one; the refill waits at the gate
+		defer a3.Detach(workers.ReasonDetach)
+		attached := make(chan *Attachment)
+		go func() {
+			a, err := h.r.AttachTerminal(t.Context(), anon, "", TerminalOptions{})
+			if err != nil {
+				t.Error(err)
+			}
+			attached <- a
+		}()
+		synctest.Wait() // a4 waits for the spare it took
+		h.sp.ptyGate.Store(nil)
+		close(gate)
+		a4 := <-attached
+		if a4 == nil {
+			t.FailNow()
+		}
+		defer a4.Detach(workers.ReasonDetach)
+		if _, err := a4.Next(t.Context(), make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.sparesOf(burstSpares, a1, a2, a3, a4)
+		a5 := h.attachFirst(TerminalOptions{}) // the burst stays: two again after it
+		defer a5.Detach(workers.ReasonDetach)
+		h.sparesOf(burstSpares, a1, a2, a3, a4, a5)
+
+		h.advance(time.Minute + time.Millisecond) // ended idle: the burst is over
+		h.sparesOf(0, a1, a2, a3, a4, a5)
+		a6 := h.attachFirst(TerminalOptions{})
+		defer a6.Detach(workers.ReasonDetach)
+		h.sparesOf(spareCount, a1, a2, a3, a4, a5, a6)
+	})
+}
