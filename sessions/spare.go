@@ -51,22 +51,23 @@ func (o TerminalOptions) size() (cols, rows uint16) {
 }
 
 // spareCount is how many spares are kept while terminals are opened no
-// faster than one starts: one. burstSpares is how many once an attach
-// took a spare that was still starting (terminals opened back to back,
-// faster than a fork, an exec and a prompt): two, until the spares end
-// idle (PTYSpareIdle). One spare, always refilled after the last attach's
-// first output, is still starting when the next dial comes a millisecond
-// later; with two the next one has had a whole connect longer. Beside
-// ttyd and gotty, peerbench's 200 back-to-back connects a round (issue
-// 43, 2026-12-07): connect p50 1.94 and 2.28 ms against the best peer's
-// 1.98 and 2.52 with two, 2.06 and 2.67 against 1.99 and 2.26 with one.
-// Two always were not better in issue 28 (p99 8.4 against 6.8 ms: two
-// shells starting beside the one attached and the one closing on two
-// CPUs); a person opening a terminal now and then keeps one idle
-// program, not two.
+// faster than one starts: one. burstSpares is how many in a burst: from
+// an attach that took a spare still starting (terminals opened back to
+// back, faster than a fork, an exec and a prompt) until none was taken
+// for spareBurstIdle; then the newest is ended (spare_unused). One spare,
+// refilled after the last attach's first output, is still starting when
+// the next dial comes a millisecond later; with two the next one has had
+// a whole connect longer. Beside ttyd and gotty, peerbench's 200
+// back-to-back connects a round (issue 43, 2026-12-07): connect p50 1.94
+// and 2.28 ms against the best peer's 1.98 and 2.52 with two, 2.06 and
+// 2.67 against 1.99 and 2.26 with one. Two always were not better in
+// issue 28 (p99 8.4 against 6.8 ms: two shells starting beside the one
+// attached and the one closing on two CPUs), and would keep a second idle
+// program for a person who opens a terminal now and then.
 const (
-	spareCount  = 1
-	burstSpares = 2
+	spareCount     = 1
+	burstSpares    = 2
+	spareBurstIdle = time.Second
 )
 
 // spares is the registry's pool of spares, a view under its lock as
@@ -88,8 +89,11 @@ type spares struct {
 	// size, shutdown): a spare taken before it changed is not given back.
 	gen uint64
 	// burst is set when an attach took a spare that was still starting:
-	// burstSpares are kept until the spares end idle (expire).
-	burst bool
+	// burstSpares are kept until none was taken for spareBurstIdle
+	// (lastTake; burstEnd ends it).
+	burst    bool
+	lastTake time.Time
+	burstEnd *time.Timer
 }
 
 // wantLocked is how many spares to keep (spareCount, or burstSpares in
@@ -119,6 +123,12 @@ func (ps *spares) take(o TerminalOptions) *spare {
 		case <-sp.ready:
 		default:
 			ps.burst = true // opened faster than one starts
+		}
+		if ps.burst {
+			ps.lastTake = time.Now()
+			if ps.burstEnd == nil {
+				ps.burstEnd = time.AfterFunc(spareBurstIdle, ps.endBurst)
+			}
 		}
 		return sp
 	}
@@ -167,25 +177,47 @@ func (ps *spares) refill(cols, rows uint16) {
 	}
 }
 
+// endBurst ends a burst once no spare was taken for spareBurstIdle (it
+// looks again when one was since it was set): the spares beyond
+// spareCount, the newest, end (reason spare_unused).
+func (ps *spares) endBurst() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if left := spareBurstIdle - time.Since(ps.lastTake); left > 0 && !ps.closing() {
+		ps.burstEnd.Reset(left)
+		return
+	}
+	ps.burstEnd, ps.burst = nil, false
+	if ps.closing() {
+		return // Shutdown ends them
+	}
+	for len(ps.list) > spareCount {
+		sp := ps.list[len(ps.list)-1]
+		ps.list = ps.list[:len(ps.list)-1]
+		ps.goTracked(func() { sp.end(workers.ReasonSpareUnused) })
+	}
+}
+
 // expire ends the spares (reason spare_unused): no terminal was asked
 // for without a session for PTYSpareIdle. The next such attach starts its
-// own terminal, and spares again once its first output went out: one,
-// until the next burst.
+// own terminal, and spares again once its first output went out.
 func (ps *spares) expire() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closing() {
 		return // Shutdown ends them
 	}
-	ps.burst = false
 	ps.endLocked(workers.ReasonSpareUnused)
 }
 
-// shutdownLocked stops the idle timer and ends the spares (reason
+// shutdownLocked stops the timers and ends the spares (reason
 // shutdown). The registry's mutex must be held.
 func (ps *spares) shutdownLocked() {
 	if ps.idle != nil {
 		ps.idle.Stop()
+	}
+	if ps.burstEnd != nil {
+		ps.burstEnd.Stop()
 	}
 	ps.endLocked(workers.ReasonShutdown)
 }

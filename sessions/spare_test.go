@@ -234,7 +234,8 @@ func TestTerminalSpareIdle(t *testing.T) {
 
 // TestTerminalSpareBurst: an attach that takes a spare still starting
 // (terminals opened faster than one starts) makes the spares two from the
-// next refill on; they are one again once they ended idle.
+// next refill on, until none was taken for spareBurstIdle: then the
+// newest ends (spare_unused), and one is kept again.
 func TestTerminalSpareBurst(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -273,13 +274,19 @@ func TestTerminalSpareBurst(t *testing.T) {
 		}
 		synctest.Wait()
 		h.sparesOf(burstSpares, a1, a2, a3, a4)
-		a5 := h.attachFirst(TerminalOptions{}) // the burst stays: two again after it
+		h.advance(spareBurstIdle / 2)
+		a5 := h.attachFirst(TerminalOptions{}) // within the burst: two again after it
 		defer a5.Detach(workers.ReasonDetach)
-		h.sparesOf(burstSpares, a1, a2, a3, a4, a5)
+		two := h.sparesOf(burstSpares, a1, a2, a3, a4, a5)
 
-		h.advance(time.Minute + time.Millisecond) // ended idle: the burst is over
-		h.sparesOf(0, a1, a2, a3, a4, a5)
-		a6 := h.attachFirst(TerminalOptions{})
+		h.advance(spareBurstIdle - time.Millisecond) // from a5's take: the burst goes on
+		h.sparesOf(burstSpares, a1, a2, a3, a4, a5)
+		h.advance(2 * time.Millisecond)
+		left := h.sparesOf(spareCount, a1, a2, a3, a4, a5)
+		if left[0] != two[0] || two[1].reason() != workers.ReasonSpareUnused {
+			t.Fatalf("the burst's end kept spare %d and ended %d with %q; want the older kept, the newer ended spare_unused", left[0].pid, two[1].pid, two[1].reason())
+		}
+		a6 := h.attachFirst(TerminalOptions{}) // its spare was ready: one after it
 		defer a6.Detach(workers.ReasonDetach)
 		h.sparesOf(spareCount, a1, a2, a3, a4, a5, a6)
 	})
