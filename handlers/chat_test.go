@@ -38,7 +38,9 @@ func TestChatHappyPath(t *testing.T) {
 	if p["interrupted"] != false || !strings.Contains(p["text"].(string), "one two three") {
 		t.Fatalf("message.complete = %v", done)
 	}
-	// deltas came before the completion, with seq from 1 and no gaps
+	// deltas came before the completion, with seq from 1 and increasing; a
+	// gap is allowed where the writer merged the deltas of a socket that was
+	// behind (docs/PROTOCOL.md, issue 43), so the first may be past 1.
 	var deltas strings.Builder
 	var numbered []map[string]any // [0] is gateway.ready, seq 0; session.changed is not numbered either
 	for _, ev := range cc.events()[1:] {
@@ -46,16 +48,22 @@ func TestChatHappyPath(t *testing.T) {
 			numbered = append(numbered, ev)
 		}
 	}
+	last := 0.0
 	for i, ev := range numbered {
-		if ev["seq"] != float64(i+1) {
-			t.Fatalf("event %d seq %v: %v", i, ev["seq"], cc.events())
+		seq, _ := ev["seq"].(float64)
+		if seq <= last {
+			t.Fatalf("event %d seq %v after %v: %v", i, ev["seq"], last, cc.events())
 		}
+		last = seq
 		if ev["type"] == "message.delta" {
 			deltas.WriteString(ev["payload"].(map[string]any)["text"].(string))
 		}
 	}
 	if deltas.String() != p["text"] {
 		t.Fatalf("deltas %q != final %q", deltas.String(), p["text"])
+	}
+	if n := len(numbered); n == 0 || numbered[n-1]["type"] != "message.complete" {
+		t.Fatalf("the completion is not the last numbered event: %v", cc.events())
 	}
 	list := cc.call("session.list", nil)["sessions"].([]any)
 	if len(list) != 1 || list[0].(map[string]any)["title"] != "first" || list[0].(map[string]any)["viewers"] != float64(1) {
