@@ -62,13 +62,9 @@ func newWake() (*os.File, error) {
 	return os.NewFile(uintptr(efd), "eventfd"), nil
 }
 
-// newPTYMaster takes over master (a non-blocking pty master in Go's
-// poller) and wake (from newWake). It moves the master out of the poller:
-// a duplicate, made while the open file is blocking (os.NewFile registers
-// a non-blocking descriptor, and O_NONBLOCK belongs to the open file, which
-// the duplicate shares), then non-blocking again; master itself is closed.
-// If a step fails it keeps master as it is, which works the same, with
-// the poller's wake-ups.
+// newPTYMaster takes over master, a non-blocking pty master that is not
+// in Go's poller (workers.Spec.PTYUnpolled: in the poller, Go would wait
+// there for a read that finds it empty), and wake (from newWake).
 func newPTYMaster(master, wake *os.File) *ptyMaster {
 	return newPTYMasterIn(&ptyPoller, master, wake)
 }
@@ -76,34 +72,7 @@ func newPTYMaster(master, wake *os.File) *ptyMaster {
 // newPTYMasterIn is newPTYMaster with the master in poller.
 func newPTYMasterIn(poller *readPoller, master, wake *os.File) *ptyMaster {
 	m := &ptyMaster{f: master, wake: wake, poller: poller, readable: make(chan struct{}, 1), closed: make(chan struct{})}
-	defer m.poll()
-	rc, err := master.SyscallConn()
-	if err != nil {
-		return m
-	}
-	fd := -1
-	rc.Control(func(mfd uintptr) {
-		var err error
-		if fd, err = unix.FcntlInt(mfd, unix.F_DUPFD_CLOEXEC, 0); err != nil {
-			fd = -1
-			return
-		}
-		if unix.SetNonblock(fd, false) != nil {
-			unix.Close(fd)
-			fd = -1
-		}
-	})
-	if fd < 0 {
-		return m
-	}
-	f := os.NewFile(uintptr(fd), master.Name())
-	if unix.SetNonblock(fd, true) != nil {
-		f.Close() // master is blocking now: make it non-blocking again
-		rc.Control(func(mfd uintptr) { unix.SetNonblock(int(mfd), true) })
-		return m
-	}
-	master.Close() // out of the poller; the open file stays with f
-	m.f = f
+	m.poll()
 	return m
 }
 

@@ -13,6 +13,9 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/dashgate/dashgate/internal/testkit"
+	"github.com/dashgate/dashgate/workers"
 )
 
 // openFds counts this process's open descriptors.
@@ -61,8 +64,8 @@ func makeRaw(t *testing.T, tty *os.File) {
 }
 
 // newTestPTYMaster opens a real pty pair, hands its master to
-// newPTYMaster as workers.Proc has it (non-blocking, in Go's poller) and
-// returns the ptyMaster and the slave (closed at the end of the test).
+// newPTYMaster as workers.Proc has it (non-blocking, outside Go's poller)
+// and returns the ptyMaster and the slave (closed at the end of the test).
 func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	t.Helper()
 	master, tty := openTestPTY(t)
@@ -75,8 +78,9 @@ func newTestPTYMaster(t *testing.T) (*ptyMaster, *os.File) {
 	return m, tty
 }
 
-// openTestPTY opens a pty: its master non-blocking in Go's poller, as
-// workers hands it over, and its slave (tty), closed when the test ends.
+// openTestPTY opens a pty: its master non-blocking outside Go's poller,
+// as workers hands it over (Spec.PTYUnpolled), and its slave (tty), closed
+// when the test ends.
 func openTestPTY(t *testing.T) (master, tty *os.File) {
 	t.Helper()
 	ptm, tty, err := pty.Open()
@@ -89,20 +93,28 @@ func openTestPTY(t *testing.T) (master, tty *os.File) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	master = os.NewFile(uintptr(fd), "/dev/ptmx") // blocking: left out of the poller
 	if err := unix.SetNonblock(fd, true); err != nil {
 		t.Fatal(err)
-	}
-	master = os.NewFile(uintptr(fd), "/dev/ptmx")
-	if err := master.SetReadDeadline(time.Time{}); err != nil {
-		t.Fatalf("the test's master is not in the poller as workers' is: %v", err)
 	}
 	return master, tty
 }
 
-// The master leaves Go's poller (a deadline cannot be set on it: os.File
-// says so for a descriptor outside the poller) and stays non-blocking.
+// The master the spawner gets from workers is outside Go's poller (a
+// deadline cannot be set on it: os.File says so for a descriptor outside
+// the poller) and non-blocking, and the terminal works through it.
 func TestPTYMasterOutOfPoller(t *testing.T) {
-	m, _ := newTestPTYMaster(t)
+	t.Parallel()
+	log, _ := testkit.NewLogger()
+	mgr := workers.NewManager(workers.Config{Log: log, Instance: "test"})
+	sp := ProcSpawner{Manager: mgr, PTYCmd: []string{"/bin/sh", "-c", "echo out-of-poller; exec cat"}, Env: []string{"PATH=" + os.Getenv("PATH")}}
+	p, err := sp.SpawnPTY(SpawnRequest{SessionID: "s-poller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := p.(*procPTY)
+	t.Cleanup(func() { pp.Close(workers.ReasonShutdown); pp.Release() })
+	m := pp.master
 	if err := m.f.SetReadDeadline(time.Now()); !errors.Is(err, os.ErrNoDeadline) {
 		t.Fatalf("SetReadDeadline on the master: %v, want os.ErrNoDeadline (outside the poller)", err)
 	}
@@ -115,6 +127,15 @@ func TestPTYMasterOutOfPoller(t *testing.T) {
 	rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) })
 	if ferr != nil || flags&unix.O_NONBLOCK == 0 {
 		t.Fatalf("master flags %#x (%v): want O_NONBLOCK", flags, ferr)
+	}
+	var got []byte
+	buf := make([]byte, 256)
+	for !bytes.Contains(got, []byte("out-of-poller")) {
+		n, err := m.Read(buf)
+		if err != nil {
+			t.Fatalf("read %q, then %v", got, err)
+		}
+		got = append(got, buf[:n]...)
 	}
 }
 

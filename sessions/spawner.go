@@ -85,7 +85,7 @@ func (p ProcSpawner) SpawnPTY(req SpawnRequest) (PTY, error) {
 	}
 	proc, err := p.Manager.Start(workers.Spec{
 		Kind: workers.KindPTY, SessionID: req.SessionID, Path: p.PTYCmd[0], Args: p.PTYCmd[1:],
-		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, OnClose: req.OnClose,
+		Env: env, Dir: p.PTYDir, Cols: req.Cols, Rows: req.Rows, PTYUnpolled: true, OnClose: req.OnClose,
 		LogAttrs: []any{"user", req.Owner}, Account: req.Account, LoginShell: p.LoginShell && req.Account != nil,
 	})
 	if err != nil {

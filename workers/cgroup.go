@@ -3,6 +3,7 @@ package workers
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -478,12 +479,12 @@ func (c *Cgroups) UserStats(name string) (UserCgroupStats, bool) {
 		return UserCgroupStats{}, false
 	}
 	dir := filepath.Join(c.Dir, UserPrefix+name)
-	cpu, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	if err != nil {
+	cpu := readString(filepath.Join(dir, "cpu.stat")) // never empty while the cgroup is
+	if cpu == "" {
 		return UserCgroupStats{}, false
 	}
 	s := UserCgroupStats{MemoryBytes: -1, Pids: -1}
-	s.CPUUsec, _ = strconv.ParseUint(eventValue(string(cpu), "usage_usec"), 10, 64)
+	s.CPUUsec, _ = strconv.ParseUint(eventValue(cpu, "usage_usec"), 10, 64)
 	for _, f := range []struct {
 		ctl, file string
 		v         *int64
@@ -631,21 +632,66 @@ func eventValue(text, key string) string {
 	return ""
 }
 
+// readString is the text of a small kernel file (a cgroup's, /proc's), ""
+// when it cannot be read. It reads with open, read and close alone:
+// os.ReadFile adds an fstat and, a cgroup file being pollable, puts it in
+// Go's poller and takes it out again, nine system calls against four, and
+// a terminal's close reads three to five of them (BENCHMARKS.md, issue
+// 43).
 func readString(path string) string {
-	b, _ := os.ReadFile(path)
-	return string(b)
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	var small [512]byte
+	buf := small[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return string(buf)
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
-// writeFile writes s to a cgroup control file (no O_CREAT, no truncation
-// needed: the kernel takes each write whole).
+// writeFile writes s to a cgroup control file in one write(2) (the kernel
+// takes each write whole; no O_CREAT, no truncation needed), with open,
+// write and close alone, as readString reads.
 func writeFile(path, s string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := openRetry(path, unix.O_WRONLY|unix.O_CLOEXEC)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(s)
-	if cerr := f.Close(); err == nil {
+	n, err := ignoringEINTR(func() (int, error) { return unix.Write(fd, []byte(s)) })
+	if err == nil && n < len(s) {
+		err = io.ErrShortWrite
+	}
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+// openRetry is open(2) again while it is interrupted by a signal.
+func openRetry(path string, flags int) (int, error) {
+	return ignoringEINTR(func() (int, error) { return unix.Open(path, flags, 0) })
+}
+
+func ignoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }

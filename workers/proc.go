@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/dashgate/dashgate/accounts"
@@ -135,6 +134,12 @@ type Spec struct {
 	Dir       string
 	Cols      uint16 // pty only; 0 means 80
 	Rows      uint16 // pty only; 0 means 24
+	// PTYUnpolled (pty only) hands the master over outside Go's poller: PTY
+	// is then a non-blocking descriptor that Go never waits on (a read
+	// that would block returns EAGAIN), for a caller that polls it itself
+	// (sessions' pty poller). false: PTY is in Go's poller, so Close
+	// interrupts a Read and deadlines work.
+	PTYUnpolled bool
 	// CancelGrace (chat only) is how long the worker may take to answer a
 	// cancelled call before it is closed with ReasonInterrupted;
 	// 0 means DefaultCancelGrace.
@@ -520,7 +525,8 @@ func (p *Proc) start(cgfd int, sp *spawner) error {
 }
 
 // openPTY opens the child's pty pair (see openPTYPair): p.pty is the
-// master, non-blocking, and p.tty the slave the child gets.
+// master, non-blocking (in Go's poller unless Spec.PTYUnpolled), and p.tty
+// the slave the child gets.
 func (p *Proc) openPTY() error {
 	cols, rows := p.spec.Cols, p.spec.Rows
 	if cols == 0 {
@@ -529,28 +535,24 @@ func (p *Proc) openPTY() error {
 	if rows == 0 {
 		rows = 24
 	}
-	f, tty, err := openPTYPair(&pty.Winsize{Cols: cols, Rows: rows}, p.spec.Account)
+	pair, err := openPTYPair(&unix.Winsize{Col: cols, Row: rows}, p.spec.Account, !p.spec.PTYUnpolled)
 	if err != nil {
 		return err
 	}
-	// creack/pty hands back a master in blocking mode (it calls Fd()), so
-	// Close would not interrupt a Read and deadlines would not work. A
-	// non-blocking duplicate goes through Go's poller instead.
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	f.Close()
-	if err == nil {
-		if err = unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
+	if p.spec.PTYUnpolled {
+		// os.NewFile leaves a blocking descriptor out of the poller; it
+		// stays out once it is made non-blocking.
+		p.pty = os.NewFile(uintptr(pair.master), "/dev/ptmx")
+		if err := unix.SetNonblock(pair.master, true); err != nil {
+			p.pty.Close()
+			unix.Close(pair.slave)
+			return fmt.Errorf("pty master: %w", err)
 		}
+	} else {
+		p.pty = os.NewFile(uintptr(pair.master), "/dev/ptmx") // non-blocking: in the poller
 	}
-	if err != nil {
-		tty.Close()
-		return fmt.Errorf("pty master: %w", err)
-	}
-	p.pty, p.tty = os.NewFile(uintptr(fd), "/dev/ptmx"), tty
-	if n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN); err == nil {
-		p.stdio = map[string]bool{"/dev/pts/" + strconv.FormatUint(uint64(n), 10): true}
-	}
+	p.tty = os.NewFile(uintptr(pair.slave), pair.name)
+	p.stdio = map[string]bool{pair.name: true}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -365,5 +366,30 @@ func TestAdminListingsReadOnlyOwnTree(t *testing.T) {
 func BenchmarkListSubtrees(b *testing.B) {
 	for b.Loop() {
 		listSubtrees(childPIDs(nil, "self"))
+	}
+}
+
+// readString reads a file whole, past its first 512 bytes, and
+// writeFile's bytes arrive whole; a file that cannot be opened reads as ""
+// and fails the write with its path.
+func TestReadStringWriteFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("0123456789", 200)
+	if err := writeFile(path, text); err != nil {
+		t.Fatal(err)
+	}
+	if got := readString(path); got != text {
+		t.Fatalf("wrote %d bytes, read back %d", len(text), len(got))
+	}
+	missing := filepath.Join(t.TempDir(), "no", "such")
+	if got := readString(missing); got != "" {
+		t.Fatalf("readString of a missing file = %q", got)
+	}
+	if err := writeFile(missing, "1"); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("writeFile of a missing file: %v", err)
 	}
 }
