@@ -645,20 +645,7 @@ func readString(path string) string {
 	}
 	defer unix.Close(fd)
 	var small [512]byte
-	buf := small[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n <= 0 {
-			return string(buf)
-		}
-		buf = buf[:len(buf)+n]
-	}
+	return string(readAll(fd, small[:]))
 }
 
 // writeFile writes s to a cgroup control file in one write(2) (the kernel

@@ -327,22 +327,60 @@ func readChildren(dst []int, dir int, tid string) ([]int, error) {
 		return dst, err
 	}
 	childrenFilesRead.Add(1)
-	var text [4096]byte
-	var got []byte
-	for {
-		n, err := unix.Read(fd, text[:])
-		if err != nil || n <= 0 {
-			break
-		}
-		got = append(got, text[:n]...)
-	}
+	// Most threads have no child, the others a few: a small buffer on the
+	// stack (a 4 KiB one made the closing goroutine's stack grow, copied, at
+	// every close), larger on the heap when the list is long.
+	var small [256]byte
+	got := readAll(fd, small[:])
 	unix.Close(fd)
-	for _, f := range bytes.Fields(got) {
-		if c, err := strconv.Atoi(string(f)); err == nil {
-			dst = append(dst, c)
+	return appendPIDs(dst, got), nil
+}
+
+// appendPIDs appends to dst the decimal numbers in text, which separates
+// them by spaces (a children file: "12 345 "), without allocating for them.
+func appendPIDs(dst []int, text []byte) []int {
+	pid := -1
+	for _, c := range text {
+		switch {
+		case '0' <= c && c <= '9':
+			pid = max(pid, 0)*10 + int(c-'0')
+		case pid >= 0:
+			dst = append(dst, pid)
+			pid = -1
 		}
 	}
-	return dst, nil
+	if pid >= 0 {
+		dst = append(dst, pid)
+	}
+	return dst
+}
+
+// readAll reads fd to its end into buf, or, when buf fills, into a copy on
+// the heap that grows (so that a buffer on the caller's stack stays there).
+func readAll(fd int, buf []byte) []byte {
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			return buf[:n]
+		}
+		n += m
+	}
+	got := slices.Clone(buf)
+	for {
+		got = slices.Grow(got, len(got))
+		m, err := unix.Read(fd, got[len(got):cap(got)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			return got
+		}
+		got = got[:len(got)+m]
+	}
 }
 
 // childrenFilesRead counts the children files read, for a test to see

@@ -393,3 +393,20 @@ func TestReadStringWriteFile(t *testing.T) {
 		t.Fatalf("writeFile of a missing file: %v", err)
 	}
 }
+
+// appendPIDs reads a children file's text: pids separated by spaces, a
+// space after the last, or nothing.
+func TestAppendPIDs(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string][]int{
+		"":             nil,
+		"12 ":          {12},
+		"12 345 6789 ": {12, 345, 6789},
+		"7 8":          {7, 8},
+		" 4194304 0 ":  {4194304, 0},
+	} {
+		if got := appendPIDs([]int{1}, []byte(text)); !slices.Equal(got, append([]int{1}, want...)) {
+			t.Errorf("appendPIDs(%q) = %v, want 1 then %v", text, got, want)
+		}
+	}
+}
