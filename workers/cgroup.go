@@ -674,6 +674,8 @@ func openRetry(path string, flags int) (int, error) {
 	return ignoringEINTR(func() (int, error) { return unix.Open(path, flags, 0) })
 }
 
+// ignoringEINTR calls call again while it fails with EINTR (a signal came
+// before the call did anything) and returns its first other result.
 func ignoringEINTR(call func() (int, error)) (int, error) {
 	for {
 		n, err := call()
