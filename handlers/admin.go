@@ -39,6 +39,9 @@ type AdminSessions interface {
 	// ReapUser ends every live session of user (blocking until they are
 	// torn down) and returns how many.
 	ReapUser(by sessions.Principal, user string) int
+	// Spares returns the session ids of the spare terminals (programs
+	// started ahead, whose sessions List does not have yet).
+	Spares() []string
 }
 
 // AdminCluster is what the admin page needs of the registry of a node of a
@@ -171,6 +174,10 @@ type WorkerJSON struct {
 	User string `json:"user,omitempty"`
 	// Remote marks another node's worker (true), as SessionJSON's does.
 	Remote bool `json:"remote,omitempty"`
+	// Spare marks a terminal program started ahead for the next new
+	// terminal (--pty-spare): its session_id is the session it will
+	// serve, not listed until a terminal takes it.
+	Spare bool `json:"spare,omitempty"`
 }
 
 // workersJSON is this node's workers, by pid, then (on a node of a
@@ -213,6 +220,7 @@ func (h *Admin) localWorkersJSON(ctx context.Context, fresh bool) []WorkerJSON {
 	} else {
 		table, _, _ = h.Procs.Snapshot(ctx)
 	}
+	spares := h.Sessions.Spares()
 	out := make([]WorkerJSON, 0, len(table))
 	for _, p := range table {
 		children := p.Descendants
@@ -220,7 +228,8 @@ func (h *Admin) localWorkersJSON(ctx context.Context, fresh bool) []WorkerJSON {
 			children = []int{}
 		}
 		row := WorkerJSON{PID: p.PID, Kind: string(p.Kind), SessionID: p.SessionID, State: p.State, StartedAt: p.StartedAt,
-			RSSBytes: p.RSSBytes, CPUPercent: p.CPUPercent, NumFDs: p.NumFDs, NumThreads: p.NumThreads, Children: children}
+			RSSBytes: p.RSSBytes, CPUPercent: p.CPUPercent, NumFDs: p.NumFDs, NumThreads: p.NumThreads, Children: children,
+			Spare: p.Kind == workers.KindPTY && slices.Contains(spares, p.SessionID)}
 		if p.Cgroup != "" {
 			row.Cgroup = p.Cgroup
 			row.CgroupCPUUs, row.CgroupMemory, row.CgroupPids = known(p.CgroupStats.CPUUsec), known(p.CgroupStats.MemoryBytes), known(p.CgroupStats.Pids)
@@ -620,6 +629,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 		reads.Go(func() { remote, elseErr = h.elsewhere(ctx, c) })
 	}
 	all := h.Sessions.List()
+	spares := h.Sessions.Spares()
 	procs, unowned, _ := h.Procs.Snapshot(ctx)
 	self := h.Procs.SnapshotSelf()
 	reads.Wait()
@@ -744,6 +754,7 @@ func (h *Admin) View(ctx context.Context, by sessions.Principal, base string, f 
 			RSS: h.sizes.text(p.RSSBytes, humanize.IBytes), RSSExact: strconv.FormatUint(p.RSSBytes, 10) + " bytes",
 			CPU: strconv.FormatFloat(p.CPUPercent, 'f', 1, 64) + "%", FDs: p.NumFDs, Threads: p.NumThreads, Descendants: pidList(p.Descendants),
 			Cgroup: p.Cgroup, CgroupStats: cgroupSummary(p), Node: thisNode,
+			Spare: p.Kind == workers.KindPTY && !listed && slices.Contains(spares, p.SessionID),
 		})
 	}
 	v.Workers = append(v.Workers, remoteWorkers...)

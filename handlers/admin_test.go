@@ -31,11 +31,17 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
+	return newStackWith(t, envOpts{})
+}
+
+// newStackWith is newStack over an env of o (its metrics hooks are the
+// stack's).
+func newStackWith(t *testing.T, o envOpts) *stack {
+	t.Helper()
 	var metrics *handlers.Metrics
-	e := newEnv(t, envOpts{
-		onSessionClose: func(r sessions.EndReason) { metrics.SessionClosed(r) },
-		onWorkerClose:  func(r workers.CloseResult) { metrics.WorkerClosed(r) },
-	})
+	o.onSessionClose = func(r sessions.EndReason) { metrics.SessionClosed(r) }
+	o.onWorkerClose = func(r workers.CloseResult) { metrics.WorkerClosed(r) }
+	e := newEnv(t, o)
 	metrics = handlers.NewMetrics(e.reg.Admin().List, e.mgr.CountByKind)
 	e.hdr = http.Header{"Authorization": {"Bearer " + token}}
 	log := e.logger()

@@ -42,6 +42,8 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	var we *workers.Error
 	var vc *sessions.ViewerCapacityError
 	var uc *sessions.UserCapacityError
+	var sc *sessions.CapacityError
+	var wc *workers.CapacityError
 	var se *sessions.StoreError
 	var ua *sessions.UnknownAgentError
 	var he *sessions.HeldElsewhereError
@@ -75,7 +77,11 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 		return &RPCError{Code: CodeCapacity, Message: vc.Error()}
 	case errors.As(err, &uc):
 		// As a viewer's cap: the message names the limit, whatever wraps it.
-		return &RPCError{Code: CodeCapacity, Message: uc.Error()}
+		return capacityError(uc.Error(), uc.Limit, uc.Max)
+	case errors.As(err, &sc):
+		return capacityError(sc.Error(), sc.Limit, sc.Max)
+	case errors.As(err, &wc):
+		return capacityError(wc.Error(), "--max-workers", wc.Max)
 	case errors.Is(err, sessions.ErrCapacity), errors.Is(err, sessions.ErrShuttingDown):
 		return &RPCError{Code: CodeCapacity, Message: err.Error()}
 	case errors.Is(err, workers.ErrCapacity):
@@ -113,6 +119,12 @@ func rpcError(log *slog.Logger, method string, err error) *RPCError {
 	}
 	log.Error("internal error", "method", method, "code", CodeInternal, "err", err)
 	return &RPCError{Code: CodeInternal, Message: "internal error"}
+}
+
+// capacityError is 4029 for a cap that was met, with the message naming
+// it and data {"limit": the flag, "max": its value} (PROTOCOL.md §2).
+func capacityError(msg, limit string, max int) *RPCError {
+	return &RPCError{Code: CodeCapacity, Message: msg, Data: map[string]any{"limit": limit, "max": max}}
 }
 
 // DescribeError is the code and message of err's JSON-RPC error without

@@ -24,6 +24,7 @@ type fakeAdminSessions struct {
 }
 
 func (f fakeAdminSessions) List() []sessions.Info { return f.list() }
+func (f fakeAdminSessions) Spares() []string      { return nil }
 
 // fakeAdminProcs is an AdminProcs whose table is what table returns, with
 // no unowned process, in the fallback containment; ReapUnowned panics.

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,4 +56,62 @@ func TestUserCapacityAnswers4029NamingTheLimit(t *testing.T) {
 			t.Fatalf("body %q does not name the limit", body)
 		}
 	})
+}
+
+// TestGlobalCapacityNamesTheFlag: the global caps answer 4029 (a terminal
+// 503) as the per-user ones do, the message naming the flag and its value,
+// and a chat error's data giving both: --max-workers for a chat worker and
+// a terminal's program, --max-sessions for a session.
+func TestGlobalCapacityNamesTheFlag(t *testing.T) {
+	t.Parallel()
+	t.Run("max-workers", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOpts{workers: 1})
+		c, _, err := websocket.Dial(t.Context(), e.url+"/ws/pty", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow() // its terminal holds the one slot
+		cc := e.chat()
+		m := cc.callRaw("slash.exec", map[string]any{"session_id": cc.create(), "command": "/echo hi"})
+		wantCapacity(t, m, "worker capacity reached: --max-workers (1)", "--max-workers", 1)
+		_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty", nil)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("second terminal: %v %v", resp, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), "worker capacity reached: --max-workers (1)") {
+			t.Fatalf("body %q does not name the limit", body)
+		}
+	})
+	t.Run("max-sessions", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.MaxSessions = 1 }})
+		cc := e.chat()
+		cc.create() // viewed by this socket: nothing detached to evict
+		m := cc.callRaw("session.create", map[string]any{})
+		wantCapacity(t, m, "session capacity reached: --max-sessions (1)", "--max-sessions", 1)
+	})
+	t.Run("per-user data", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envOpts{reg: func(c *sessions.Config) { c.MaxSessionsPerUser = 1 }})
+		cc := e.chat()
+		cc.create()
+		m := cc.callRaw("session.create", map[string]any{})
+		wantCapacity(t, m, "user capacity reached: --max-sessions-per-user (1)", "--max-sessions-per-user", 1)
+	})
+}
+
+// wantCapacity fails t unless the reply m is error 4029 with message msg
+// and data {"limit": limit, "max": max}.
+func wantCapacity(t *testing.T, m map[string]any, msg, limit string, max int) {
+	t.Helper()
+	e, _ := m["error"].(map[string]any)
+	var data map[string]any
+	raw, _ := e["data"].(json.RawMessage)
+	_ = json.Unmarshal(raw, &data) // nil data fails below
+	if errCode(m) != handlers.CodeCapacity || e["message"] != msg ||
+		data["limit"] != limit || data["max"] != float64(max) {
+		t.Fatalf("reply %v, want %d %q with data limit %q max %d", m, handlers.CodeCapacity, msg, limit, max)
+	}
 }

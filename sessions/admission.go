@@ -55,21 +55,32 @@ func (a *admission) full(owner string) bool {
 	return a.usage.sessionsFull(owner) || a.usage.live >= a.max
 }
 
+// fullErr is why a session of owner that may not evict finds no room (full
+// holds): the owner's cap (a *UserCapacityError naming
+// --max-sessions-per-user) or the global one (a *CapacityError naming
+// --max-sessions).
+func (a *admission) fullErr(owner string) error {
+	if a.usage.sessionsFull(owner) {
+		return &UserCapacityError{Limit: LimitSessionsPerUser, Max: a.usage.maxSessions}
+	}
+	return &CapacityError{Limit: LimitSessions, Max: a.max}
+}
+
 // admit makes room for one more live session of owner, admitted as k, and
 // returns the sessions it claimed for it (the caller finishes them outside
 // the lock, see Registry.finishAll, even with an error). A kind that does
-// not evict fails with ErrCapacity when owner is full. Otherwise: at
+// not evict fails when owner is full (admission.fullErr). Otherwise: at
 // MaxSessionsPerUser it claims owner's least recently active detached
 // session (never another user's), or fails with a *UserCapacityError when
 // owner has none; then, when MaxSessions are live, the least recently
 // active detached session of the user most over their fair share of
 // MaxSessions, owner counted with the session it asks for (never one of a
 // user at or under it; owner's own when owner is the one over, as when it
-// is alone: usageIndex.fairEvictee), or it fails with ErrCapacity.
+// is alone: usageIndex.fairEvictee), or it fails with a *CapacityError.
 func (a *admission) admit(owner string, k admitKind) ([]*Session, error) {
 	if !k.evicts() {
 		if a.full(owner) {
-			return nil, ErrCapacity
+			return nil, a.fullErr(owner)
 		}
 		return nil, nil
 	}
@@ -87,7 +98,7 @@ func (a *admission) admit(owner string, k admitKind) ([]*Session, error) {
 	}
 	lru := a.usage.fairEvictee(owner, a.max)
 	if lru == nil {
-		return evict, ErrCapacity
+		return evict, &CapacityError{Limit: LimitSessions, Max: a.max}
 	}
 	a.claim(lru) // frees its slot now
 	return append(evict, lru), nil

@@ -55,14 +55,14 @@ var errStoredClosed = fmt.Errorf("adopt: stored session is closed: %w", ErrNotFo
 // "session adopted" record (sid, user, from_node: the node that held it,
 // epoch: the new one). With mayEvict false (a list's adoption) it takes
 // no room: at MaxSessions or the owner's MaxSessionsPerUser it claims
-// nothing and answers ErrCapacity.
+// nothing and answers with the cap it met (admission.fullErr).
 //
 // It returns nil when sid is live here afterwards, or when there is no
 // lease (nothing to adopt: the caller answers as before). Errors:
 // ErrNotFound (unknown, another user's, or ended meanwhile), a
 // *HeldElsewhereError (p's, held by another node under a live lease),
-// errStoredClosed (stored closed), ErrCapacity or a
-// *UserCapacityError (no room: the lease it took lapses unrenewed),
+// errStoredClosed (stored closed), a *CapacityError or a
+// *UserCapacityError (no room, both ErrCapacity: the lease it took lapses unrenewed),
 // ErrShuttingDown, *StoreError, ctx's error.
 func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict bool) error {
 	r.mu.Lock()
@@ -106,10 +106,13 @@ func (r *Registry) adopt(ctx context.Context, p Principal, sid string, mayEvict 
 	}
 	if !mayEvict {
 		r.mu.Lock()
-		full := r.admission.full(row.Owner)
+		var full error
+		if r.admission.full(row.Owner) {
+			full = r.admission.fullErr(row.Owner)
+		}
 		r.mu.Unlock()
-		if full {
-			return ErrCapacity
+		if full != nil {
+			return full
 		}
 	}
 	claimed, err := r.cfg.Store.ClaimSession(ctx, node, sid, ttl, time.Time{}) // the store's clock

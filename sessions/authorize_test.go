@@ -693,6 +693,7 @@ var accounting = map[string]entry{
 	// The server's own calls.
 	"Registry.Admin":        {class: classSystem, reason: "returns the admin view, whose methods are accounted as AdminView's; only the admin routes are given it"},
 	"AdminView.Node":        {class: classSystem, reason: "names this node (\"\" alone); reads no session"},
+	"AdminView.Spares":      {class: classSystem, reason: "the session ids of the spare terminals, which no user owns yet; reads no listed session"},
 	"AdminView.StoreOutage": {class: classSystem, reason: "whether the store refuses writes, since when, how many entries wait; reads no session"},
 	"Registry.Run":          {class: classSystem, reason: "the registry's own loop (sweeps, retention) until ctx ends"},
 	"Registry.Shutdown":     {class: classSystem, reason: "ends every session with end_reason shutdown, at the process's stop"},

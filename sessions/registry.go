@@ -21,7 +21,7 @@ import (
 var (
 	ErrNotFound     = errors.New("session not found or already closed") // 4001
 	ErrBusy         = errors.New("a turn is already running")           // 4009
-	ErrCapacity     = errors.New("session capacity reached")            // 4029; a *UserCapacityError matches it too
+	ErrCapacity     = errors.New("session capacity reached")            // 4029; a *CapacityError and a *UserCapacityError match it too
 	ErrShuttingDown = errors.New("dashgate is shutting down")           // 4029 too: no new work
 	// ErrViewerCapacity: the viewer views Config.MaxViewed sessions already.
 	// It is wrapped in a *ViewerCapacityError that names the limit.

@@ -96,6 +96,18 @@ type spares struct {
 	burstEnd *time.Timer
 }
 
+// sessionIDs returns the ids of the unregistered sessions the spares
+// serve (their programs' DASHGATE_SESSION_ID), oldest first.
+func (ps *spares) sessionIDs() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]string, 0, len(ps.list))
+	for _, sp := range ps.list {
+		out = append(out, sp.s.id)
+	}
+	return out
+}
+
 // wantLocked is how many spares to keep (spareCount, or burstSpares in
 // a burst). The registry's mutex must be held.
 func (ps *spares) wantLocked() int {

@@ -17,8 +17,10 @@ import (
 // its spawn until its OnClose ran (or the spawn failed). Each is a member
 // of a set, so leaving twice is leaving once: the counts cannot drift.
 
-// The flags of the per-user caps, as UserCapacityError.Limit names them.
+// The flags of the caps: the per-user ones, as UserCapacityError.Limit
+// names them, and the global session cap, as CapacityError.Limit does.
 const (
+	LimitSessions         = "--max-sessions"
 	LimitSessionsPerUser  = "--max-sessions-per-user"
 	LimitWorkersPerUser   = "--max-workers-per-user"
 	LimitTerminalsPerUser = "--max-terminals-per-user"
@@ -61,6 +63,22 @@ func (e *UserCapacityError) Error() string {
 
 // Is makes errors.Is(err, ErrCapacity) hold.
 func (e *UserCapacityError) Is(target error) bool { return target == ErrCapacity }
+
+// CapacityError is returned when Max live sessions (Limit, --max-sessions)
+// leave no room, and none may be evicted for the one asked for (no
+// detached session of a user over their share; see admission.admit). It
+// matches ErrCapacity (4029); its message names the flag.
+type CapacityError struct {
+	Limit string // LimitSessions
+	Max   int
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("%s: %s (%d)", ErrCapacity, e.Limit, e.Max)
+}
+
+// Is makes errors.Is(err, ErrCapacity) hold.
+func (e *CapacityError) Is(target error) bool { return target == ErrCapacity }
 
 // childKind is what a counted child is.
 type childKind int

@@ -401,6 +401,12 @@ func (a AdminView) Close(by Principal, sid string, reason EndReason) (bool, erro
 	return a.r.Close(by, sid, reason)
 }
 
+// Spares returns the session ids of the spare terminals (Config.PTYSpare):
+// programs started ahead for the next new terminal, whose sessions List
+// does not have until an attach takes them. The admin page marks their
+// rows by these ids.
+func (a AdminView) Spares() []string { return a.r.spares.sessionIDs() }
+
 // ReapDetached is Registry.ReapDetached acting for by.
 func (a AdminView) ReapDetached(by Principal) int { return a.r.ReapDetached(by) }
 

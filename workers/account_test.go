@@ -203,7 +203,15 @@ func TestAccountLoginShell(t *testing.T) {
 			}
 		}
 	}()
-	if cl := readString(fmt.Sprintf("/proc/%d/cmdline", p.PID())); cl != "-bash\x00" {
+	// The exec is done when Start returns (os/exec's pipe closed on exec),
+	// but the kernel writes the new program's arguments a moment after:
+	// until then its cmdline reads empty.
+	var cl string
+	testkit.WaitFor(t, 5*time.Second, "the login shell's cmdline", func() bool {
+		cl = readString(fmt.Sprintf("/proc/%d/cmdline", p.PID()))
+		return cl != ""
+	})
+	if cl != "-bash\x00" {
 		t.Errorf("cmdline %q, want \"-bash\\x00\"", cl)
 	}
 	uid := strconv.Itoa(int(alice.UID))

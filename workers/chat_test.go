@@ -238,14 +238,14 @@ func TestMaxWorkers(t *testing.T) {
 		spec := helperSpec(t, "proto")
 		spec.Kind = kind
 		p, err := m.Start(spec)
-		if err != ErrCapacity {
+		if !errors.Is(err, ErrCapacity) {
 			if p != nil {
 				p.Close(ReasonShutdown)
 			}
 			t.Fatalf("Start %s beyond the cap: err %v, want ErrCapacity", kind, err)
 		}
 	}
-	if _, err := m.StartWorker(helperSpec(t, "proto")); err != ErrCapacity {
+	if _, err := m.StartWorker(helperSpec(t, "proto")); !errors.Is(err, ErrCapacity) {
 		t.Fatalf("StartWorker beyond the cap: err %v, want ErrCapacity", err)
 	}
 	if m.Count() != 2 {
@@ -255,7 +255,7 @@ func TestMaxWorkers(t *testing.T) {
 	w1.Close(ReasonDetach)
 	w3 := startWorker(t, m, helperSpec(t, "proto"))
 	ping(t, w3)
-	if _, err := m.StartWorker(helperSpec(t, "proto")); err != ErrCapacity {
+	if _, err := m.StartWorker(helperSpec(t, "proto")); !errors.Is(err, ErrCapacity) {
 		t.Fatalf("StartWorker beyond the cap after refill: err %v, want ErrCapacity", err)
 	}
 	pty.Close(ReasonDetach)

@@ -90,8 +90,23 @@ const eofGrace = 50 * time.Millisecond
 // sleep can outlive it); past it Close logs at ERROR and returns.
 const killWait = 5 * time.Second
 
-// ErrCapacity is returned by Start when --max-workers children run already.
+// ErrCapacity is matched by Start's error when --max-workers children run
+// already (a *CapacityError).
 var ErrCapacity = errors.New("worker capacity reached")
+
+// CapacityError is Start's error when Max children (Config.MaxWorkers,
+// --max-workers: chat workers and terminal programs together) run
+// already. It matches ErrCapacity; its message names the flag.
+type CapacityError struct {
+	Max int
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("%s: --max-workers (%d)", ErrCapacity, e.Max)
+}
+
+// Is makes errors.Is(err, ErrCapacity) hold.
+func (e *CapacityError) Is(target error) bool { return target == ErrCapacity }
 
 // Config configures a Manager.
 type Config struct {
@@ -339,8 +354,8 @@ func (p *Proc) AddCloseAttr(key string, value any) {
 
 // Start spawns a child per spec. The child is in a new process group
 // (KindChat) or a new session with the pty as its controlling terminal
-// (KindPTY), and gets Pdeathsig=SIGKILL. It fails with ErrCapacity when
-// MaxWorkers children are running. The caller owns the Proc and must Close it.
+// (KindPTY), and gets Pdeathsig=SIGKILL. It fails with a *CapacityError
+// (ErrCapacity) when MaxWorkers children are running. The caller owns the Proc and must Close it.
 func (m *Manager) Start(spec Spec) (*Proc, error) { return m.start(spec, nil) }
 
 // start is Start with a hook that runs before the child's supervisor, so
@@ -349,7 +364,7 @@ func (m *Manager) start(spec Spec, beforeSupervise func(*Proc)) (*Proc, error) {
 	m.mu.Lock()
 	if m.cfg.MaxWorkers > 0 && len(m.procs)+m.reserve >= m.cfg.MaxWorkers {
 		m.mu.Unlock()
-		return nil, ErrCapacity
+		return nil, &CapacityError{Max: m.cfg.MaxWorkers}
 	}
 	m.reserve++
 	m.mu.Unlock()

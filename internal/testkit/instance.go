@@ -45,7 +45,9 @@ type Options struct {
 	Env     []string // the child's environment; nil: CleanEnv()
 	WorkDir string   // the child's working directory; "": Dir
 	Token   string   // the dashboard and admin token; "": a random one
-	// SysProcAttr of the child (e.g. Setpgid, Pdeathsig); nil: none.
+	// SysProcAttr of the child (e.g. Setpgid); nil: none. Its Pdeathsig
+	// is SIGTERM unless set here: the child ends with the test binary
+	// (forkthread.go).
 	SysProcAttr *syscall.SysProcAttr
 }
 
@@ -139,7 +141,7 @@ func Start(ctx context.Context, o Options) (*Instance, error) {
 	in.cmd.Env = o.Env
 	in.cmd.SysProcAttr = o.SysProcAttr
 	in.Started = time.Now()
-	if err := in.cmd.Start(); err != nil {
+	if err := startTied(in.cmd, syscall.SIGTERM); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.Bin, err)
 	}
 	pid := in.cmd.Process.Pid

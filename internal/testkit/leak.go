@@ -28,12 +28,15 @@ var leakIgnores = []goleak.Option{
 	goleak.IgnoreAnyFunction(SpawnThreadFunction),
 	// sessions' pty poller, started by the first terminal (PTYPollerFunction).
 	goleak.IgnoreAnyFunction(PTYPollerFunction),
+	// the kit's own forking goroutine, started by the first Start
+	// (ForkThreadFunction).
+	goleak.IgnoreAnyFunction(ForkThreadFunction),
 }
 
 // VerifyNoLeaks runs m's tests, then fails the run (a non-zero exit) when
 // goroutines are left, as goleak.VerifyTestMain does, ignoring those every
-// package may have (goleak's defaults and the spawning goroutine,
-// SpawnThreadFunction); opts add a package's own ignores or a
+// package may have (goleak's defaults and leakIgnores: the spawning
+// goroutine, the pty poller, the kit's forking goroutine); opts add a package's own ignores or a
 // goleak.Cleanup. It does not return: call it last in TestMain.
 func VerifyNoLeaks(m *testing.M, opts ...goleak.Option) {
 	goleak.VerifyTestMain(m, append(append([]goleak.Option{}, leakIgnores...), opts...)...)
