@@ -270,6 +270,14 @@ func newChildIndex(procs []procStat) childIndex {
 // descendants returns the pids whose parent chain reaches root.
 func (children childIndex) descendants(root int) map[int]bool {
 	out := map[int]bool{}
+	children.addDescendants(out, root)
+	return out
+}
+
+// addDescendants sets out[pid] for every pid whose parent chain reaches
+// root. A pid out has already is not walked again: out may collect the
+// descendants of several roots, each subtree walked once.
+func (children childIndex) addDescendants(out map[int]bool, root int) {
 	stack := []int{root}
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
@@ -281,7 +289,6 @@ func (children childIndex) descendants(root int) map[int]bool {
 			}
 		}
 	}
-	return out
 }
 
 // isSubreaper reports whether dashgate is a child subreaper (prctl(2),

@@ -131,6 +131,61 @@ func TestDescendantsOf(t *testing.T) {
 	}
 }
 
+// TestAddDescendantsOfSeveralRoots: one index and one set collect the
+// descendants of several roots (Unowned's owned set), whichever order the
+// roots come in, a root below another included.
+func TestAddDescendantsOfSeveralRoots(t *testing.T) {
+	t.Parallel()
+	procs := []procStat{
+		{pid: 1, ppid: 0}, {pid: 10, ppid: 1}, {pid: 11, ppid: 10}, {pid: 12, ppid: 11},
+		{pid: 13, ppid: 12}, {pid: 20, ppid: 1}, {pid: 21, ppid: 20}, {pid: 30, ppid: 1},
+	}
+	children := newChildIndex(procs)
+	for _, roots := range [][]int{{10, 11, 20}, {11, 10, 20}, {20, 12, 10}} {
+		got := map[int]bool{}
+		for _, r := range roots {
+			got[r] = true // as Unowned marks each child before its walk
+			children.addDescendants(got, r)
+		}
+		want := append([]int{11, 12, 13, 21}, roots...)
+		slices.Sort(want)
+		want = slices.Compact(want)
+		if len(got) != len(want) {
+			t.Fatalf("roots %v: %v, want %v", roots, got, want)
+		}
+		for _, pid := range want {
+			if !got[pid] {
+				t.Fatalf("roots %v: %v, want %v", roots, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkUnownedWalk is Unowned's walk of a listing of 300 children, a
+// grandchild each: its owned set from one index (descendants of every
+// child, as each snapshot of the admin page computes it).
+func BenchmarkUnownedWalk(b *testing.B) {
+	procs := []procStat{{pid: 1, ppid: 0}}
+	var owners []int
+	for i := range 300 {
+		w := 1000 + 2*i
+		owners = append(owners, w)
+		procs = append(procs, procStat{pid: w, ppid: 1}, procStat{pid: w + 1, ppid: w})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		children := newChildIndex(procs)
+		owned := make(map[int]bool, len(procs))
+		for _, pid := range owners {
+			owned[pid] = true
+			children.addDescendants(owned, pid)
+		}
+		if len(owned) != 600 {
+			b.Fatalf("owned %d, want 600", len(owned))
+		}
+	}
+}
+
 // readLine returns one line of at most max bytes without its newline; a
 // longer line is reported as errLineTooLong as soon as it passes max, and
 // the stream is given up (its doc).

@@ -158,7 +158,8 @@ type Unowned struct {
 func (m *Manager) Unowned() []Unowned {
 	self := os.Getpid()
 	procs := ownDescendants()
-	desc := descendantsOf(procs, self)
+	children := newChildIndex(procs) // one index for every walk: one per child was 300 maps of the whole listing a snapshot
+	desc := children.descendants(self)
 	m.mu.Lock()
 	owners := make([]int, 0, len(m.procs))
 	markers := make(map[string]bool, len(m.procs))
@@ -171,12 +172,10 @@ func (m *Manager) Unowned() []Unowned {
 		}
 	}
 	m.mu.Unlock()
-	owned := map[int]bool{}
+	owned := make(map[int]bool, len(procs))
 	for _, pid := range owners {
 		owned[pid] = true
-		for d := range descendantsOf(procs, pid) {
-			owned[d] = true
-		}
+		children.addDescendants(owned, pid)
 	}
 	for _, g := range cgroups { // a member of a child's cgroup is that child's, wherever it went
 		for _, pid := range g.procs() {

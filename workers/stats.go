@@ -82,15 +82,16 @@ func (m *Manager) Table(ctx context.Context) []ProcInfo {
 	for _, p := range procs {
 		byMarker[p.marker] = p.pid
 	}
-	claimedBy := map[int]int{} // pid -> worker pid, by marker
-	for pid := range descendantsOf(all, os.Getpid()) {
+	claimedBy := map[int]int{}     // pid -> worker pid, by marker
+	children := newChildIndex(all) // one index for every walk below
+	for pid := range children.descendants(os.Getpid()) {
 		if w, ok := byMarker[environValue(pid, EnvWorkerID)]; ok && w != pid {
 			claimedBy[pid] = w
 		}
 	}
 	out := make([]ProcInfo, 0, len(procs))
 	for _, p := range procs {
-		desc := descendantsOf(all, p.pid)
+		desc := children.descendants(p.pid)
 		var tree []int
 		for _, st := range all {
 			if st.pid != p.pid && !st.zombie() && (desc[st.pid] || st.pgrp == p.pid ||

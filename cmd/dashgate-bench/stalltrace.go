@@ -14,7 +14,9 @@ package main
 //   - read, dispatch: the read loop running until it started the call's
 //     goroutine, and that goroutine waiting to run;
 //   - the call: session.history itself, of which the waits for a lock
-//     (by who released it) and the time it ran;
+//     (by who released it), the time it ran, the time it was runnable
+//     again (preempted, or woken and waiting for a thread), and its other
+//     waits (a channel, a system call: by the trace's reason);
 //   - reply written: the socket's writer woken and its write(2) done;
 //   - back to the client: the kernel and the client's own wake-ups.
 //
@@ -42,6 +44,8 @@ type gCall struct {
 	lastRun, blockedAt     int64
 	blockedOn              string
 	locks                  map[string]int64 // ns waited, by the lock's releaser
+	waits                  map[string]int64 // ns blocked other than on a lock, by the trace's reason ("syscall" for a system call)
+	runnable, runnableAt   int64            // ns runnable after it first ran (preempted or woken, waiting for a thread)
 	writerReadied, written int64
 	writer                 trace.GoID
 	writerRan              int64
@@ -63,9 +67,9 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 	}
 	// A client call is the gateway call whose read loop woke within it.
 	sort.Slice(gcs, func(i, j int) bool { return gcs[i].loopReadied < gcs[j].loopReadied })
-	legs := []string{"to the gateway", "reader waits", "read, dispatch", "the call", "  its lock waits", "  it ran", "reply to the client", "  written (split calls)", "  back (split calls)", "whole call (the client's)"}
+	legs := []string{"to the gateway", "reader waits", "read, dispatch", "the call", "  its lock waits", "  it ran", "  runnable", "  other waits", "reply to the client", "  written (split calls)", "  back (split calls)", "whole call (the client's)"}
 	var rows [][]float64
-	locks := map[string]int64{}
+	locks, waits := map[string]int64{}, map[string]int64{}
 	unsplit := 0 // its reply's writer was not woken for it (busy already): no written/back split
 	first, last := gcs[0].loopReadied, gcs[len(gcs)-1].loopReadied
 	for _, c := range calls {
@@ -83,15 +87,20 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 		} else {
 			unsplit++
 		}
-		var lockNS int64
+		var lockNS, waitNS int64
 		for k, v := range g.locks {
 			locks[k] += v
 			lockNS += v
+		}
+		for k, v := range g.waits {
+			waits[k] += v
+			waitNS += v
 		}
 		ms := func(a, b int64) float64 { return float64(b-a) / 1e6 }
 		rows = append(rows, []float64{
 			ms(c[0], g.loopReadied), ms(g.loopReadied, g.loopRan), ms(g.loopRan, g.started),
 			ms(g.started, g.ended), float64(lockNS) / 1e6, float64(g.ran) / 1e6,
+			float64(g.runnable) / 1e6, float64(waitNS) / 1e6,
 			ms(g.ended, c[1]), written, back, ms(c[0], c[1]),
 		})
 	}
@@ -134,6 +143,10 @@ func stallTrace(tracePath, callsPath string, out io.Writer) error {
 	fmt.Fprintln(out, "\nthe calls' lock waits, by who released the lock (ms, all calls):")
 	for _, x := range kvs[:min(8, len(kvs))] {
 		fmt.Fprintf(out, "%8.1f  %s\n", float64(x.v)/1e6, x.k)
+	}
+	fmt.Fprintln(out, "\nthe calls' other waits, by the trace's reason (ms, all calls):")
+	for k, v := range waits {
+		fmt.Fprintf(out, "%8.1f  %s\n", float64(v)/1e6, k)
 	}
 	return adminPages(tracePath, out)
 }
@@ -278,6 +291,24 @@ func readCalls(path string) ([]*gCall, error) {
 				waker.writer, waker.writerReadied, waker.writerRan, waker.written = g, now, 0, 0
 				byWriter[g] = waker
 			}
+		}
+		if c != nil && c.started != 0 && c.blockedAt != 0 && (from == trace.GoWaiting || from == trace.GoSyscall) &&
+			!strings.Contains(c.blockedOn, "sync") {
+			reason := c.blockedOn
+			if from == trace.GoSyscall || reason == "" {
+				reason = "syscall"
+			}
+			if c.waits == nil {
+				c.waits = map[string]int64{}
+			}
+			c.waits[reason] += now - c.blockedAt
+		}
+		if c != nil && c.started != 0 && to == trace.GoRunnable {
+			c.runnableAt = now
+		}
+		if c != nil && c.runnableAt != 0 && to == trace.GoRunning {
+			c.runnable += now - c.runnableAt
+			c.runnableAt = 0
 		}
 		if from == trace.GoRunning && c != nil {
 			c.ran += now - c.lastRun
