@@ -47,14 +47,7 @@ func TestUserCapacityAnswers4029NamingTheLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.CloseNow()
-		_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty", nil)
-		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("second terminal: %v %v", resp, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		if !strings.Contains(string(body), "user capacity reached: --max-terminals-per-user (1)") {
-			t.Fatalf("body %q does not name the limit", body)
-		}
+		wantTerminalRefused(t, e, "user capacity reached: --max-terminals-per-user (1)")
 	})
 }
 
@@ -75,14 +68,7 @@ func TestGlobalCapacityNamesTheFlag(t *testing.T) {
 		cc := e.chat()
 		m := cc.callRaw("slash.exec", map[string]any{"session_id": cc.create(), "command": "/echo hi"})
 		wantCapacity(t, m, "worker capacity reached: --max-workers (1)", "--max-workers", 1)
-		_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty", nil)
-		if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("second terminal: %v %v", resp, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		if !strings.Contains(string(body), "worker capacity reached: --max-workers (1)") {
-			t.Fatalf("body %q does not name the limit", body)
-		}
+		wantTerminalRefused(t, e, "worker capacity reached: --max-workers (1)")
 	})
 	t.Run("max-sessions", func(t *testing.T) {
 		t.Parallel()
@@ -113,5 +99,19 @@ func wantCapacity(t *testing.T, m map[string]any, msg, limit string, max int) {
 	if errCode(m) != handlers.CodeCapacity || e["message"] != msg ||
 		data["limit"] != limit || data["max"] != float64(max) {
 		t.Fatalf("reply %v, want %d %q with data limit %q max %d", m, handlers.CodeCapacity, msg, limit, max)
+	}
+}
+
+// wantTerminalRefused fails t unless a new terminal of e is refused before
+// the upgrade with 503 and a body holding msg.
+func wantTerminalRefused(t *testing.T, e *env, msg string) {
+	t.Helper()
+	_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("another terminal: %v %v", resp, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), msg) {
+		t.Fatalf("body %q does not name the limit (%q)", body, msg)
 	}
 }
