@@ -323,6 +323,22 @@ func TestTerminalStartingAndFailure(t *testing.T) {
 			visible(byTestID("terminal-status"))+` && document.querySelector('[data-testid="terminal-status"]').dataset.state === 'error' && document.querySelector('[data-testid="terminal-status-text"]').textContent.includes('could not start')`,
 			dashboardState)
 	})
+	t.Run("at capacity", func(t *testing.T) {
+		// One child at a time: the first session's terminal, parked when
+		// the page moves to a second session, holds it.
+		d := startDashgate(t, "--max-workers", "1", "--pty-spare=false")
+		b := newBrowser(t)
+		tb := b.newTab(t, "dashboard")
+		tb.Do("open the dashboard", chromedp.Navigate(d.LoginURL("/")))
+		waitDashboard(t, tb)
+		first := currentSession(t, tb)
+		tb.mustWaitJS(15*time.Second, "the first terminal's prompt", `window.dashgate.terminalText().trim() !== ''`, dashboardState)
+		startSession(tb)
+		tb.mustWaitJS(15*time.Second, "a second session", `(window.dashgate.currentSession() || '') !== `+js(first), dashboardState)
+		tb.mustWaitJS(20*time.Second, "the terminal says which cap it met, and retries",
+			visible(byTestID("terminal-status"))+` && document.querySelector('[data-testid="terminal-status"]').dataset.state === 'error' && document.querySelector('[data-testid="terminal-status-text"]').textContent === 'The terminal could not start: worker capacity reached: --max-workers (1); retrying…'`,
+			dashboardState)
+	})
 }
 
 type box struct {

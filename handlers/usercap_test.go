@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/testkit"
 	"github.com/dashgate/dashgate/sessions"
 )
 
@@ -113,5 +117,47 @@ func wantTerminalRefused(t *testing.T, e *env, msg string) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), msg) {
 		t.Fatalf("body %q does not name the limit (%q)", body, msg)
+	}
+}
+
+// TestTerminalRefusalSaysTheCap: a session whose terminal was refused at
+// a cap gets the cap's sentence from GET /terminal/refusal as "retrying"
+// (the page retries, and says why), and nothing once its terminal started.
+func TestTerminalRefusalSaysTheCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{workers: 1})
+	refusal := httptest.NewServer(&handlers.TerminalRefusal{Registry: e.reg})
+	t.Cleanup(refusal.Close)
+	why := func(sid string) map[string]string {
+		t.Helper()
+		resp, err := http.Get(refusal.URL + "?session_id=" + sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]string
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /terminal/refusal: %d %v", resp.StatusCode, err)
+		}
+		return body
+	}
+	first := e.pty(url.Values{}) // a terminal-only session's terminal holds the one slot
+	first.waitText("hello")
+	sid := e.chat().create()
+	_, resp, err := websocket.Dial(t.Context(), e.url+"/ws/pty?session_id="+sid, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the session's terminal at --max-workers 1: %v %v", resp, err)
+	}
+	if got := why(sid); got["refusal"] != "" || got["retrying"] != "worker capacity reached: --max-workers (1)" {
+		t.Fatalf("refused at the cap: %v", got)
+	}
+	if recs := e.logs.Records("terminal refused"); len(recs) != 1 || recs[0]["sid"] != sid {
+		t.Fatalf("terminal refused records %v, want one naming %s", recs, sid)
+	}
+	first.drop() // its session closes, and its terminal with it
+	testkit.WaitFor(t, 10*time.Second, "the slot free", func() bool { return e.mgr.Count() == 0 })
+	e.pty(url.Values{"session_id": {sid}}).waitText("hello")
+	if got := why(sid); got["refusal"] != "" || got["retrying"] != "" {
+		t.Fatalf("after its terminal started: %v", got)
 	}
 }

@@ -77,24 +77,30 @@ func (r *Registry) checkAccount(s *Session) error {
 // TerminalRefusal says why session sid's terminal would be refused before
 // its program starts, for p (who must be able to use sid): the owner's
 // account refusal (an *accounts.RefusedError, matching
-// accounts.ErrRefused), or nil when nothing refuses it now. It starts
-// nothing: the dashboard asks it after a refused upgrade, whose 403 and
-// sentence a browser's WebSocket never shows. Errors: ErrNotFound (an
-// unknown, ended or another user's session, answered alike).
+// accounts.ErrRefused), which no retry mends; else the cap its last start
+// met (matching ErrCapacity or workers.ErrCapacity, its message naming
+// the flag) until one of its terminals starts, which a retry may get
+// past; or nil. It starts nothing: the dashboard asks it after a refused
+// upgrade, whose status and sentence a browser's WebSocket never shows.
+// Errors: ErrNotFound (an unknown, ended or another user's session,
+// answered alike).
 func (r *Registry) TerminalRefusal(p Principal, sid string) error {
 	r.mu.Lock()
 	s := r.findLocked(p, sid, accessUse)
+	var capped error
+	if s != nil {
+		capped = s.startRefused
+	}
 	r.mu.Unlock()
 	if s == nil {
 		return ErrNotFound
 	}
-	if r.cfg.Accounts == nil {
-		return nil
+	if r.cfg.Accounts != nil {
+		if _, err := r.accountOf(s); refused(err) {
+			return err
+		}
 	}
-	if _, err := r.accountOf(s); refused(err) {
-		return err
-	}
-	return nil
+	return capped
 }
 
 // TerminalDir is where a file dropped on terminal tid ("" DefaultTerminal)

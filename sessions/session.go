@@ -212,10 +212,15 @@ type Session struct {
 	turns               int
 	pending             pendingFiles // files uploaded and not sent yet (attachments.go)
 
-	worker      Worker
-	terms       terminals           // its running terminals (terminals.go)
-	endedPTYPID int                 // the pid of its last terminal that ended by itself or was reaped
-	spawnMu     *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
+	worker Worker
+	terms  terminals // its running terminals (terminals.go)
+	// startRefused is why its last terminal start was refused at a cap
+	// (matching ErrCapacity or workers.ErrCapacity), until one of its
+	// terminals starts: TerminalRefusal tells it to a page that retries.
+	// Guarded by r.mu.
+	startRefused error
+	endedPTYPID  int                 // the pid of its last terminal that ended by itself or was reaped
+	spawnMu      *semaphore.Weighted // weight 1: serialises spawns of its children (docs/failure-classes.md #12)
 
 	endReason EndReason
 	endBy     string        // the admin whose action ended it (by=), "" for none

@@ -389,7 +389,39 @@ func (r *Registry) AttachTerminal(ctx context.Context, p Principal, sid string, 
 	if err != nil && terminalOnly {
 		r.Close(p, sid, EndCloseOnDisconnect)
 	}
+	if !terminalOnly {
+		r.noteTerminalStart(sid, err)
+	}
 	return a, err
+}
+
+// noteTerminalStart keeps why a terminal of session sid was refused at a
+// cap (Session.startRefused), logging it at WARN once until one of its
+// terminals attaches (err nil), which forgets it; other errors change
+// nothing. A page whose upgrade got 503 retries, and asks
+// TerminalRefusal why meanwhile.
+func (r *Registry) noteTerminalStart(sid string, err error) {
+	capped := errors.Is(err, ErrCapacity) || errors.Is(err, workers.ErrCapacity)
+	if err != nil && !capped {
+		return
+	}
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s == nil {
+		r.mu.Unlock()
+		return
+	}
+	first := capped && s.startRefused == nil
+	if capped {
+		s.startRefused = err
+	} else {
+		s.startRefused = nil
+	}
+	owner := s.owner
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("terminal refused", "sid", sid, "user", owner, "err", err)
+	}
 }
 
 // attachTerminalOnly is AttachTerminal without a session when spares are

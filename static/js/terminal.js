@@ -509,31 +509,37 @@ export class TerminalPane {
 			.then(async (up) => {
 				// Up: ask why (terminal/refusal), e.g. the owner has no Unix
 				// account, which no retry mends until an administrator does.
-				const refusal = up ? await this.#refusal(sid) : '';
+				const why = up ? await this.#refusal(sid) : {};
 				if (!still()) return;
-				if (refusal === MISSING) {
+				if (why === MISSING) {
 					// Not served here (yet): on a node of a cluster, a session
 					// moving from a dead node until this one adopts it.
 					this.#status('starting', 'The terminal waits for its session on this server; retrying…');
-				} else if (refusal) this.#status('error', `The terminal cannot start: ${refusal}`);
+				} else if (why.refusal) this.#status('error', `The terminal cannot start: ${why.refusal}`);
+				// A cap met (--max-workers, a user's terminals): room may be
+				// made, so it retries, and says which cap.
+				else if (why.retrying) this.#status('error', `The terminal could not start: ${why.retrying}; retrying…`);
 				else if (up) this.#status('error', 'The terminal could not start; retrying…');
 				else this.#status('disconnected', DISCONNECTED);
 			});
 	}
 
 	/**
-	 * Why session sid's terminal is refused (GET terminal/refusal), "" when
-	 * not known, MISSING when this server does not serve the session (404).
+	 * Why session sid's terminal is refused (GET terminal/refusal):
+	 * {refusal, retrying}, each a sentence or '' (refusal: no retry mends
+	 * it; retrying: the cap its last start met), {} when not known,
+	 * MISSING when this server does not serve the session (404).
 	 */
 	async #refusal(sid) {
 		try {
 			const r = await fetch(this.#base + 'terminal/refusal?' + new URLSearchParams({ session_id: sid }), { cache: 'no-store' });
 			if (r.status === 404) return MISSING;
-			if (!r.ok) return '';
+			if (!r.ok) return {};
 			const body = await r.json();
-			return typeof body?.refusal === 'string' ? body.refusal : '';
+			const text = (v) => (typeof v === 'string' ? v : '');
+			return { refusal: text(body?.refusal), retrying: text(body?.retrying) };
 		} catch {
-			return '';
+			return {};
 		}
 	}
 
