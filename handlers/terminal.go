@@ -124,7 +124,8 @@ func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, h.logger(), err) // before the upgrade: a status says why
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
+	wf := &wholeFrames{ResponseWriter: w}
+	conn, err := websocket.Accept(wf, r, &websocket.AcceptOptions{InsecureSkipVerify: true}) // origin checked by web
 	if err != nil {
 		att.Detach(workers.ReasonDetach)
 		return
@@ -140,7 +141,7 @@ func (h *Terminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fw := newFrameWriter(sock, h.Socket.WriteTimeout)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); h.pump(sock, fw, att) }()
+	go func() { defer wg.Done(); h.pump(sock, fw, wf, att) }()
 	go func() { defer wg.Done(); pingLoop(sock, h.Socket) }()
 	sock.end(h.readInput(sock, fw, att))
 	wg.Wait()
@@ -164,7 +165,7 @@ func (h *Terminal) logger() *slog.Logger {
 // the code that says why (1000 exit, 4409 takeover). A socket that shares
 // the terminal also gets {"type":"attached","count":N} whenever the number
 // of sockets attached to it changes.
-func (h *Terminal) pump(sock *socket, fw *frameWriter, att *sessions.Attachment) {
+func (h *Terminal) pump(sock *socket, fw *frameWriter, wf *wholeFrames, att *sessions.Attachment) {
 	hello := map[string]any{"type": "hello", "session_id": att.SessionID, "terminal": att.Terminal, "offset": att.Offset, "replay_end": att.ReplayEnd}
 	if att.ResumeToken != "" {
 		hello["resume_token"] = att.ResumeToken
@@ -186,11 +187,16 @@ func (h *Terminal) pump(sock *socket, fw *frameWriter, att *sessions.Attachment)
 		}
 	}
 	// Output that comes while the socket is caught up goes out from the
-	// terminal's reader, without waking this goroutine (an echo).
+	// terminal's reader, without waking this goroutine (an echo, bulk
+	// output read as fast as it is sent). A write of the reader's that
+	// blocks past a takeover or the terminal's end ends the socket at once.
 	att.SetDirect(func(p []byte) {
 		if err := fw.write(websocket.MessageBinary, p); err != nil {
 			sock.abort(err) // Next returns: the socket ended
 		}
+	}, func(cause error) {
+		sock.abort(cause) // records why, unless the socket already ended
+		wf.stop()
 	})
 	buf, put := sessions.FrameBuffer()
 	defer put()

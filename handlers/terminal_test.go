@@ -463,23 +463,11 @@ func TestTerminalBackpressure(t *testing.T) {
 	// receive buffers at their largest, the unsent output dashgate keeps,
 	// the pty's own buffer and a frame being read.
 	bound := sysctlMax(t, "net/ipv4/tcp_wmem") + sysctlMax(t, "net/ipv4/tcp_rmem") + pending + 1<<20
-	// yes is stopped once it sleeps without being woken while the poll
-	// looks a few times in a row and its write count does not move.
-	var last, lastSwitches int64 = -1, -1
-	still := 0
-	testkit.WaitFor(t, 30*time.Second, "yes stopped by a client that does not read", func() bool {
-		w, sw := wchar(t, yes), switches(t, yes)
+	waitStopped(t, yes, "yes stopped by a client that does not read", func(w int64) {
 		if w-from > bound {
 			t.Fatalf("yes wrote %s (%d bytes) while the client did not read, more than the %d bytes the buffers between them hold: nothing stops it",
 				humanize.IBytes(uint64(w-from)), w-from, bound)
 		}
-		if pr, err := testkit.ReadProc(yes); err == nil && pr.State == 'S' && w == last && sw == lastSwitches {
-			still++
-		} else {
-			still = 0
-		}
-		last, lastSwitches = w, sw
-		return still >= 5
 	})
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -490,6 +478,88 @@ func TestTerminalBackpressure(t *testing.T) {
 	p.send("\x03")
 	p.send("echo after-$((1+1))\n")
 	p.expect(`after-2`, 10*time.Second)
+}
+
+// waitStopped waits (30 s at most) until pid is stopped: it sleeps
+// without being woken while the poll looks five times in a row, and its
+// write count does not move. check sees the write count at each look.
+func waitStopped(t *testing.T, pid int, what string, check func(wchar int64)) {
+	t.Helper()
+	var last, lastSwitches int64 = -1, -1
+	still := 0
+	testkit.WaitFor(t, 30*time.Second, what, func() bool {
+		w, sw := wchar(t, pid), switches(t, pid)
+		check(w)
+		if pr, err := testkit.ReadProc(pid); err == nil && pr.State == 'S' && w == last && sw == lastSwitches {
+			still++
+		} else {
+			still = 0
+		}
+		last, lastSwitches = w, sw
+		return still >= 5
+	})
+}
+
+// stalledPTY attaches a socket to sid's terminal, floods it with yes and
+// stops reading: once yes is stopped, the terminal's reader is held in a
+// write to the socket (the reader writes to a caught-up socket itself).
+func (e *env) stalledPTY(t *testing.T, sid string) *ptyClient {
+	t.Helper()
+	p := e.ptySink(url.Values{"session_id": {sid}})
+	p.send("yes\n")
+	testkit.WaitFor(t, 5*time.Second, "yes's output", func() bool { return p.received() > 1<<20 })
+	yes := ptyProgram(t, e, "yes")
+	p.Pause()
+	waitStopped(t, yes, "yes stopped by a client that does not read", func(int64) {})
+	return p
+}
+
+// TestTerminalTakeoverOfAStalledSocket: a takeover of a terminal whose
+// reader is held in a write to a socket that stopped reading ends that
+// socket once the write has blocked for sessions.DirectGrace, not at its
+// write timeout (a minute here) nor at the end of its close handshake
+// (coder/websocket's 5 s), so the new socket's command shows within 3 s.
+func TestTerminalTakeoverOfAStalledSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute}})
+	sid := e.chat().create()
+	a := e.stalledPTY(t, sid)
+	b := e.pty(url.Values{"session_id": {sid}})
+	b.send("\x03") // SIGINT from the line discipline: yes ends whatever the reader does
+	b.send("echo after-$((1+1))\n")
+	b.expect(`after-2`, 3*time.Second)
+	a.Resume() // it reads what its buffers hold, then finds the socket ended
+	if err := a.closeErr(); err == nil {
+		t.Fatal("the stalled socket did not end")
+	}
+}
+
+// TestTerminalEndWithAStalledSocket: the end of a terminal (its session
+// closed) whose reader is held in a write to a socket that stopped reading
+// ends that socket after sessions.DirectGrace, so session.close answers
+// (within the client's 10 s), not at the socket's write timeout (a minute
+// here), which the end waited for with the reader.
+func TestTerminalEndWithAStalledSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute}})
+	cc := e.chat()
+	sid := cc.create()
+	a := e.stalledPTY(t, sid)
+	pid, _ := e.ptyTree(t)
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := cc.ctx()
+		defer cancel()
+		closed <- cc.Call(ctx, "session.close", map[string]any{"session_id": sid}, nil)
+	}()
+	testkit.WaitFor(t, 3*time.Second, "the terminal's worker closed record", func() bool { return len(e.workerRecords(pid)) > 0 })
+	if err := <-closed; err != nil {
+		t.Fatalf("session.close: %v", err)
+	}
+	a.Resume()
+	if err := a.closeErr(); err == nil {
+		t.Fatal("the stalled socket did not end")
+	}
 }
 
 // ptyProgram is the pid of the process named comm under the terminal's

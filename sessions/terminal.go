@@ -91,6 +91,11 @@ type Terminal struct {
 	exited    bool // the program ended by itself
 	shutdown  bool // ended because dashgate is shutting down
 	exitCode  int
+	// writing is the attachment the reader is writing to itself (see
+	// directLocked), nil while it is not; writes counts those writes, so
+	// that unblockLocked tells one write from the next.
+	writing *Attachment
+	writes  uint64
 
 	ready      chan struct{} // closed once pty is set
 	readerDone chan struct{}
@@ -154,6 +159,9 @@ func (t *Terminal) read() {
 			// Sent before the next read, so after every byte before it
 			// and before any after it (which take the ring to Next).
 			direct.direct(buf[:n])
+			t.mu.Lock()
+			t.writing = nil
+			t.mu.Unlock()
 		}
 		if n > 0 && rec != nil {
 			rec.Output(buf[:n]) // copies, never waits for the disk
@@ -167,28 +175,61 @@ func (t *Terminal) read() {
 	}
 }
 
-// DirectMax is the most output the reader sends itself (see
-// Attachment.SetDirect): an echo, a prompt, a line. More goes through the
-// ring to Next, so that reading the pty and writing the socket overlap.
-const DirectMax = 1 << 10
-
 // directLocked decides whether the n bytes the reader just put in the ring
 // go out from the reader itself: when the terminal has one attachment,
 // and it set a direct writer, waits in Next with everything before them
 // handed out, and has had its first output (with several, each one's
-// pump writes, as before). It then hands them out (advances pos) and returns it; the
-// reader calls its direct writer without t.mu, and does not wake Next.
-// One goroutine wake-up less per keystroke's echo.
+// pump writes, as before). It then hands them out (advances pos), marks
+// the write in progress (writing) and returns it; the reader calls its
+// direct writer without t.mu, and does not wake Next.
+//
+// An echo so takes one goroutine wake-up less, and bulk output (a pty
+// read coalesces up to MaxFrame) none a frame: reader and pump on two
+// goroutines cost a wake-up of the pump's each frame, 30 % more of
+// dashgate's CPU a MiB and 15 % less throughput than the reader writing
+// alone (BENCHMARKS.md, issue 43). The reader then waits in the socket's
+// write while the client is slow, which holds the program as PTYPending
+// does; a takeover or the terminal's end does not wait behind such a
+// write for long (unblockLocked).
 func (t *Terminal) directLocked(n int) *Attachment {
 	if len(t.atts) != 1 {
 		return nil
 	}
 	a := t.atts[0]
-	if !a.waiting || n > DirectMax || a.onFirst != nil || a.pos != t.ring.End()-int64(n) {
+	if !a.waiting || a.onFirst != nil || a.pos != t.ring.End()-int64(n) {
 		return nil
 	}
 	a.pos += int64(n)
+	t.writing = a
+	t.writes++
 	return a
+}
+
+// DirectGrace is how long a takeover of a terminal, or its end, lets the
+// reader's write to a socket in progress go on before it ends that
+// socket at once (Attachment.SetDirect's stop): a client that does not
+// read for that long is gone or asleep, and the terminal's new socket, or
+// its end, would otherwise wait for the socket's write timeout or its
+// close handshake (5 s). A write to a reading client takes well under a
+// millisecond.
+const DirectGrace = 500 * time.Millisecond
+
+// unblockLocked ends a's socket with cause (its stop) when the reader's
+// direct write to a, in progress now, is still the one in progress after
+// DirectGrace. t.mu must be held.
+func (t *Terminal) unblockLocked(a *Attachment, cause error) {
+	if a == nil || t.writing != a || a.stop == nil {
+		return
+	}
+	at := t.writes
+	time.AfterFunc(DirectGrace, func() {
+		t.mu.Lock()
+		stuck := t.writing == a && t.writes == at
+		t.mu.Unlock()
+		if stuck {
+			a.stop(cause)
+		}
+	})
 }
 
 // unsentLocked is how many output bytes wait for the slowest attachment,
@@ -219,6 +260,7 @@ func (t *Terminal) end(reason workers.Reason, natural bool) {
 			t.parkTimer.Stop()
 		}
 		t.signalLocked()
+		t.unblockLocked(t.writing, ErrTerminalClosed) // the reader must get back to its read, which ends
 		t.mu.Unlock()
 
 		res := t.pty.Close(reason)
@@ -295,10 +337,12 @@ type Attachment struct {
 	// onFirst, guarded by t.mu, runs once when Next first hands out
 	// output, or at Detach if it never did (the spare's refill).
 	onFirst func()
-	// direct, set once by SetDirect, writes output to the socket; waiting,
-	// guarded by t.mu, is true while Next waits with nothing to hand out
-	// (the reader then calls direct itself, see directLocked).
+	// direct and stop, set once by SetDirect, write output to the socket
+	// and end it at once; waiting, guarded by t.mu, is true while Next
+	// waits with nothing to hand out (the reader then calls direct itself,
+	// see directLocked).
 	direct  func([]byte)
+	stop    func(cause error)
 	waiting bool
 	kicked  chan struct{}
 	gone    chan struct{} // closed by Detach
@@ -510,6 +554,7 @@ func (r *Registry) attachTerminal(ctx context.Context, p Principal, sid string, 
 	if !o.Share {
 		for _, old := range t.atts {
 			close(old.kicked)
+			t.unblockLocked(old, ErrTakenOver) // the reader must get back to the new socket
 		}
 		t.atts = nil
 	}
@@ -687,17 +732,20 @@ func (a *Attachment) Next(ctx context.Context, buf []byte) (int, error) {
 }
 
 // SetDirect lets the terminal's reader write output to the socket itself
-// while Next waits with everything before it handed out (at most DirectMax
+// while Next waits with everything before it handed out (up to MaxFrame
 // bytes a call; see Terminal.directLocked). write is called from the
 // reader's goroutine, one call at a time, in output order, and never while
 // a Next of a is handing out output; the bytes it gets count as handed out
 // (pos, offsets, the reader's room), as if Next had returned them. It must
 // bound its own wait (a write timeout) and need no lock of the terminal:
-// while it blocks, the program's output is not read. Call it once, before
-// the first Next.
-func (a *Attachment) SetDirect(write func([]byte)) {
+// while it blocks, the program's output is not read. stop must end the
+// socket at once, so that a write of it in progress returns: it is called
+// (from a timer's goroutine, with ErrTakenOver or ErrTerminalClosed) when
+// a write has blocked for DirectGrace past a takeover or the terminal's
+// end. Call it once, before the first Next.
+func (a *Attachment) SetDirect(write func([]byte), stop func(cause error)) {
 	a.t.mu.Lock()
-	a.direct = write
+	a.direct, a.stop = write, stop
 	a.t.mu.Unlock()
 }
 
