@@ -54,6 +54,9 @@ type envOpts struct {
 	ptyCmd  []string
 	workers int
 	base    context.Context // the server's base context (http.Server.BaseContext), when set
+	// listen, when set, wraps the server's listener (to watch its
+	// connections)
+	listen func(net.Listener) net.Listener
 	// metrics hooks
 	onSessionClose func(sessions.EndReason)
 	onWorkerClose  func(workers.CloseResult)
@@ -95,6 +98,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	srv := httptest.NewUnstartedServer(mux)
 	if o.base != nil {
 		srv.Config.BaseContext = func(net.Listener) context.Context { return o.base }
+	}
+	if o.listen != nil {
+		srv.Listener = o.listen(srv.Listener)
 	}
 	srv.Start()
 	e := &env{log: log, t: t, srv: srv, reg: reg, mgr: mgr, logs: lb, url: "ws" + strings.TrimPrefix(srv.URL, "http")}

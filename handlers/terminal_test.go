@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -34,6 +35,7 @@ type ptyClient struct {
 	n      int64            // binary bytes received
 	sink   bool             // count binary bytes, keep none (endless output)
 	texts  []map[string]any // the text frames, hello first
+	sizes  []int            // every frame's payload size after hello, in order
 	closed chan struct{}    // closed when the socket ended
 	err    error            // why
 }
@@ -78,6 +80,7 @@ func (p *ptyClient) collect() {
 			p.mu.Unlock()
 			return
 		}
+		p.sizes = append(p.sizes, len(f.Data))
 		if f.Type == websocket.MessageBinary {
 			p.n += int64(len(f.Data))
 			if !p.sink {
@@ -90,6 +93,14 @@ func (p *ptyClient) collect() {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// frameSizes is the payload size of each frame received so far after
+// hello, in order.
+func (p *ptyClient) frameSizes() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.sizes)
 }
 
 func (p *ptyClient) output() string {
@@ -498,6 +509,77 @@ func waitStopped(t *testing.T, pid int, what string, check func(wchar int64)) {
 		last, lastSwitches = w, sw
 		return still >= 5
 	})
+}
+
+// writeLog is a listener whose connections record the size of each
+// Write, in order, per connection.
+type writeLog struct {
+	net.Listener
+	mu    sync.Mutex
+	conns [][]int
+}
+
+type loggedConn struct {
+	net.Conn
+	l *writeLog
+	i int
+}
+
+func (l *writeLog) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conns = append(l.conns, nil)
+	return &loggedConn{Conn: c, l: l, i: len(l.conns) - 1}, nil
+}
+
+func (c *loggedConn) Write(b []byte) (int, error) {
+	c.l.mu.Lock()
+	c.l.conns[c.i] = append(c.l.conns[c.i], len(b))
+	c.l.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// TestTerminalFrameIsOneWrite: each frame of a terminal's socket, bulk
+// output of up to 32 KiB included, leaves the server in one write(2): its
+// header and payload together. coder/websocket writes through the
+// hijacked connection's buffer, which net/http makes 4 KiB: a larger frame
+// went out as two writes, two TCP sends.
+func TestTerminalFrameIsOneWrite(t *testing.T) {
+	t.Parallel()
+	wl := &writeLog{}
+	e := newEnv(t, envOpts{listen: func(l net.Listener) net.Listener { wl.Listener = l; return wl }})
+	p := e.pty(nil)
+	p.send("head -c 1000000 /dev/zero | tr '\\0' z; echo E_$((6*7))\n")
+	p.expect(`E_42\r\n`, 10*time.Second)
+	frames := p.frameSizes()
+	wl.mu.Lock()
+	writes := slices.Clone(wl.conns[len(wl.conns)-1])
+	wl.mu.Unlock()
+	// The first writes are the 101 and hello; then one a frame, header
+	// and payload.
+	big := 0
+	for i, n := range frames {
+		header := 2
+		switch {
+		case n > 65535:
+			header = 10
+		case n > 125:
+			header = 4
+		}
+		if 2+i >= len(writes) || writes[2+i] != header+n {
+			t.Fatalf("frame %d (%d bytes of payload) is not one write of %d bytes: writes from it %v", i, n, header+n, writes[min(2+i, len(writes)):min(len(writes), 5+i)])
+		}
+		if n > 4<<10 {
+			big++
+		}
+	}
+	if big == 0 {
+		t.Fatalf("no frame over 4 KiB in %d frames", len(frames))
+	}
 }
 
 // stalledPTY attaches a socket to sid's terminal, floods it with yes and
