@@ -600,7 +600,7 @@ func (e *env) stalledPTY(t *testing.T, sid string) *ptyClient {
 // reader is held in a write to a socket that stopped reading ends that
 // socket once the write has blocked for sessions.DirectGrace, not at its
 // write timeout (a minute here) nor at the end of its close handshake
-// (coder/websocket's 5 s), so the new socket's command shows within 3 s.
+// (coder/websocket's 5 s), so the new socket's command shows within 4 s.
 func TestTerminalTakeoverOfAStalledSocket(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{sock: handlers.SocketConfig{WriteTimeout: time.Minute}})
@@ -609,7 +609,7 @@ func TestTerminalTakeoverOfAStalledSocket(t *testing.T) {
 	b := e.pty(url.Values{"session_id": {sid}})
 	b.send("\x03") // SIGINT from the line discipline: yes ends whatever the reader does
 	b.send("echo after-$((1+1))\n")
-	b.expect(`after-2`, 3*time.Second)
+	b.expect(`after-2`, 4*time.Second)
 	a.Resume() // it reads what its buffers hold, then finds the socket ended
 	if err := a.closeErr(); err == nil {
 		t.Fatal("the stalled socket did not end")

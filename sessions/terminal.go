@@ -211,8 +211,11 @@ func (t *Terminal) directLocked(n int) *Attachment {
 // read for that long is gone or asleep, and the terminal's new socket, or
 // its end, would otherwise wait for the socket's write timeout or its
 // close handshake (5 s). A write to a reading client takes well under a
-// millisecond.
-const DirectGrace = 500 * time.Millisecond
+// millisecond on a LAN; a frame (32 KiB at most) waits a second only for
+// a client reading less than 32 KiB a second. A socket so ended gets no
+// close frame (its tab reconnects, as after a network error), where a
+// takeover's otherwise says 4409.
+const DirectGrace = time.Second
 
 // unblockLocked ends a's socket with cause (its stop) when the reader's
 // direct write to a, in progress now, is still the one in progress after
