@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -110,8 +109,9 @@ type config struct {
 	ChildMemoryMax   string // as given; ChildMemoryBytes parsed
 	ChildMemoryBytes uint64
 	ChildPidsMax     int
-	ChildNice        int // -1: auto (workers.AutoChildNice)
-	GoMaxProcs       int
+	ChildNice        int           // -1: auto (workers.AutoChildNice)
+	GoMaxProcs       int           // when not GoMaxProcsAuto; 0: Go's default
+	GoMaxProcsAuto   bool          // --gomaxprocs auto (package maxprocs)
 	GatewaySlice     time.Duration // 0: the kernel's default
 	ChildCPUWeight   int
 	ChildSched       string
@@ -232,7 +232,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Var(childNiceFlag{&c.ChildNice}, "child-nice", "nice value of every worker and terminal program, and of what they start, so that the gateway keeps its share of the CPU when they saturate it (0 to 19; 0: dashgate's own; auto: the workers at 19 where the kernel's autogroups are on, so that they yield to the gateway and to nothing else, else 0; terminal programs at dashgate's own)")
 	fs.StringVar(&c.ChildSched, "child-sched", string(workers.DefaultChildSched), "Linux scheduling policy of every worker and terminal program: other, batch (no wake-up preemption of the gateway) or idle (runs only on CPU time nothing else wants)")
 	fs.IntVar(&c.ChildCPUWeight, "child-cpu-weight", workers.DefaultChildCPUWeight, "cpu.weight of the cgroup holding every child's cgroup, against the gateway's 100 (1 to 10000; 0: not set); needs the cpu controller, else the containment record says cpu_weight=0")
-	fs.IntVar(&c.GoMaxProcs, "gomaxprocs", defaultGoMaxProcs(), "threads running the gateway's Go code at once (runtime.GOMAXPROCS; dashgate's own workers run on 1 unless GOMAXPROCS is in their environment): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them (default: four times the CPUs Go would use; 0: Go's default)")
+	c.GoMaxProcsAuto = true
+	fs.Var(goMaxProcsFlag{&c.GoMaxProcs, &c.GoMaxProcsAuto}, "gomaxprocs", "threads running the gateway's Go code at once (runtime.GOMAXPROCS; dashgate's own workers run on 1 unless GOMAXPROCS is in their environment): the kernel shares a saturated CPU per thread, so more than the CPUs keeps the gateway's share when its children saturate them, and costs CPU while they do not (auto: the CPUs Go would use, four times as many while goroutines wait milliseconds for a thread; 1 to 1024: that many always; 0: Go's default)")
 	fs.DurationVar(&c.GatewaySlice, "gateway-slice", workers.DefaultGatewaySlice, "scheduling slice dashgate's own threads ask the kernel for (sched_setattr's sched_runtime; Linux 6.12 and later, older kernels ignore it): with EEVDF a waking thread's deadline is a slice ahead, so a short one runs a quiet socket's call sooner on a saturated CPU, at the same share of it; children keep the kernel's default (100µs to 100ms; 0: the kernel's default)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (e.g. 127.0.0.1:6060), without auth, and record 1 in 10 mutex contentions for its mutex profile; a debugging aid (empty: off)")
 	fs.BoolVar(&c.RecordTerminals, "record-terminals", false, "record every terminal's output and resizes (never its input) as asciicast v2 files in <state-dir>/recordings, which the owner and admins can replay and download; the dashboard tells users (docs/recordings.md)")
@@ -398,7 +399,7 @@ func (c config) validate() error {
 		errs = append(errs, errors.New("--child-pids-max must not be negative"))
 	}
 	if c.GoMaxProcs < 0 || c.GoMaxProcs > 1024 {
-		errs = append(errs, fmt.Errorf("--gomaxprocs %d: want 1 to 1024, or 0", c.GoMaxProcs))
+		errs = append(errs, fmt.Errorf("--gomaxprocs %d: want 1 to 1024, 0 or auto", c.GoMaxProcs))
 	}
 	if c.GatewaySlice != 0 && (c.GatewaySlice < 100*time.Microsecond || c.GatewaySlice > 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("--gateway-slice %v: want 100µs to 100ms, or 0", c.GatewaySlice))
@@ -611,13 +612,31 @@ func loopbackAddr(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// defaultGoMaxProcs is four times the GOMAXPROCS Go chose for the
-// gateway (its CPUs, or its cgroup's CPU limit). With Go's own, 300
-// streaming children at dashgate's priority left it a fifth of a core
-// and session.history waited 1.5 s; with 8 threads on 2 CPUs, 40–60 ms
-// (BENCHMARKS.md, issue 28). A thread more than the CPUs costs nothing
-// while the gateway does not want it.
-func defaultGoMaxProcs() int { return min(4*runtime.GOMAXPROCS(0), 1024) }
+// goMaxProcsFlag is --gomaxprocs: auto, or a number of threads.
+type goMaxProcsFlag struct {
+	n    *int
+	auto *bool
+}
+
+func (f goMaxProcsFlag) String() string {
+	if f.auto == nil || *f.auto {
+		return "auto"
+	}
+	return strconv.Itoa(*f.n)
+}
+
+func (f goMaxProcsFlag) Set(v string) error {
+	if v == "auto" {
+		*f.auto, *f.n = true, 0
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("want 1 to 1024, 0 or auto")
+	}
+	*f.auto, *f.n = false, n // out of range: refused with the other checks
+	return nil
+}
 
 // childNiceFlag is --child-nice: auto (-1) or a nice value.
 type childNiceFlag struct{ n *int }

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 
 	"github.com/dashgate/dashgate/cluster"
 	"github.com/dashgate/dashgate/handlers"
+	"github.com/dashgate/dashgate/internal/maxprocs"
 	"github.com/dashgate/dashgate/sessions"
 	"github.com/dashgate/dashgate/store"
 	"github.com/dashgate/dashgate/web"
@@ -227,10 +229,28 @@ func setupCgroups(cfg config, instance string, log *slog.Logger) (*workers.Cgrou
 	return cg, nil
 }
 
+// goMaxProcsTuner is --gomaxprocs auto's: GOMAXPROCS between the CPUs Go
+// chose for the gateway (its CPUs, or its cgroup's CPU limit) and four
+// times as many. With Go's own, 300 streaming children at dashgate's
+// priority left it a fifth of a core and session.history waited 1.5 s;
+// with 8 threads on 2 CPUs, 40–60 ms (BENCHMARKS.md, issue 28). But 8
+// threads cost a third more CPU a terminal connect while the CPUs were not
+// saturated (issue 43): see package maxprocs.
+func goMaxProcsTuner(log *slog.Logger) *maxprocs.Tuner {
+	low := runtime.GOMAXPROCS(0)
+	return &maxprocs.Tuner{Low: low, High: min(4*low, 1024), Log: log}
+}
+
 // run serves until ctx ends, then closes every session (end_reason=shutdown)
 // and reaps every child before it returns.
 func run(ctx context.Context, cfg config, log *slog.Logger, stdout io.Writer) error {
-	if cfg.GoMaxProcs > 0 {
+	switch {
+	case cfg.GoMaxProcsAuto:
+		tctx, stopTuner := context.WithCancel(ctx)
+		var tuned sync.WaitGroup
+		tuned.Go(func() { goMaxProcsTuner(log).Run(tctx) })
+		defer func() { stopTuner(); tuned.Wait() }()
+	case cfg.GoMaxProcs > 0:
 		runtime.GOMAXPROCS(cfg.GoMaxProcs)
 	}
 	switch err := workers.SetGatewaySlice(cfg.GatewaySlice); {
