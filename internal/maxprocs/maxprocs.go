@@ -7,7 +7,7 @@
 // it kept its share (BENCHMARKS.md, issue 28). But while the CPUs are not
 // saturated, Ps beyond them cost: every goroutine made runnable wakes an
 // idle P's thread, which spins, steals and parks again. On 2 CPUs a
-// terminal's connect and close took 1.40–1.49 ms of the gateway's CPU
+// terminal's connect and close took 1.37–1.51 ms of the gateway's CPU
 // with 8 Ps against 1.04–1.09 with 2, and the back-to-back connects' p99
 // was 3.4–4.6 ms against 2.4–2.8 (BENCHMARKS.md, issue 43).
 //
@@ -23,6 +23,7 @@
 package maxprocs
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"runtime"
@@ -59,9 +60,9 @@ type Tuner struct {
 // returns then, leaving GOMAXPROCS as it is. It blocks: the caller runs it
 // on a goroutine it waits for.
 func (t *Tuner) Run(ctx context.Context) {
-	period := cmp(t.Period, DefaultPeriod)
-	hold := cmp(t.Hold, DefaultHold)
-	raiseAt, lowerAt := cmp(t.RaiseAt, DefaultRaiseAt), cmp(t.LowerAt, DefaultLowerAt)
+	period := cmp.Or(t.Period, DefaultPeriod)
+	hold := cmp.Or(t.Hold, DefaultHold)
+	raiseAt, lowerAt := cmp.Or(t.RaiseAt, DefaultRaiseAt), cmp.Or(t.LowerAt, DefaultLowerAt)
 	log := t.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -159,13 +160,6 @@ func quantile(buckets []float64, counts []uint64, q float64) (time.Duration, uin
 		}
 	}
 	return 0, n
-}
-
-func cmp(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
